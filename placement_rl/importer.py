@@ -1,0 +1,548 @@
+"""Import a ``torch.nn.Module`` into an :class:`~placement_rl.graph.OpGraph`.
+
+The module is traced with ``torch.fx.symbolic_trace`` (leaf ``torch.nn`` modules such as ``Conv2d``,
+``Linear`` or ``LSTMCell`` become one op each) and shapes are propagated under ``FakeTensorMode``, so
+no activation is ever computed and, when the module was built under ``torch.device("meta")``, no
+weight is ever allocated: BERT-Large imports in about a second.
+
+Shapes are propagated twice, with batch ``B`` and ``B + 1``: the output axes whose extent changes
+are the **sample** dimensions. This finds the batch axis even after reshapes that fold the batch
+into another axis (``(B * S, V)`` logits), where a "dimension equal to B" rule would guess.
+
+FLOP formulas (forward; a multiply-add counts as 2 FLOPs):
+
+===================  ==========================================================================
+family               forward FLOPs
+===================  ==========================================================================
+conv (1/2/3-d)       ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ ``out_numel`` bias)
+linear               ``2 * rows * in * out`` (+ ``rows * out`` bias), ``rows = out_numel / out``
+matmul / bmm         ``2 * out_numel * K`` (``K`` = the contracted extent)
+LSTM cell            ``8 N H (I + H) + 17 N H``: the two gate matmuls, two bias adds (8NH),
+                     gate activations (4NH), ``c' = f c + i g`` (3NH), ``h' = o tanh(c')`` (2NH)
+GRU cell             ``6 N H (I + H) + 16 N H``; RNN (tanh) cell ``2 N H (I + H) + 3 N H``
+LSTM / GRU / RNN     the cell cost times steps, layers and directions
+normalization        ``5 * numel`` (batch, layer, group, instance norm)
+pooling              ``out_numel * prod(kernel)``; adaptive pooling ``in_numel``
+softmax / losses     ``5 * numel`` of the input
+element-wise         ``numel * k``, ``k`` from a table (1 for add/relu, 4 sigmoid, 8 gelu, ...)
+embedding, views,    0 FLOPs; copies (cat, stack, slicing, contiguous) count bytes moved only
+copies
+===================  ==========================================================================
+
+Backward FLOPs: matmul-like ops (conv, linear, matmul, recurrent cells) ``2x`` forward (the input
+gradient and the weight gradient each cost one forward); normalization ``2x``; every other op ``1x``
+forward; inputs, parameters and views ``0``.
+
+Ops with no formula get a conservative (high) estimate of ``8`` FLOPs per element of their largest
+input or output, and one ``UserWarning`` lists them.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, Tensor
+
+#: forward FLOPs per output element of element-wise ops, by canonical op type.
+ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, float] = {
+    "add": 1, "sub": 1, "mul": 1, "div": 1, "neg": 1, "relu": 1, "relu6": 2, "leaky_relu": 2,
+    "hardtanh": 2, "abs": 1, "sqrt": 1, "rsqrt": 2, "pow": 1, "exp": 1, "log": 1, "sigmoid": 4,
+    "tanh": 5, "gelu": 8, "silu": 5, "elu": 3, "dropout": 2, "masked_fill": 1, "where": 1,
+    "clamp": 2, "scale": 1,
+}  # fmt: skip
+
+#: op types that only re-describe memory (no FLOPs, no bytes moved).
+VIEW_OPS = frozenset({"view", "reshape", "flatten", "permute", "transpose", "unsqueeze", "squeeze", "expand", "identity"})
+#: op types that copy bytes without arithmetic.
+COPY_OPS = frozenset({"cat", "stack", "slice", "contiguous", "split", "chunk", "clone", "pad", "fill", "to"})
+#: reductions whose output loses the batch axis (TAG's "sum" class when they reduce over it).
+REDUCTION_OPS = frozenset({"mean", "sum", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"})
+MATMUL_FAMILY = frozenset({"conv1d", "conv2d", "conv3d", "linear", "matmul", "bmm", "lstm_cell", "gru_cell",
+                           "rnn_cell", "lstm", "gru", "rnn", "conv_transpose2d"})  # fmt: skip
+NORM_FAMILY = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
+
+_FUNCTION_TYPES: dict[Any, str] = {
+    operator.add: "add", operator.iadd: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
+    operator.mul: "mul", operator.imul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
+    operator.neg: "neg", operator.matmul: "matmul", torch.matmul: "matmul", torch.bmm: "bmm", torch.mm: "matmul",
+    torch.relu: "relu", F.relu: "relu", F.gelu: "gelu", torch.tanh: "tanh", F.tanh: "tanh", torch.sigmoid: "sigmoid",
+    F.sigmoid: "sigmoid", F.silu: "silu", torch.exp: "exp", torch.sqrt: "sqrt", torch.rsqrt: "rsqrt",
+    torch.softmax: "softmax", F.softmax: "softmax", F.log_softmax: "log_softmax", torch.log_softmax: "log_softmax",
+    F.dropout: "dropout", F.linear: "linear", F.conv2d: "conv2d", F.layer_norm: "layer_norm",
+    F.cross_entropy: "cross_entropy", F.nll_loss: "nll_loss", F.mse_loss: "mse_loss", torch.cat: "cat",
+    torch.stack: "stack", torch.flatten: "flatten", torch.reshape: "reshape", torch.transpose: "transpose",
+    torch.permute: "permute", torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze", torch.mean: "mean",
+    torch.sum: "sum", torch.zeros_like: "fill", torch.ones_like: "fill", torch.split: "split",
+    torch.chunk: "chunk", operator.getitem: "slice", torch.where: "where", torch.clamp: "clamp",
+    F.adaptive_avg_pool2d: "adaptive_avg_pool2d", F.max_pool2d: "max_pool2d", F.avg_pool2d: "avg_pool2d",
+    F.pad: "pad", torch.masked_fill: "masked_fill",
+}  # fmt: skip
+
+_METHOD_TYPES: dict[str, str] = {
+    "view": "view", "reshape": "reshape", "flatten": "flatten", "permute": "permute", "transpose": "transpose",
+    "unsqueeze": "unsqueeze", "squeeze": "squeeze", "expand": "expand", "contiguous": "contiguous",
+    "softmax": "softmax", "log_softmax": "log_softmax", "mean": "mean", "sum": "sum", "add": "add",
+    "mul": "mul", "div": "div", "sub": "sub", "relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "exp": "exp",
+    "new_zeros": "fill", "new_ones": "fill", "new_full": "fill", "zero_": "fill", "masked_fill": "masked_fill",
+    "split": "split", "chunk": "chunk", "clone": "clone", "to": "to", "float": "to", "type_as": "to",
+    "matmul": "matmul", "bmm": "bmm", "pow": "pow", "sqrt": "sqrt", "clamp": "clamp", "t": "transpose",
+    "expand_as": "expand", "view_as": "view",
+}  # fmt: skip
+
+_MODULE_TYPES: dict[type[nn.Module], str] = {
+    nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.ConvTranspose2d: "conv_transpose2d",
+    nn.Linear: "linear", nn.BatchNorm1d: "batch_norm", nn.BatchNorm2d: "batch_norm", nn.BatchNorm3d: "batch_norm",
+    nn.LayerNorm: "layer_norm", nn.GroupNorm: "group_norm", nn.InstanceNorm2d: "instance_norm",
+    nn.LocalResponseNorm: "local_response_norm", nn.Embedding: "embedding",
+    nn.LSTMCell: "lstm_cell", nn.GRUCell: "gru_cell", nn.RNNCell: "rnn_cell", nn.LSTM: "lstm", nn.GRU: "gru",
+    nn.RNN: "rnn", nn.MaxPool1d: "max_pool1d", nn.MaxPool2d: "max_pool2d", nn.AvgPool2d: "avg_pool2d",
+    nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d", nn.AdaptiveAvgPool1d: "adaptive_avg_pool1d",
+    nn.AdaptiveMaxPool2d: "adaptive_max_pool2d", nn.ReLU: "relu", nn.ReLU6: "relu6", nn.GELU: "gelu",
+    nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.ELU: "elu", nn.LeakyReLU: "leaky_relu",
+    nn.Hardtanh: "hardtanh", nn.Dropout: "dropout", nn.Dropout2d: "dropout", nn.Softmax: "softmax",
+    nn.LogSoftmax: "log_softmax", nn.CrossEntropyLoss: "cross_entropy", nn.NLLLoss: "nll_loss",
+    nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss", nn.BCEWithLogitsLoss: "bce_loss", nn.Identity: "identity",
+    nn.Flatten: "flatten",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _TensorInfo:
+    shape: Shape
+    dtype_bytes: int
+
+
+def from_torch(
+    module: nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    *,
+    name: str | None = None,
+    batch_size: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> OpGraph:
+    """Trace ``module`` into an :class:`OpGraph` of its forward pass.
+
+    Args:
+        module: any ``torch.nn.Module`` that ``torch.fx.symbolic_trace`` can trace. Build it under
+            ``torch.device("meta")`` to avoid allocating weights; real modules work too and are
+            neither modified nor run.
+        example_inputs: the positional inputs of ``forward``; dimension 0 of every input is the sample
+            (batch) dimension. Only shapes and dtypes are used.
+        name: the graph's name (default: the module's class name).
+        batch_size: recorded on the graph (default: dimension 0 of the first input).
+        metadata: extra JSON-serializable notes stored on the graph.
+
+    Returns:
+        The graph, ops in execution order, with FLOPs, bytes and parallel dimensions filled in.
+
+    Raises:
+        ValueError: when the module cannot be traced or shapes cannot be propagated; the message
+            names the failing node.
+    """
+    if not example_inputs:
+        raise ValueError("from_torch: example_inputs is empty; expected the positional inputs of forward()")
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            raise ValueError(f"from_torch: example_inputs[{i}] must be a tensor whose dim 0 is the batch, got {x!r}")
+    try:
+        gm = _leaf_root(module, len(example_inputs)) if type(module) in _MODULE_TYPES else fx.symbolic_trace(module)
+    except Exception as exc:  # fx raises many types (TraceError, TypeError, ...)
+        raise ValueError(f"from_torch: torch.fx could not trace {type(module).__name__}: {exc}") from exc
+    batch = int(example_inputs[0].shape[0])
+    values = _propagate(gm, example_inputs, 0)
+    values_plus = _propagate(gm, example_inputs, 1)
+    builder = _Builder(gm, values, values_plus)
+    ops, tensors = builder.build()
+    if builder.unknown:
+        warnings.warn(
+            "from_torch: no FLOP formula for op type(s) "
+            f"{sorted(builder.unknown)}; assumed a conservative 8 FLOPs per element",
+            UserWarning,
+            stacklevel=2,
+        )
+    meta = {"source": "torch.fx", "module": type(module).__name__, **(metadata or {})}
+    return OpGraph(name or type(module).__name__, ops, tensors, batch_size=batch_size or batch, metadata=meta)
+
+
+def _leaf_root(module: nn.Module, num_inputs: int) -> fx.GraphModule:
+    """A one-op graph calling ``module``: tracing a leaf layer itself would inline its internals."""
+    name = _MODULE_TYPES[type(module)]
+    root = nn.Module()
+    root.add_module(name, module)
+    graph = fx.Graph()
+    inputs = tuple(graph.placeholder(f"input_{i}") for i in range(num_inputs))
+    graph.output(graph.call_module(name, inputs))
+    return fx.GraphModule(root, graph)
+
+
+def _propagate(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], extra_batch: int) -> dict[fx.Node, Any]:
+    """Run ``gm`` under FakeTensorMode with the batch grown by ``extra_batch``; shapes per node."""
+    recorded: dict[fx.Node, Any] = {}
+
+    class _Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            try:
+                result = super().run_node(n)
+            except Exception as exc:
+                raise ValueError(f"from_torch: shape propagation failed at node {n.format_node()}: {exc}") from exc
+            recorded[n] = _describe(result)
+            return result
+
+    # Inputs live where the weights live (meta for zoo models), whatever device the examples are on.
+    weight = next(iter(gm.parameters()), None)
+    if weight is None:
+        weight = next(iter(gm.buffers()), None)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = [
+            torch.empty(
+                (x.shape[0] + extra_batch, *x.shape[1:]),
+                dtype=x.dtype,
+                device=weight.device if weight is not None else x.device,
+            )
+            for x in example_inputs
+        ]
+        _Recorder(gm).run(*inputs)
+    return recorded
+
+
+def _describe(value: Any) -> Any:
+    """Tensors become ``_TensorInfo``; tuples/lists recurse; everything else is ``None``."""
+    if isinstance(value, torch.Tensor):
+        return _TensorInfo(tuple(int(d) for d in value.shape), value.element_size())
+    if isinstance(value, (tuple, list)):
+        return tuple(_describe(v) for v in value)
+    return None
+
+
+def _flat_tensors(value: Any) -> list[_TensorInfo]:
+    if isinstance(value, _TensorInfo):
+        return [value]
+    if isinstance(value, tuple):
+        return [t for v in value for t in _flat_tensors(v)]
+    return []
+
+
+class _Builder:
+    """Turns fx nodes plus their propagated shapes into ops and tensors."""
+
+    def __init__(self, gm: fx.GraphModule, values: dict[fx.Node, Any], values_plus: dict[fx.Node, Any]) -> None:
+        self.gm = gm
+        self.values = values
+        self.values_plus = values_plus
+        self.modules = dict(gm.named_modules())
+        self.unknown: set[str] = set()
+        # node -> (op name, output index) for each flat tensor output; getitem on tuples aliases into it.
+        self.alias: dict[fx.Node, tuple[str, int]] = {}
+        self.outputs: dict[str, list[_TensorInfo]] = {}
+        self.sample_axes: dict[str, list[int | None]] = {}
+        self.owned_params: set[int] = set()
+        self.key_bytes: dict[str, int] = {}
+
+    def build(self) -> tuple[list[Op], list[Tensor]]:
+        ops: list[Op] = []
+        tensors: list[Tensor] = []
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                continue
+            value = self.values.get(node)
+            if (
+                node.op == "call_function"
+                and node.target is operator.getitem
+                and isinstance(self.values.get(node.args[0]), tuple)
+                and isinstance(node.args[1], int)
+                and node.args[0] in self.alias
+            ):
+                # Selecting one output of a multi-output op is not an op.
+                src, _ = self.alias[node.args[0]]
+                self.alias[node] = (src, self._tuple_offset(node.args[0], node.args[1]))
+                continue
+            if node.op == "get_attr" and isinstance(self._attr(node), nn.Parameter):
+                continue  # parameters are folded into the ops that read them (see _params)
+            flat = _flat_tensors(value)
+            if not flat:
+                continue  # Python values (shapes, ints): not part of the dataflow graph.
+            inputs = self._input_tensors(node)
+            op = self._make_op(node, flat, inputs)
+            if op.op_type == "fill":
+                inputs = []  # new_zeros / zeros_like read only the shape of their argument, not its data
+            ops.append(op)
+            self.alias[node] = (op.name, 0)
+            self.outputs[op.name] = flat
+            seen: set[tuple[str, int]] = set()
+            for src, idx, info in inputs:
+                if (src, idx) in seen:
+                    continue
+                seen.add((src, idx))
+                nbytes = math.prod(info.shape) * info.dtype_bytes
+                tensors.append(Tensor(src=src, dst=op.name, shape=info.shape, num_bytes=nbytes, src_output=idx))
+        return ops, tensors
+
+    def _tuple_offset(self, node: fx.Node, index: int) -> int:
+        """Flat output index of element ``index`` of a tuple-valued node (nested tuples flattened)."""
+        parts = self.values[node]
+        base = self.alias[node][1]
+        return base + sum(len(_flat_tensors(p)) for p in parts[:index])
+
+    def _input_tensors(self, node: fx.Node) -> list[tuple[str, int, _TensorInfo]]:
+        found: list[tuple[str, int, _TensorInfo]] = []
+        for inp in node.all_input_nodes:
+            if inp not in self.alias:
+                continue
+            src, idx = self.alias[inp]
+            count = len(_flat_tensors(self.values[inp]))
+            for k in range(count):
+                found.append((src, idx + k, self.outputs[src][idx + k]))
+        return found
+
+    # ------------------------------------------------------------------ ops
+    def _op_type(self, node: fx.Node) -> tuple[str, nn.Module | None]:
+        if node.op == "placeholder":
+            return "input", None
+        if node.op == "get_attr":
+            return "constant", None
+        if node.op == "call_module":
+            mod = self.modules[node.target]
+            return _MODULE_TYPES.get(type(mod), type(mod).__name__.lower()), mod
+        if node.op == "call_method":
+            return _METHOD_TYPES.get(node.target, str(node.target)), None
+        target = node.target
+        return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+
+    def _make_op(self, node: fx.Node, flat: list[_TensorInfo], inputs: list[tuple[str, int, _TensorInfo]]) -> Op:
+        op_type, module = self._op_type(node)
+        if op_type == "fill":
+            inputs = []
+        out = flat[0]
+        in_infos = [info for _, _, info in inputs]
+        param_bytes, param_key = self._params(node, module)
+        fwd = self._forward_flops(node, op_type, module, flat, in_infos)
+        if op_type in ("input", "constant") or op_type in VIEW_OPS:
+            bwd = 0.0
+        elif op_type in MATMUL_FAMILY or op_type in NORM_FAMILY:
+            bwd = 2.0 * fwd
+        else:
+            bwd = fwd
+        out_bytes = sum(math.prod(t.shape) * t.dtype_bytes for t in flat)
+        in_bytes = sum(math.prod(t.shape) * t.dtype_bytes for t in in_infos)
+        if op_type in VIEW_OPS:
+            read, written = 0, 0
+        else:
+            read, written = in_bytes + param_bytes, out_bytes
+        sample_axes = self._sample_axes(node, flat)
+        self.sample_axes[node.name] = sample_axes
+        dims, split = self._parallel_dims(op_type, out, sample_axes[0], in_infos, inputs, param_bytes > 0)
+        return Op(
+            name=node.name,
+            op_type=op_type,
+            output_shapes=tuple(t.shape for t in flat),
+            dtype_bytes=out.dtype_bytes,
+            forward_flops=float(fwd),
+            backward_flops=float(bwd),
+            param_bytes=int(param_bytes),
+            param_key=param_key,
+            bytes_read=int(read),
+            bytes_written=int(written),
+            parallel_dims=dims,
+            split=split,
+        )
+
+    def _params(self, node: fx.Node, module: nn.Module | None) -> tuple[int, str | None]:
+        """Parameter bytes of this op and their identity (``param_key``, the module or attribute path).
+
+        Every call of one module (an unrolled LSTM layer) gets the same key and byte count. A
+        parameter tensor shared by two modules (tied weights) is counted under the first key only.
+        """
+        if module is not None:
+            params, key = list(module.parameters()), str(node.target)
+        else:  # a function reading parameters directly (F.linear(x, self.weight)): fold them in
+            attrs = sorted(
+                (str(n.target), self._attr(n))
+                for n in node.all_input_nodes
+                if n.op == "get_attr" and isinstance(self._attr(n), nn.Parameter)
+            )
+            params, key = [p for _, p in attrs], "+".join(t for t, _ in attrs)
+        if not params:
+            return 0, None
+        if key not in self.key_bytes:
+            self.key_bytes[key] = self._own(params)
+        return self.key_bytes[key], key
+
+    def _arg_shape(self, arg: Any) -> Shape:
+        """Shape of a node argument that is a parameter attribute or a tensor-valued node."""
+        if arg.op == "get_attr":
+            return tuple(self._attr(arg).shape)
+        return self.values[arg].shape
+
+    def _attr(self, node: fx.Node) -> Any:
+        obj: Any = self.gm
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _own(self, params: list[torch.Tensor]) -> int:
+        total = 0
+        for p in params:
+            if id(p) not in self.owned_params:
+                self.owned_params.add(id(p))
+                total += p.numel() * p.element_size()
+        return total
+
+    def _sample_axes(self, node: fx.Node, flat: list[_TensorInfo]) -> list[int | None]:
+        """Per flat output, the first axis whose extent grew with the batch (``None`` if none did)."""
+        plus = _flat_tensors(self.values_plus.get(node))
+        axes: list[int | None] = []
+        for i, t in enumerate(flat):
+            other = plus[i].shape if i < len(plus) else t.shape
+            changed = [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y] if len(other) == len(t.shape) else []
+            axes.append(changed[0] if changed else None)
+        return axes
+
+    def _forward_flops(
+        self, node: fx.Node, op_type: str, module: nn.Module | None, flat: list[_TensorInfo], ins: list[_TensorInfo]
+    ) -> float:
+        out = flat[0]
+        out_numel = math.prod(out.shape)
+        in_numel = math.prod(ins[0].shape) if ins else out_numel
+        if op_type in ("input", "constant", "embedding") or op_type in VIEW_OPS or op_type in COPY_OPS:
+            return 0.0
+        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d") and isinstance(module, nn.modules.conv._ConvNd):
+            flops = conv_flops(out.shape, module.in_channels, module.groups, module.kernel_size, module.bias is not None)
+            if op_type == "conv_transpose2d":  # same MACs, counted over the input instead of the output
+                flops = flops * in_numel / max(out_numel, 1)
+            return flops
+        if op_type == "conv2d" and module is None:  # F.conv2d(x, weight (C_out, C_in/groups, kh, kw), bias)
+            weight = self._arg_shape(node.args[1])
+            bias = len(node.args) > 2 and node.args[2] is not None
+            return 2.0 * out_numel * math.prod(weight[1:]) + (out_numel if bias else 0)
+        if op_type == "linear":
+            if isinstance(module, nn.Linear):
+                return linear_flops(out.shape, module.in_features, module.out_features, module.bias is not None)
+            # F.linear(x, weight, bias): the weight is (out, in) whether a parameter or a tensor input.
+            bias = len(node.args) > 2 and node.args[2] is not None or node.kwargs.get("bias") is not None
+            return linear_flops(out.shape, ins[0].shape[-1], out.shape[-1], bias)
+        if op_type in ("matmul", "bmm"):
+            contracted = ins[0].shape[-1] if ins else 1
+            return 2.0 * out_numel * contracted
+        if op_type in ("lstm_cell", "gru_cell", "rnn_cell") and isinstance(module, nn.RNNCellBase):
+            return rnn_cell_flops(op_type[:-5], ins[0].shape[0], module.input_size, module.hidden_size)
+        if op_type in ("lstm", "gru", "rnn") and isinstance(module, nn.RNNBase):
+            return _rnn_flops(op_type, module, ins[0].shape)
+        if op_type in NORM_FAMILY or op_type == "local_response_norm":
+            return 5.0 * out_numel
+        if op_type in ("max_pool1d", "max_pool2d", "avg_pool2d"):
+            kernel = module.kernel_size if module is not None else node.args[1]
+            return float(out_numel * _kernel_elems(kernel, spatial_dims=len(out.shape) - 2))
+        if op_type.startswith("adaptive_"):
+            return float(in_numel)
+        if op_type in ("softmax", "log_softmax") or op_type in REDUCTION_OPS - {"mean", "sum"}:
+            return 5.0 * in_numel
+        if op_type in ("mean", "sum"):
+            return float(in_numel)
+        if op_type in ELEMENTWISE_FLOPS_PER_ELEMENT:
+            return ELEMENTWISE_FLOPS_PER_ELEMENT[op_type] * out_numel
+        self.unknown.add(op_type)
+        return 8.0 * max([out_numel, *(math.prod(t.shape) for t in ins)])
+
+    def _parallel_dims(
+        self,
+        op_type: str,
+        out: _TensorInfo,
+        sample_axis: int | None,
+        ins: list[_TensorInfo],
+        inputs: list[tuple[str, int, _TensorInfo]],
+        has_params: bool,
+    ) -> tuple[tuple[ParallelDim, ...], str]:
+        """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op."""
+        shape = out.shape
+        if sample_axis is None:
+            # A reduction over the batch (a mean loss): partitions produce partial sums (TAG "sum").
+            if op_type in REDUCTION_OPS and inputs:
+                src, idx, info = inputs[0]
+                in_axis = self.sample_axes.get(src, [None] * (idx + 1))[idx]
+                if in_axis is not None:
+                    return (ParallelDim("sample", "sample", in_axis, info.shape[in_axis], reduction=True),), "sum"
+            return (), "none"
+        dims = [ParallelDim("sample", "sample", sample_axis, shape[sample_axis])]
+        rest = [a for a in range(len(shape)) if a != sample_axis]
+
+        def add(name: str, kind: str, axis: int) -> None:
+            if 0 <= axis < len(shape) and axis != sample_axis and shape[axis] > 1:
+                dims.append(ParallelDim(name, kind, axis, shape[axis]))  # type: ignore[arg-type]
+
+        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d"):
+            add("channel", "parameter", 1)
+            for name, axis in zip(("length",) if len(shape) == 3 else ("height", "width", "depth"), range(2, len(shape))):
+                add(name, "attribute", axis)
+        elif op_type in ("max_pool1d", "max_pool2d", "avg_pool2d") or op_type.startswith("adaptive_"):
+            for name, axis in zip(("length",) if len(shape) == 3 else ("height", "width"), range(2, len(shape))):
+                add(name, "attribute", axis)
+        elif op_type == "batch_norm":
+            add("channel", "parameter", 1)
+        elif op_type in ("linear", "embedding") or (op_type in ("matmul", "bmm") and has_params):
+            for axis in rest[:-1]:
+                add("length" if axis == rest[0] else f"dim{axis}", "attribute", axis)
+            add("channel", "parameter", len(shape) - 1)
+        elif op_type in ("lstm_cell", "gru_cell", "rnn_cell"):
+            add("hidden", "parameter", 1)
+        elif op_type in ("layer_norm", "softmax", "log_softmax", "matmul", "bmm"):
+            # Everything but the normalized / contracted last axis can be split.
+            for axis in rest[:-1]:
+                add(f"dim{axis}", "attribute", axis)
+            if op_type in ("matmul", "bmm"):
+                add("channel", "attribute", len(shape) - 1)
+        elif op_type in ELEMENTWISE_FLOPS_PER_ELEMENT:
+            names = {4: ("channel", "height", "width"), 3: ("length", "channel"), 2: ("channel",)}.get(len(shape), ())
+            for name, axis in zip(names, rest):
+                add(name, "attribute", axis)
+        return tuple(dims), "concat"
+
+
+# ----------------------------------------------------------------- formulas
+def conv_flops(out_shape: Sequence[int], in_channels: int, groups: int, kernel: Sequence[int] | int, bias: bool) -> float:
+    """Forward FLOPs of a convolution: ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ bias)."""
+    out_numel = math.prod(out_shape)
+    flops = 2.0 * out_numel * (in_channels // groups) * _kernel_elems(kernel)
+    return flops + (out_numel if bias else 0)
+
+
+def linear_flops(out_shape: Sequence[int], in_features: int, out_features: int, bias: bool) -> float:
+    """Forward FLOPs of ``y = x W^T + b``: ``2 * rows * in * out`` (+ ``rows * out``)."""
+    rows = math.prod(out_shape) // out_features
+    return 2.0 * rows * in_features * out_features + (rows * out_features if bias else 0)
+
+
+_CELL_GATES = {"lstm": (4, 17), "gru": (3, 16), "rnn": (1, 3)}
+
+
+def rnn_cell_flops(kind: str, batch: int, input_size: int, hidden_size: int) -> float:
+    """Forward FLOPs of one step of an LSTM / GRU / tanh-RNN cell (formulas in the module docstring)."""
+    gates, elementwise = _CELL_GATES[kind]
+    return 2.0 * batch * gates * hidden_size * (input_size + hidden_size) + elementwise * batch * hidden_size
+
+
+def _rnn_flops(kind: str, module: nn.RNNBase, in_shape: Sequence[int]) -> float:
+    batch, steps = (in_shape[0], in_shape[1]) if module.batch_first else (in_shape[1], in_shape[0])
+    dirs = 2 if module.bidirectional else 1
+    total = 0.0
+    for layer in range(module.num_layers):
+        inp = module.input_size if layer == 0 else module.hidden_size * dirs
+        total += dirs * steps * rnn_cell_flops(kind, batch, inp, module.hidden_size)
+    return total
+
+
+def _kernel_elems(kernel: Sequence[int] | int, spatial_dims: int = 2) -> int:
+    """Elements of a kernel given as a tuple or as one int repeated over ``spatial_dims`` axes."""
+    return math.prod(kernel) if isinstance(kernel, (tuple, list)) else int(kernel) ** spatial_dims
+
+
+__all__ = ["from_torch", "conv_flops", "linear_flops", "rnn_cell_flops", "ELEMENTWISE_FLOPS_PER_ELEMENT"]

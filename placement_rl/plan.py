@@ -1,0 +1,446 @@
+"""Parallelization plans: for every op (or op group) a parallel configuration.
+
+A configuration (:class:`OpConfig`) follows FlexFlow's SOAP space (sec. 4) extended with TAG's
+replication options (sec. 4.1):
+
+* ``degrees`` partition the op's output along its parallel dimensions (sample / attribute /
+  parameter) into ``P = prod(degrees)`` equal partitions, numbered row-major in the order of
+  ``op.parallel_dims``. A degree over a *reduction* dimension (a mean loss over the batch) makes
+  each partition produce a partial result; the partials are summed.
+* ``devices`` lists one device per task. ``len(devices)`` must be a multiple ``R * P`` of the
+  partition count: task ``t`` computes partition ``t // R`` and is replica ``t % R`` of it. ``R > 1``
+  duplicates work (TAG's "duplicate": every device of a group computes the same thing on the same
+  inputs, broadcast to it).
+* ``sync`` says how gradients of replicated parameters are combined. Parameters are split along
+  ``parameter`` dimensions and replicated along every other dimension and across replicas; the
+  tasks holding the same shard synchronize with a ring ``all_reduce``, through a
+  ``parameter_server`` (``ps_device``, default the first task's device) or not at all,
+  ``duplicate``, which is only valid when every replica computes identical gradients, i.e. when no
+  sample or attribute degree exceeds 1.
+
+This expresses Trinity's single-device group placement (``devices=("m0/gpu1",)``), data parallelism
+(``{"sample": n}`` over ``n`` devices), FlexFlow's SOAP configurations, and TAG's four options
+(all-reduce, parameter server, duplicate, and model parallelism inside a device group: per-op
+single-device configurations, see :func:`tag_strategy`).
+
+Plans on a coarse graph (:func:`placement_rl.coarsen.coarsen`) expand to the original ops with
+:meth:`Plan.expand`. The JSON schema (``format: placement_rl.plan``) is in ``docs/formats.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from placement_rl.errors import SchemaError, UnknownNameError
+from placement_rl.graph import Op, OpGraph
+from placement_rl.io import check_header, check_keys, read_json, write_json
+from placement_rl.topology import DeviceTopology
+
+SyncMode = Literal["all_reduce", "parameter_server", "duplicate"]
+SYNC_MODES: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate")
+TagOption = Literal["all_reduce", "parameter_server", "duplicate", "model_parallel"]
+TAG_OPTIONS: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate", "model_parallel")
+
+PLAN_FORMAT = "placement_rl.plan"
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    """The parallel configuration of one op (see the module docstring for the semantics).
+
+    Attributes:
+        devices: one device name per task, partition-major (task ``t``: partition ``t // R``,
+            replica ``t % R``).
+        degrees: ``(dim name, degree)`` pairs for the dimensions split more than once; dimensions not
+            listed have degree 1. Built from a mapping by :meth:`make`.
+        sync: how replicated parameter gradients are combined.
+        ps_device: the parameter server's device when ``sync == "parameter_server"`` (default: the
+            first task's device).
+    """
+
+    devices: tuple[str, ...]
+    degrees: tuple[tuple[str, int], ...] = ()
+    sync: SyncMode = "all_reduce"
+    ps_device: str | None = None
+
+    @classmethod
+    def make(
+        cls,
+        devices: Sequence[str] | str,
+        degrees: Mapping[str, int] | None = None,
+        sync: SyncMode = "all_reduce",
+        ps_device: str | None = None,
+    ) -> OpConfig:
+        """Build a config from a device list (or one device) and a ``{dim name: degree}`` mapping."""
+        devs = (devices,) if isinstance(devices, str) else tuple(devices)
+        degs = tuple(sorted((k, int(v)) for k, v in (degrees or {}).items() if v != 1))
+        return cls(devs, degs, sync, ps_device)
+
+    @property
+    def degree_map(self) -> dict[str, int]:
+        return dict(self.degrees)
+
+    @property
+    def num_partitions(self) -> int:
+        return math.prod(d for _, d in self.degrees)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.devices) // max(self.num_partitions, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"devices": list(self.devices)}
+        if self.degrees:
+            d["degrees"] = dict(self.degrees)
+        if self.sync != "all_reduce":
+            d["sync"] = self.sync
+        if self.ps_device is not None:
+            d["ps_device"] = self.ps_device
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> OpConfig:
+        check_keys(d, where, {"devices"}, {"degrees", "sync", "ps_device"})
+        devices = d["devices"]
+        if not isinstance(devices, list) or not all(isinstance(x, str) for x in devices):
+            raise SchemaError(f"{where}.devices: expected a list of device names, got {devices!r}")
+        degrees = d.get("degrees", {})
+        if not isinstance(degrees, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in degrees.values()
+        ):
+            raise SchemaError(f"{where}.degrees: expected an object of integer degrees, got {degrees!r}")
+        ps = d.get("ps_device")
+        if ps is not None and not isinstance(ps, str):
+            raise SchemaError(f"{where}.ps_device: expected a device name or null, got {ps!r}")
+        return cls.make(devices, degrees, d.get("sync", "all_reduce"), ps)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parallel configuration for every op of one graph.
+
+    Attributes:
+        graph_name: the name of the graph the plan was made for.
+        configs: op name -> :class:`OpConfig`, one entry per op.
+        name: a label (``"data_parallel"``, ``"mcmc"``, ...).
+        metadata: free-form JSON-serializable notes (how the plan was found).
+    """
+
+    graph_name: str
+    configs: Mapping[str, OpConfig]
+    name: str = "plan"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, op_name: str) -> OpConfig:
+        try:
+            return self.configs[op_name]
+        except KeyError:
+            raise UnknownNameError(f"op of plan {self.name!r}", op_name, self.configs) from None
+
+    def devices_used(self) -> list[str]:
+        """The distinct devices any task runs on, in first-use order."""
+        return list(dict.fromkeys(d for cfg in self.configs.values() for d in cfg.devices))
+
+    # ------------------------------------------------------------ validation
+    def validate(self, graph: OpGraph, topology: DeviceTopology) -> None:
+        """Check the plan against a graph and a topology.
+
+        Raises:
+            ValueError: naming the op and the bad value: a missing or unknown op, an unknown device,
+                an unknown parallel dimension, a degree that is < 1 or does not divide the
+                dimension, a device count that is not a multiple of the partition count, a
+                ``duplicate`` sync with sample/attribute splits, or a misplaced ``ps_device``.
+        """
+        missing = [op.name for op in graph.ops if op.name not in self.configs]
+        if missing:
+            raise ValueError(
+                f"plan {self.name!r} has no configuration for {len(missing)} op(s) of graph {graph.name!r}, "
+                f"e.g. {missing[:5]}; expected one per op"
+            )
+        valid_devices = {d.name for d in topology.devices}
+        for op_name, cfg in self.configs.items():
+            if op_name not in graph:
+                raise UnknownNameError(f"op (plan {self.name!r}, graph {graph.name!r})", op_name, [o.name for o in graph.ops])
+            _validate_config(graph.op(op_name), cfg, valid_devices)
+
+    # -------------------------------------------------------------- expansion
+    def expand(self, coarse: OpGraph, fine: OpGraph, overrides: Mapping[str, OpConfig] | None = None) -> Plan:
+        """Expand a plan on a coarse graph of op groups into a plan on the original ops.
+
+        Each member op inherits its group's configuration: a sample degree ``d`` carries over to
+        members whose sample dimension (output or reduction) ``d`` divides; other members run as
+        replicas on all of the group's devices (same sync mode). ``overrides`` replace the
+        configuration of individual original ops (TAG's model-parallel option).
+
+        Raises:
+            ValueError: if ``coarse`` is not a grouping of ``fine`` or the plan is not for ``coarse``.
+        """
+        if coarse.metadata.get("coarsened_from") != fine.name:
+            raise ValueError(
+                f"graph {coarse.name!r} is not a coarsening of {fine.name!r} "
+                f"(it was coarsened from {coarse.metadata.get('coarsened_from')!r})"
+            )
+        configs: dict[str, OpConfig] = {}
+        for group in coarse.ops:
+            cfg = self[group.name]
+            sample = cfg.degree_map.get("sample", 1)
+            for member in group.members:
+                op = fine.op(member)
+                dim = op.sample_dim
+                if sample > 1 and dim is not None and dim.size % sample == 0:
+                    configs[member] = OpConfig.make(cfg.devices, {dim.name: sample}, cfg.sync, cfg.ps_device)
+                else:
+                    configs[member] = OpConfig.make(cfg.devices, {}, cfg.sync, cfg.ps_device)
+        for member, cfg in (overrides or {}).items():
+            fine.op(member)
+            configs[member] = cfg
+        return Plan(fine.name, configs, name=self.name, metadata={**self.metadata, "expanded_from": coarse.name})
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "schema_version": PLAN_SCHEMA_VERSION,
+            "name": self.name,
+            "graph": self.graph_name,
+            "metadata": dict(self.metadata),
+            "configs": {op: cfg.to_dict() for op, cfg in self.configs.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, document: Any) -> Plan:
+        check_header(document, PLAN_FORMAT, (PLAN_SCHEMA_VERSION,))
+        check_keys(document, "plan", {"format", "schema_version", "graph", "configs"}, {"name", "metadata"})
+        configs = document["configs"]
+        if not isinstance(configs, dict):
+            raise SchemaError(f"plan.configs: expected an object of op name -> config, got {type(configs).__name__}")
+        metadata = document.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise SchemaError(f"plan.metadata: expected an object, got {type(metadata).__name__}")
+        return cls(
+            graph_name=str(document["graph"]),
+            configs={op: OpConfig.from_dict(cfg, f"plan.configs[{op!r}]") for op, cfg in configs.items()},
+            name=str(document.get("name", "plan")),
+            metadata=metadata,
+        )
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> Plan:
+        return cls.from_dict(read_json(path))
+
+
+def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
+    where = f"op {op.name!r}"
+    if not cfg.devices:
+        raise ValueError(f"{where}: configuration lists no device; expected at least one")
+    for dev in (*cfg.devices, *((cfg.ps_device,) if cfg.ps_device else ())):
+        if dev not in valid_devices:
+            raise UnknownNameError(f"device (in the configuration of {where})", dev, valid_devices)
+    if cfg.sync not in SYNC_MODES:
+        raise ValueError(f"{where}: sync mode {cfg.sync!r}; expected one of {list(SYNC_MODES)}")
+    if cfg.ps_device is not None and cfg.sync != "parameter_server":
+        raise ValueError(f"{where}: ps_device {cfg.ps_device!r} given with sync {cfg.sync!r}; it needs 'parameter_server'")
+    dims = {d.name: d for d in op.parallel_dims}
+    for name, degree in cfg.degrees:
+        if name not in dims:
+            raise UnknownNameError(f"parallel dimension of {where}", name, dims)
+        if degree < 1:
+            raise ValueError(f"{where}: degree {degree} for dimension {name!r}; expected a positive integer")
+        if dims[name].size % degree:
+            raise ValueError(
+                f"{where}: degree {degree} does not divide dimension {name!r} of size {dims[name].size}"
+            )
+        if cfg.sync == "duplicate" and degree > 1 and dims[name].kind != "parameter":
+            raise ValueError(
+                f"{where}: sync 'duplicate' with {name!r} degree {degree}: replicas would compute different "
+                "gradients; duplicate allows only parameter-dimension splits"
+            )
+    if len(cfg.devices) % cfg.num_partitions:
+        raise ValueError(
+            f"{where}: {len(cfg.devices)} device(s) for {cfg.num_partitions} partitions; expected a multiple "
+            f"(degrees {cfg.degree_map})"
+        )
+
+
+# -------------------------------------------------------------- constructors
+def _device_names(topology: DeviceTopology, devices: Sequence[str] | None) -> list[str]:
+    names = [d.name for d in topology.devices] if devices is None else list(devices)
+    for name in names:
+        topology.device(name)
+    if not names:
+        raise ValueError("expected at least one device")
+    return names
+
+
+def _largest_divisor(size: int, limit: int) -> int:
+    return max(d for d in range(1, min(size, limit) + 1) if size % d == 0)
+
+
+def _split_config(op: Op, dim_kind_or_name: str, devices: Sequence[str], sync: SyncMode = "all_reduce") -> OpConfig:
+    """Split ``op`` along one dimension over the first ``d`` devices, ``d`` the largest degree that
+    divides the dimension; ops without that dimension run replicated on all ``devices``."""
+    dim = next((d for d in op.parallel_dims if dim_kind_or_name in (d.kind, d.name)), None)
+    if dim is None:
+        return OpConfig.make(devices, {}, sync)
+    degree = _largest_divisor(dim.size, len(devices))
+    return OpConfig.make(devices[:degree], {dim.name: degree}, sync)
+
+
+def single_device(graph: OpGraph, topology: DeviceTopology, device: str | None = None) -> Plan:
+    """Every op on one device (default: the fastest, ties broken by memory then name)."""
+    if device is None:
+        device = max(topology.devices, key=lambda d: (d.peak_flops, d.memory_bytes, [-ord(c) for c in d.name])).name
+    topology.device(device)
+    cfg = OpConfig.make(device)
+    return Plan(graph.name, {op.name: cfg for op in graph.ops}, name="single_device", metadata={"device": device})
+
+
+def data_parallel(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    devices: Sequence[str] | None = None,
+    sync: SyncMode = "all_reduce",
+) -> Plan:
+    """Data parallelism: every op split along its sample dimension over ``devices`` (default: all).
+
+    An op whose batch extent the device count does not divide uses the largest degree that does
+    (on the first devices); ops with no sample dimension (parameters, constants) are replicated on
+    every device. Parameters are synchronized with ``sync`` (ring all-reduce by default).
+    """
+    names = _device_names(topology, devices)
+    configs = {op.name: _split_config(op, "sample", names, sync) for op in graph.ops}
+    return Plan(graph.name, configs, name="data_parallel", metadata={"devices": names, "sync": sync})
+
+
+RECURRENT_OPS = frozenset({"lstm_cell", "gru_cell", "rnn_cell", "lstm", "gru", "rnn"})
+
+
+def expert(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
+    """The expert-designed strategies FlexFlow compares against (sec. 8.1).
+
+    * Recurrent models (any LSTM/GRU/RNN op), after Wu et al. (2016): data parallelism across
+      machines, and inside each machine the ops of recurrent layer ``l`` (and the ops that follow
+      it up to the next layer) on GPU ``l mod G`` of that machine.
+    * Every other model, Krizhevsky's "one weird trick" (2014): data parallelism for every op
+      except the densely-connected (``linear``) layers, which are split along their output
+      channels (parameter dimension) over all devices.
+    """
+    names = _device_names(topology, devices)
+    if any(op.op_type in RECURRENT_OPS for op in graph.ops):
+        return _expert_recurrent(graph, topology, names)
+    configs = {
+        op.name: _split_config(op, "parameter" if op.op_type == "linear" else "sample", names) for op in graph.ops
+    }
+    return Plan(graph.name, configs, name="expert", metadata={"devices": names, "rule": "krizhevsky-2014"})
+
+
+def _expert_recurrent(graph: OpGraph, topology: DeviceTopology, names: list[str]) -> Plan:
+    by_machine: dict[str, list[str]] = {}
+    for name in names:
+        by_machine.setdefault(topology.device(name).machine, []).append(name)
+    machines = list(by_machine.values())
+    per_machine = min(len(m) for m in machines)
+    layer_of_key: dict[str, int] = {}
+    depth = [0] * graph.num_ops
+    for i, op in enumerate(graph.ops):
+        inherited = max((depth[p] for p in graph.predecessors[i]), default=0)
+        if op.op_type in RECURRENT_OPS and op.param_key is not None:
+            inherited = layer_of_key.setdefault(op.param_key, len(layer_of_key))
+        depth[i] = inherited
+    configs = {}
+    for i, op in enumerate(graph.ops):
+        gpu = depth[i] % per_machine
+        devs = [m[gpu] for m in machines]
+        configs[op.name] = _split_config(op, "sample", devs)
+    return Plan(graph.name, configs, name="expert", metadata={"devices": names, "rule": "wu-2016", "layers": len(layer_of_key)})
+
+
+def layerwise(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
+    """Contiguous stages: ops in topological order cut into one stage per device.
+
+    Stage boundaries balance compute time: device ``k`` receives the ops whose cumulative
+    forward+backward FLOPs fall in its share, shares proportional to the devices' peak FLOP/s.
+    Memory is not considered (the simulator reports OOM).
+    """
+    names = _device_names(topology, devices)
+    work = graph.arrays.forward_flops + graph.arrays.backward_flops
+    speed = np.array([topology.device(n).peak_flops for n in names])
+    bounds = np.cumsum(speed) / speed.sum() * work.sum()
+    midpoints = np.cumsum(work) - work / 2.0
+    stage = np.minimum(np.searchsorted(bounds, midpoints, side="left"), len(names) - 1)
+    configs = {op.name: OpConfig.make(names[int(stage[i])]) for i, op in enumerate(graph.ops)}
+    return Plan(graph.name, configs, name="layerwise", metadata={"devices": names})
+
+
+def tag_strategy(
+    coarse: OpGraph,
+    fine: OpGraph,
+    topology: DeviceTopology,
+    decisions: Mapping[str, tuple[str, TagOption]],
+    seed: int = 0,
+) -> Plan:
+    """TAG's strategy (placement P and replication plan O, sec. 4.1) as a plan on the original ops.
+
+    Args:
+        coarse: the op-group graph (:func:`placement_rl.coarsen.coarsen` of ``fine``).
+        fine: the original graph.
+        topology: the cluster; a device group is a machine.
+        decisions: group name -> ``(machine, option)``, option one of ``all_reduce``,
+            ``parameter_server`` (servers chosen round-robin inside the machine), ``duplicate`` or
+            ``model_parallel`` (the group's ops split over the machine's devices with METIS, each op
+            on one device).
+        seed: METIS seed for the model-parallel split.
+
+    Raises:
+        ValueError: for a missing group, an unknown machine or an unknown option.
+    """
+    from placement_rl.coarsen import metis_parts
+
+    machines = {m: [d.name for d in devs] for m, devs in topology.machines().items()}
+    ps_turn = dict.fromkeys(machines, 0)
+    configs: dict[str, OpConfig] = {}
+    overrides: dict[str, OpConfig] = {}
+    for group in coarse.ops:
+        if group.name not in decisions:
+            raise ValueError(f"tag_strategy: no decision for group {group.name!r}; expected one per group")
+        machine, option = decisions[group.name]
+        if machine not in machines:
+            raise UnknownNameError("machine", machine, machines)
+        devs = machines[machine]
+        if option in ("all_reduce", "parameter_server"):
+            cfg = _split_config(group, "sample", devs, option)
+            if option == "parameter_server":
+                cfg = OpConfig.make(cfg.devices, cfg.degree_map, option, devs[ps_turn[machine] % len(devs)])
+                ps_turn[machine] += 1
+        elif option == "duplicate":
+            cfg = OpConfig.make(devs, {}, "duplicate")
+        elif option == "model_parallel":
+            cfg = OpConfig.make(devs[0])
+            sub = fine.subgraph(group.members)
+            parts = metis_parts(sub, len(devs), seed=seed) if len(devs) > 1 else [0] * sub.num_ops
+            overrides.update({op.name: OpConfig.make(devs[p]) for op, p in zip(sub.ops, parts)})
+        else:
+            raise ValueError(f"tag_strategy: option {option!r} for group {group.name!r}; expected one of {list(TAG_OPTIONS)}")
+        configs[group.name] = cfg
+    return Plan(coarse.name, configs, name="tag").expand(coarse, fine, overrides)
+
+
+def constructors() -> dict[str, Any]:
+    """The named plan constructors the CLI offers: ``single``, ``dp``, ``expert``, ``layerwise``."""
+    return {"single": single_device, "dp": data_parallel, "expert": expert, "layerwise": layerwise}
+
+
+__all__: Iterable[str] = [
+    "OpConfig", "Plan", "SYNC_MODES", "TAG_OPTIONS", "constructors", "data_parallel", "expert", "layerwise",
+    "single_device", "tag_strategy",
+]  # fmt: skip

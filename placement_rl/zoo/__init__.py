@@ -1,0 +1,83 @@
+"""The model zoo: the papers' benchmark models, defined in PyTorch and imported with ``from_torch``.
+
+>>> from placement_rl import zoo
+>>> zoo.names()[:3]
+['lenet', 'alexnet', 'vgg16']
+>>> graph = zoo.load("inception_v3")          # batch 96 as in TAG Table 3
+>>> graph = zoo.load("rnnlm", steps=2)        # FlexFlow sec. 8.3's 2-step variant
+
+Models are built under ``torch.device("meta")``: no weights are allocated, so even the 7.3 GB
+WideResNet imports in well under a second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from placement_rl.errors import UnknownNameError
+from placement_rl.graph import OpGraph
+from placement_rl.zoo.cnn import MODELS as _CNN_MODELS
+from placement_rl.zoo.sequence import MODELS as _SEQUENCE_MODELS
+from placement_rl.zoo.spec import ZooModel
+
+_ORDER = (
+    "lenet", "alexnet", "vgg16", "vgg19", "resnet50", "resnet101", "inception_v3", "wideresnet",
+    "transformer", "bert_small", "bert_large", "gnmt", "rnnlm", "rnntc",
+)  # fmt: skip
+_MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS)}
+assert set(_MODELS) == set(_ORDER), sorted(set(_MODELS) ^ set(_ORDER))
+
+
+def names() -> list[str]:
+    """The zoo's model names, CNNs first."""
+    return list(_ORDER)
+
+
+def spec(name: str) -> ZooModel:
+    """The :class:`ZooModel` record of ``name``; ``UnknownNameError`` listing valid names otherwise."""
+    try:
+        return _MODELS[name]
+    except KeyError:
+        raise UnknownNameError("model", name, _ORDER) from None
+
+
+def build_module(name: str, batch_size: int | None = None, **options: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """Build model ``name`` on the meta device with its example inputs (no weights allocated).
+
+    Args:
+        name: a zoo model name.
+        batch_size: global batch size; default the paper's (``spec(name).default_batch_size``).
+        **options: architecture options (``spec(name).options`` lists them with their defaults).
+
+    Returns:
+        ``(module, example_inputs)``: ``module(*example_inputs)`` is the scalar training loss.
+
+    Raises:
+        UnknownNameError: for an unknown model or option name.
+        ValueError: for a batch size below 1.
+    """
+    model = spec(name)
+    unknown = set(options) - set(model.options)
+    if unknown:
+        raise UnknownNameError(f"option of model {name!r}", sorted(unknown)[0], model.options)
+    batch = model.default_batch_size if batch_size is None else batch_size
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch_size = {batch_size!r}; expected a positive integer")
+    with torch.device("meta"):
+        module = model.build(**options)
+    return module, model.example_inputs(batch, **options)
+
+
+def load(name: str, batch_size: int | None = None, **options: Any) -> OpGraph:
+    """Import zoo model ``name`` as an :class:`OpGraph` (see :func:`build_module` for arguments)."""
+    from placement_rl.importer import from_torch
+
+    module, inputs = build_module(name, batch_size, **options)
+    model = spec(name)
+    meta = {"zoo_model": name, "options": {**model.options, **options}, "source": model.source}
+    return from_torch(module, inputs, name=name, metadata=meta)
+
+
+__all__ = ["ZooModel", "build_module", "load", "names", "spec"]
