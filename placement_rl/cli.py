@@ -19,6 +19,7 @@ def _cmd_models(args: argparse.Namespace) -> None:
     from placement_rl import zoo
 
     rows = [zoo.spec(n) for n in zoo.names()]
+    stats = {m.name: _graph_stats(zoo.load(m.name)) for m in rows} if args.stats else {}
     if args.json:
         _print_json(
             [
@@ -28,15 +29,42 @@ def _cmd_models(args: argparse.Namespace) -> None:
                     "source": m.source,
                     "description": m.description,
                     "options": m.options,
+                    **stats.get(m.name, {}),
                 }
                 for m in rows
             ]
+        )
+        return
+    if args.stats:
+        _print_table(
+            ["model", "batch", "ops", "params MiB", "fwd GFLOP", "bwd GFLOP", "source"],
+            [
+                [
+                    m.name,
+                    m.default_batch_size,
+                    stats[m.name]["ops"],
+                    f"{stats[m.name]['param_bytes'] / 2**20:,.1f}",
+                    f"{stats[m.name]['forward_flops'] / 1e9:,.1f}",
+                    f"{stats[m.name]['backward_flops'] / 1e9:,.1f}",
+                    m.source,
+                ]
+                for m in rows
+            ],
         )
         return
     _print_table(
         ["model", "batch", "source", "description"],
         [[m.name, m.default_batch_size, m.source, m.description] for m in rows],
     )
+
+
+def _graph_stats(graph: Any) -> dict[str, Any]:
+    return {
+        "ops": graph.num_ops,
+        "param_bytes": graph.param_bytes,
+        "forward_flops": graph.forward_flops,
+        "backward_flops": graph.backward_flops,
+    }
 
 
 def _cmd_topologies(args: argparse.Namespace) -> None:
@@ -126,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("models", help="list the model zoo")
+    p.add_argument("--stats", action="store_true", help="import every model and show ops, parameters and FLOPs")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_models)
 

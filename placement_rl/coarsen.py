@@ -111,7 +111,9 @@ def metis_parts(graph: OpGraph, nparts: int, *, balance_factor: float = 2.0, see
     vweights = np.maximum(1, np.round(weights / weights.max() * 1e6)).astype(np.int64).tolist()
     options = pymetis.Options(ufactor=int(round((balance_factor - 1.0) * 1000)), seed=seed)
     with _quiet_stdout():  # METIS prints "Cannot bisect a graph with 0 vertices" for empty parts
-        _, parts = pymetis.part_graph(nparts, xadj=xadj, adjncy=adjncy, vweights=vweights, eweights=eweights, options=options)
+        _, parts = pymetis.part_graph(
+            nparts, pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights, eweights=eweights, options=options
+        )
     return list(parts)
 
 

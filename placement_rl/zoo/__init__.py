@@ -76,7 +76,7 @@ def load(name: str, batch_size: int | None = None, **options: Any) -> OpGraph:
 
     module, inputs = build_module(name, batch_size, **options)
     model = spec(name)
-    meta = {"zoo_model": name, "options": {**model.options, **options}, "source": model.source}
+    meta = {"zoo_model": name, "options": {**model.options, **options}, "paper": model.source}
     return from_torch(module, inputs, name=name, metadata=meta)
 
 
