@@ -17,6 +17,9 @@ family               forward FLOPs
 conv (1/2/3-d)       ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ ``out_numel`` bias)
 linear               ``2 * rows * in * out`` (+ ``rows * out`` bias), ``rows = out_numel / out``
 matmul / bmm         ``2 * out_numel * K`` (``K`` = the contracted extent)
+attention            ``F.scaled_dot_product_attention``: ``4 * B * H * L * S * E + 5 * B * H * L * S``
+                     (``q k^T`` and ``p v`` matmuls, softmax); ``nn.MultiheadAttention`` adds the
+                     four ``E x E`` projections, ``2 * E * E`` per projected token each
 LSTM cell            ``8 N H (I + H) + 17 N H``: the two gate matmuls, two bias adds (8NH),
                      gate activations (4NH), ``c' = f c + i g`` (3NH), ``h' = o tanh(c')`` (2NH)
 GRU cell             ``6 N H (I + H) + 16 N H``; RNN (tanh) cell ``2 N H (I + H) + 3 N H``
@@ -68,7 +71,8 @@ COPY_OPS = frozenset({"cat", "stack", "slice", "contiguous", "split", "chunk", "
 #: reductions whose output loses the batch axis (TAG's "sum" class when they reduce over it).
 REDUCTION_OPS = frozenset({"mean", "sum", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"})
 MATMUL_FAMILY = frozenset({"conv1d", "conv2d", "conv3d", "linear", "matmul", "bmm", "lstm_cell", "gru_cell",
-                           "rnn_cell", "lstm", "gru", "rnn", "conv_transpose2d"})  # fmt: skip
+                           "rnn_cell", "lstm", "gru", "rnn", "conv_transpose2d", "attention",
+                           "multihead_attention"})  # fmt: skip
 NORM_FAMILY = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
 
 _FUNCTION_TYPES: dict[Any, str] = {
@@ -85,7 +89,7 @@ _FUNCTION_TYPES: dict[Any, str] = {
     torch.sum: "sum", torch.zeros_like: "fill", torch.ones_like: "fill", torch.split: "split",
     torch.chunk: "chunk", operator.getitem: "slice", torch.where: "where", torch.clamp: "clamp",
     F.adaptive_avg_pool2d: "adaptive_avg_pool2d", F.max_pool2d: "max_pool2d", F.avg_pool2d: "avg_pool2d",
-    F.pad: "pad", torch.masked_fill: "masked_fill",
+    F.pad: "pad", torch.masked_fill: "masked_fill", F.scaled_dot_product_attention: "attention",
 }  # fmt: skip
 
 _METHOD_TYPES: dict[str, str] = {
@@ -112,7 +116,7 @@ _MODULE_TYPES: dict[type[nn.Module], str] = {
     nn.Hardtanh: "hardtanh", nn.Dropout: "dropout", nn.Dropout2d: "dropout", nn.Softmax: "softmax",
     nn.LogSoftmax: "log_softmax", nn.CrossEntropyLoss: "cross_entropy", nn.NLLLoss: "nll_loss",
     nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss", nn.BCEWithLogitsLoss: "bce_loss", nn.Identity: "identity",
-    nn.Flatten: "flatten",
+    nn.Flatten: "flatten", nn.MultiheadAttention: "multihead_attention",
 }  # fmt: skip
 
 
@@ -433,6 +437,12 @@ class _Builder:
         if op_type in ("matmul", "bmm"):
             contracted = ins[0].shape[-1] if ins else 1
             return 2.0 * out_numel * contracted
+        if op_type == "attention":  # q (..., L, E), k (..., S, E), v (..., S, Ev)
+            q, k = ins[0].shape, ins[1].shape
+            scores = math.prod(q[:-1]) * k[-2]
+            return 2.0 * scores * q[-1] + 2.0 * scores * out.shape[-1] + 5.0 * scores
+        if op_type == "multihead_attention" and isinstance(module, nn.MultiheadAttention):
+            return _mha_flops(module, ins[0].shape, ins[1].shape)
         if op_type in ("lstm_cell", "gru_cell", "rnn_cell") and isinstance(module, nn.RNNCellBase):
             return rnn_cell_flops(op_type[:-5], ins[0].shape[0], module.input_size, module.hidden_size)
         if op_type in ("lstm", "gru", "rnn") and isinstance(module, nn.RNNBase):
@@ -538,6 +548,18 @@ def _rnn_flops(kind: str, module: nn.RNNBase, in_shape: Sequence[int]) -> float:
         inp = module.input_size if layer == 0 else module.hidden_size * dirs
         total += dirs * steps * rnn_cell_flops(kind, batch, inp, module.hidden_size)
     return total
+
+
+def _mha_flops(module: nn.MultiheadAttention, q_shape: Sequence[int], kv_shape: Sequence[int]) -> float:
+    """``nn.MultiheadAttention``: q/k/v/out projections plus scaled dot-product attention."""
+    e = module.embed_dim
+    seq_axis = 1 if module.batch_first else 0
+    batch = q_shape[1 - seq_axis]
+    q_len, kv_len = q_shape[seq_axis], kv_shape[seq_axis]
+    projections = 2.0 * e * e * (2 * batch * q_len + 2 * batch * kv_len)  # q and out over L, k and v over S
+    scores = batch * module.num_heads * q_len * kv_len
+    head_dim = e // module.num_heads
+    return projections + 4.0 * scores * head_dim + 5.0 * scores
 
 
 def _kernel_elems(kernel: Sequence[int] | int, spatial_dims: int = 2) -> int:

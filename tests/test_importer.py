@@ -54,6 +54,23 @@ def test_lstm_step_flops_by_hand() -> None:
     assert lstm.forward_flops == 5 * (584 + second_layer)
 
 
+def test_attention_flops_by_hand() -> None:
+    class Sdpa(nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    # B=2, H=3, L=5, S=7, E=4: scores 2*3*5*7 = 210; q k^T and p v 2*210*4 each; softmax 5*210.
+    g = from_torch(Sdpa(), (_meta(2, 3, 5, 4), _meta(2, 3, 7, 4), _meta(2, 3, 7, 4)))
+    (att,) = [op for op in g.ops if op.op_type == "attention"]
+    assert att.forward_flops == 1680 + 1680 + 1050
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    g = from_torch(mha, (_meta(3, 5, 8), _meta(3, 5, 8), _meta(3, 5, 8)))
+    (op,) = [op for op in g.ops if op.op_type == "multihead_attention"]
+    # 4 projections of 15 tokens: 4*2*8*8*15 = 7680; scores 3*2*5*5 = 150: 4*150*4 + 5*150 = 3150.
+    assert op.forward_flops == 7680 + 3150
+    assert op.param_bytes == sum(p.numel() for p in mha.parameters()) * 4
+
+
 class _Unrolled(nn.Module):
     def __init__(self) -> None:
         super().__init__()
