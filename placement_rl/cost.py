@@ -1,0 +1,294 @@
+"""The cost model: how long a task computes, how long bytes take to move, what memory a plan needs.
+
+Pluggable: :func:`placement_rl.simulate` takes a :class:`CostModel`; every field has a documented
+default and both override tables load from JSON.
+
+**Compute** (FlexFlow assumption A1, task time is predictable). A task computing a fraction ``f``
+of an op (``f = 1 / partitions``) on device ``d`` takes, unless a profile entry overrides it::
+
+    max(f * flops / (peak_flops(d) * efficiency(op_type)), f * bytes / memory_bandwidth(d)) + launch_overhead_s
+
+with ``bytes = bytes_read + bytes_written`` (backward: twice the forward bytes). ``efficiency`` is the
+fraction of peak an op family reaches (:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures).
+A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate: an entry
+for the task's exact output shape wins; else an entry for the whole op scaled by ``f``.
+
+**Communication** (A2): a transfer of ``s`` bytes along a route takes ``latency_s + s / bandwidth``
+(alpha-beta, bandwidth = the route's bottleneck). Collectives over ``n`` devices holding ``s`` bytes:
+
+* ring all-reduce: ``2 (n - 1)`` steps of ``s / n`` bytes between ring neighbours:
+  ``2 (n - 1) * (latency + (s / n) / bandwidth)`` with ``bandwidth`` the slowest ring hop after
+  dividing each hop's bandwidth by the number of ring hops that share one of its links;
+* parameter server: every worker pushes ``s`` bytes to the server, then pulls ``s`` back (simulated
+  as point-to-point transfers, so the server's links are the bottleneck they really are);
+* broadcast (``s`` from one to ``n - 1``, pipelined ring): ``(n - 1) * latency + s / bandwidth``;
+* all-gather and reduce-scatter (ring): ``(n - 1) * (latency + (s / n) / bandwidth)``.
+
+A :class:`CommTable` (TensorOpt sec. 4.2: bandwidth profiled per device group and message size
+``2**i``, interpolated) overrides the link bandwidth for the message size at hand.
+
+**Memory** per device: parameters, their gradients and the optimizer state
+(:data:`OPTIMIZER_STATE_FACTOR` bytes per parameter byte: Adam keeps two moments) for every
+parameter shard the device holds, plus activations kept for backward (simulated lifetimes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement_rl.errors import SchemaError, UnknownNameError
+from placement_rl.graph import Op, Shape
+from placement_rl.io import as_float, as_list, as_str, check_header, check_keys, read_json, write_json
+
+#: Fraction of peak FLOP/s reached per op family (fp32, large shapes); others use ``default_efficiency``.
+DEFAULT_EFFICIENCY: dict[str, float] = {
+    "conv1d": 0.55, "conv2d": 0.55, "conv3d": 0.5, "conv_transpose2d": 0.5,
+    "linear": 0.7, "matmul": 0.7, "bmm": 0.65, "attention": 0.5, "multihead_attention": 0.55,
+    "lstm_cell": 0.45, "gru_cell": 0.45, "rnn_cell": 0.45, "lstm": 0.5, "gru": 0.5, "rnn": 0.5,
+}  # fmt: skip
+
+#: Optimizer state bytes per parameter byte.
+OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
+
+PROFILE_FORMAT = "placement_rl.profile"
+COMM_FORMAT = "placement_rl.comm_table"
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    """Measured time of one op shape on one device type (seconds)."""
+
+    forward_s: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    """Measured op times: ``(device_type, op_type, output_shape, param_bytes) -> ProfileEntry``.
+
+    ``output_shape`` is the shape of the measured task's first output and ``param_bytes`` its
+    parameter bytes (together they tell apart, e.g., 1x1 and 3x3 convolutions of one shape).
+    """
+
+    entries: Mapping[tuple[str, str, Shape, int], ProfileEntry] = field(default_factory=dict)
+    device: str = ""
+
+    def lookup(self, device_type: str, op_type: str, output_shape: Shape, param_bytes: int) -> ProfileEntry | None:
+        return self.entries.get((device_type, op_type, tuple(output_shape), int(param_bytes)))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT,
+            "schema_version": 1,
+            "device": self.device,
+            "entries": [
+                {
+                    "device_type": dt,
+                    "op_type": ot,
+                    "output_shape": list(shape),
+                    "param_bytes": pb,
+                    "forward_s": e.forward_s,
+                    "backward_s": e.backward_s,
+                }
+                for (dt, ot, shape, pb), e in sorted(self.entries.items())
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, document: Any) -> ProfileTable:
+        check_header(document, PROFILE_FORMAT, (1,))
+        check_keys(document, "profile", {"format", "schema_version", "entries"}, {"device"})
+        entries: dict[tuple[str, str, Shape, int], ProfileEntry] = {}
+        for i, e in enumerate(as_list(document["entries"], "profile.entries")):
+            where = f"profile.entries[{i}]"
+            check_keys(e, where, {"device_type", "op_type", "output_shape", "param_bytes", "forward_s", "backward_s"})
+            shape = tuple(as_list(e["output_shape"], f"{where}.output_shape"))
+            if not all(isinstance(d, int) and d >= 0 for d in shape):
+                raise SchemaError(f"{where}.output_shape: expected non-negative integers, got {list(shape)}")
+            times = [as_float(e[k], f"{where}.{k}") for k in ("forward_s", "backward_s")]
+            if any(t < 0 or not math.isfinite(t) for t in times):
+                raise SchemaError(f"{where}: times must be finite and non-negative, got {times}")
+            key = (as_str(e["device_type"], f"{where}.device_type"), as_str(e["op_type"], f"{where}.op_type"), shape,
+                   int(e["param_bytes"]))  # fmt: skip
+            entries[key] = ProfileEntry(*times)
+        return cls(entries, str(document.get("device", "")))
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> ProfileTable:
+        return cls.from_dict(read_json(path))
+
+
+@dataclass(frozen=True)
+class CommTable:
+    """Profiled bandwidth per device group and message size (TensorOpt sec. 4.2).
+
+    ``curves[group]`` is a list of ``(message_bytes, bandwidth_bytes_per_s)`` sorted by size, usually
+    at sizes ``2**i``. Groups name the kind of transfer: ``"p2p/<link kind>"`` for a point-to-point
+    transfer whose bottleneck link has that kind (``p2p/nvlink``, ``p2p/infiniband``, ...) and
+    ``"all_reduce/<link kind>"`` for ring all-reduces. Between sizes the bandwidth is interpolated
+    linearly in ``log2(size)``; outside the range the nearest measurement is used.
+    """
+
+    curves: Mapping[str, Sequence[tuple[float, float]]] = field(default_factory=dict)
+
+    def bandwidth(self, group: str, message_bytes: float) -> float | None:
+        """Interpolated bandwidth in bytes/s, or ``None`` when the group was not profiled."""
+        curve = self.curves.get(group)
+        if not curve:
+            return None
+        sizes = [s for s, _ in curve]
+        if message_bytes <= sizes[0]:
+            return curve[0][1]
+        if message_bytes >= sizes[-1]:
+            return curve[-1][1]
+        k = bisect.bisect_right(sizes, message_bytes)
+        (s0, b0), (s1, b1) = curve[k - 1], curve[k]
+        w = (math.log2(message_bytes) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+        return b0 + w * (b1 - b0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": COMM_FORMAT,
+            "schema_version": 1,
+            "curves": {g: [[s, b] for s, b in curve] for g, curve in sorted(self.curves.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, document: Any) -> CommTable:
+        check_header(document, COMM_FORMAT, (1,))
+        check_keys(document, "comm_table", {"format", "schema_version", "curves"})
+        curves: dict[str, list[tuple[float, float]]] = {}
+        raw = document["curves"]
+        if not isinstance(raw, dict):
+            raise SchemaError(f"comm_table.curves: expected an object of group -> [[bytes, bytes/s], ...], got {raw!r}")
+        for group, points in raw.items():
+            where = f"comm_table.curves[{group!r}]"
+            parsed = []
+            for j, p in enumerate(as_list(points, where)):
+                pair = as_list(p, f"{where}[{j}]")
+                if len(pair) != 2:
+                    raise SchemaError(f"{where}[{j}]: expected [message_bytes, bandwidth_bytes_per_s], got {pair}")
+                size, bw = as_float(pair[0], f"{where}[{j}][0]"), as_float(pair[1], f"{where}[{j}][1]")
+                if size <= 0 or bw <= 0:
+                    raise SchemaError(f"{where}[{j}]: size and bandwidth must be positive, got {pair}")
+                parsed.append((size, bw))
+            if not parsed:
+                raise SchemaError(f"{where}: expected at least one measurement")
+            curves[group] = sorted(parsed)
+        return cls(curves)
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> CommTable:
+        return cls.from_dict(read_json(path))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Compute, communication and memory costs (see the module docstring for the formulas).
+
+    Attributes:
+        efficiency: op type -> fraction of peak FLOP/s; missing types use ``default_efficiency``.
+        default_efficiency: for op types not in ``efficiency``.
+        launch_overhead_s: fixed time added to every compute task with work (A4: 0 by default).
+        optimizer: key of :data:`OPTIMIZER_STATE_FACTOR` (``adam`` as in TAG's experiments).
+        profile: measured op times overriding the roofline estimate.
+        comm_table: measured bandwidths overriding the link bandwidth.
+    """
+
+    efficiency: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
+    default_efficiency: float = 0.5
+    launch_overhead_s: float = 0.0
+    optimizer: str = "adam"
+    profile: ProfileTable | None = None
+    comm_table: CommTable | None = None
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZER_STATE_FACTOR:
+            raise UnknownNameError("optimizer", self.optimizer, OPTIMIZER_STATE_FACTOR)
+        for name, value in (*self.efficiency.items(), ("default_efficiency", self.default_efficiency)):
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"efficiency of {name!r} = {value}; expected a fraction in (0, 1]")
+        if self.launch_overhead_s < 0:
+            raise ValueError(f"launch_overhead_s = {self.launch_overhead_s}; expected >= 0")
+
+    @property
+    def state_bytes_per_param_byte(self) -> float:
+        """Bytes held per parameter byte: the weights, their gradients and the optimizer state."""
+        return 2.0 + OPTIMIZER_STATE_FACTOR[self.optimizer]
+
+    def op_efficiency(self, op_type: str) -> float:
+        return self.efficiency.get(op_type, self.default_efficiency)
+
+    def task_times_s(
+        self,
+        op: Op,
+        fraction: float,
+        task_output_shape: Shape,
+        task_param_bytes: int,
+        device_type: str,
+        peak_flops: float,
+        memory_bandwidth_bytes_per_s: float,
+    ) -> tuple[float, float]:
+        """(forward, backward) seconds of one task computing ``fraction`` of ``op`` on one device."""
+        if self.profile is not None:
+            exact = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes)
+            if exact is not None:
+                return exact.forward_s, exact.backward_s
+            whole = self.profile.lookup(device_type, op.op_type, op.output_shapes[0], op.param_bytes)
+            if whole is not None:
+                return whole.forward_s * fraction, whole.backward_s * fraction
+        rate = peak_flops * self.op_efficiency(op.op_type)
+        traffic = (op.bytes_read + op.bytes_written) * fraction
+        fwd = max(op.forward_flops * fraction / rate, traffic / memory_bandwidth_bytes_per_s)
+        bwd = max(op.backward_flops * fraction / rate, 2.0 * traffic / memory_bandwidth_bytes_per_s)
+        overhead = self.launch_overhead_s
+        return (fwd + overhead if fwd > 0 else 0.0), (bwd + overhead if bwd > 0 else 0.0)
+
+    def effective_bandwidth(self, group: str, bandwidth_bytes_per_s: float, message_bytes: float) -> float:
+        """The link bandwidth, or the comm table's measurement for ``group`` at this message size."""
+        if self.comm_table is not None:
+            measured = self.comm_table.bandwidth(group, message_bytes)
+            if measured is not None:
+                return measured
+        return bandwidth_bytes_per_s
+
+    def transfer_time_s(self, num_bytes: float, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str) -> float:
+        """Point-to-point: ``latency + bytes / bandwidth`` (0 for no bytes)."""
+        if num_bytes <= 0:
+            return 0.0
+        return latency_s + num_bytes / self.effective_bandwidth(f"p2p/{link_kind}", bandwidth_bytes_per_s, num_bytes)
+
+    def all_reduce_time_s(self, num_bytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str) -> float:
+        """Ring all-reduce of ``num_bytes`` over ``n`` devices (slowest hop ``bandwidth``, ``latency``)."""
+        if n <= 1 or num_bytes <= 0:
+            return 0.0
+        bw = self.effective_bandwidth(f"all_reduce/{link_kind}", bandwidth_bytes_per_s, num_bytes)
+        return 2.0 * (n - 1) * (latency_s + num_bytes / n / bw)
+
+    def broadcast_time_s(self, num_bytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+        """Pipelined ring broadcast of ``num_bytes`` from one device to ``n - 1`` others."""
+        if n <= 1 or num_bytes <= 0:
+            return 0.0
+        return (n - 1) * latency_s + num_bytes / bandwidth_bytes_per_s
+
+    def all_gather_time_s(self, num_bytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float) -> float:
+        """Ring all-gather (or reduce-scatter) of a ``num_bytes`` tensor over ``n`` devices."""
+        if n <= 1 or num_bytes <= 0:
+            return 0.0
+        return (n - 1) * (latency_s + num_bytes / n / bandwidth_bytes_per_s)
+
+    reduce_scatter_time_s = all_gather_time_s

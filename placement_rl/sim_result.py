@@ -1,0 +1,135 @@
+"""What a simulation returns: :class:`SimResult` (summary figures) and :class:`TaskTable` (every task)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Task kinds, indexed by ``TaskTable.kind``.
+TASK_KINDS: tuple[str, ...] = (
+    "forward",  # compute: forward pass of one partition of an op
+    "backward",  # compute: backward pass of one partition
+    "transfer",  # activation sent from a producer partition to a consumer partition
+    "gradient_transfer",  # the activation gradient sent back during backward
+    "all_reduce",  # ring all-reduce of a replicated parameter shard's gradient
+    "ps_push",  # gradient pushed to a parameter server
+    "ps_pull",  # updated parameters pulled from a parameter server
+)
+COMPUTE_KINDS = (0, 1)
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    """Every simulated task, as parallel arrays of length ``T``.
+
+    Attributes:
+        kind: ``(T,)`` int8, index into :data:`TASK_KINDS`.
+        op: ``(T,)`` int32, index of the op in ``SimResult.op_names`` (for synchronization tasks, the
+            op owning the parameters); never -1.
+        lane: ``(T,)`` int32, index into ``lanes``: the device a compute task runs on, or the first
+            link direction a communication task occupies.
+        start_s: ``(T,)`` float64 start time.
+        end_s: ``(T,)`` float64 end time.
+        num_bytes: ``(T,)`` float64 bytes moved (0 for compute tasks).
+        lanes: lane names: the devices first (same order as ``SimResult.device_names``), then the
+            link directions as ``"link <a> -> <b>"``.
+    """
+
+    kind: np.ndarray
+    op: np.ndarray
+    lane: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    num_bytes: np.ndarray
+    lanes: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+
+@dataclass(frozen=True)
+class CriticalStep:
+    """One task on the critical path."""
+
+    kind: str
+    op: str
+    lane: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """The simulated cost of one training iteration of a plan.
+
+    Shapes: ``D`` devices, ``L`` links, ``N`` ops.
+
+    Attributes:
+        makespan_s: time of one training iteration (forward, backward, gradient synchronization).
+        device_names: ``D`` device names.
+        busy_s: ``(D,)`` seconds each device spends computing.
+        idle_s: ``(D,)`` ``makespan_s - busy_s``.
+        peak_memory_bytes: ``(D,)`` peak memory per device (parameters, gradients, optimizer state,
+            live activations).
+        memory_capacity_bytes: ``(D,)`` each device's memory.
+        oom: whether any device's peak exceeds its memory.
+        oom_devices: the devices that do not fit.
+        comm_bytes: total bytes moved between devices (activations, gradients, synchronization).
+        comm_time_s: summed duration of all communication tasks.
+        link_names: ``L`` link names ``"<a> <-> <b>"`` (topology link order).
+        link_bytes: ``(L,)`` bytes crossing each link (both directions).
+        link_busy_s: ``(L,)`` seconds each link is busy (the busier direction).
+        op_names: ``N`` op names (graph order).
+        op_start_s: ``(N,)`` when the op's first forward task starts.
+        op_forward_end_s: ``(N,)`` when its last forward task ends.
+        op_backward_start_s: ``(N,)`` when its first backward task starts.
+        op_end_s: ``(N,)`` when its last backward task ends.
+        critical_path: the chain of tasks that determines the makespan, first to last.
+        tasks: every task with its times (for traces and Gantt charts).
+    """
+
+    makespan_s: float
+    device_names: tuple[str, ...]
+    busy_s: np.ndarray
+    idle_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    memory_capacity_bytes: np.ndarray
+    oom: bool
+    oom_devices: tuple[str, ...]
+    comm_bytes: float
+    comm_time_s: float
+    link_names: tuple[str, ...]
+    link_bytes: np.ndarray
+    link_busy_s: np.ndarray
+    op_names: tuple[str, ...]
+    op_start_s: np.ndarray
+    op_forward_end_s: np.ndarray
+    op_backward_start_s: np.ndarray
+    op_end_s: np.ndarray
+    critical_path: tuple[CriticalStep, ...]
+    tasks: TaskTable
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)
+
+    def samples_per_s(self, batch_size: int) -> float:
+        """Training throughput for a global batch of ``batch_size`` samples."""
+        return batch_size / self.makespan_s if self.makespan_s > 0 else float("inf")
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-friendly headline figures."""
+        return {
+            "makespan_s": self.makespan_s,
+            "oom": self.oom,
+            "oom_devices": list(self.oom_devices),
+            "max_peak_memory_bytes": int(self.peak_memory_bytes.max()) if self.peak_memory_bytes.size else 0,
+            "peak_memory_bytes": {d: int(m) for d, m in zip(self.device_names, self.peak_memory_bytes)},
+            "comm_bytes": self.comm_bytes,
+            "comm_time_s": self.comm_time_s,
+            "busy_s": {d: float(b) for d, b in zip(self.device_names, self.busy_s)},
+            "num_tasks": self.num_tasks,
+            "critical_path_length": len(self.critical_path),
+        }

@@ -1,0 +1,576 @@
+"""The shared execution simulator: one deterministic ``simulate(graph, topology, plan) -> SimResult``.
+
+It follows FlexFlow's simulator (sec. 5.1-5.2) with TAG's memory accounting (sec. 4.3.2):
+
+**Task graph.** Every op with configuration ``c`` becomes ``len(c.devices)`` forward tasks and as
+many backward tasks (partition ``t // R``, replica ``t % R``). For each tensor of the graph and each
+consumer task, the simulator computes which producer partitions hold the region the consumer reads:
+regions are per-axis boxes (fractions of each axis), a producer partition covers its slice of the
+output, and a consumer reads the slice of its input that its sample and attribute splits select
+(parameter splits read the whole input; halos of spatial splits are ignored). A sample (or
+attribute) split in the producer that the consumer does not share moves bytes; a split along a
+reduction dimension yields full-size partial results, each of which is sent. When a producer
+partition is replicated, the replica on the consumer's device is used if there is one. Same-device
+pairs become dependencies; the others become transfer tasks on the route between the two devices,
+and mirrored gradient transfers for backward. Backward task ``t`` follows forward task ``t`` and the
+backward tasks of the consumers it fed.
+
+**Synchronization.** Parameters are split along parameter dimensions and replicated along the
+others. For each shard held by several devices: ring all-reduce (one collective task occupying
+every link direction of the ring), or parameter-server push and pull transfers, or nothing for
+``duplicate``. Ops sharing a ``param_key`` (an unrolled LSTM layer) synchronize once, after all of
+their backward tasks; the configuration of the first op with the key decides the pattern.
+
+**Scheduling.** Links are resources like devices, one per direction, so computation and
+communication overlap (A1-A4). A global queue ordered by ready time assigns tasks to their
+resources FIFO; a transfer holds every link direction of its route (alpha-beta time with the route's
+bottleneck bandwidth), so transfers that share a NIC or a switch port contend.
+
+**Memory.** Per device: parameters, gradients and optimizer state of every shard it holds; each
+forward task's output from its start until its backward task ends; received activations and
+gradients until the backward task that uses them ends; a backward workspace the size of the
+task's output while it runs. The peak is the maximum over time (events swept in time order, frees
+first on ties). A device whose peak exceeds its memory is reported in ``oom_devices`` (the
+simulation itself always completes).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placement_rl import _kernels
+from placement_rl.cost import CostModel
+from placement_rl.graph import Op, OpGraph
+from placement_rl.plan import OpConfig, Plan
+from placement_rl.sim_result import TASK_KINDS, CriticalStep, SimResult, TaskTable
+from placement_rl.topology import DeviceTopology
+
+MAX_RANK = _kernels.MAX_RANK
+_FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _ALL_REDUCE, _PS_PUSH, _PS_PULL = range(len(TASK_KINDS))
+
+DEFAULT_COST_MODEL = CostModel()
+
+
+@dataclass(frozen=True)
+class _Sync:
+    """Gradient synchronization of one parameter shard over ``devices``."""
+
+    mode: str
+    devices: tuple[int, ...]
+    shard_bytes: float
+    ps_device: int
+
+
+@dataclass
+class _CompiledOp:
+    """One op under one configuration, as the arrays the kernels read. Shapes: T tasks, P partitions."""
+
+    devices: np.ndarray  # (T,) int64 device indices
+    partitions: int
+    replicas: int
+    prod_lo: np.ndarray  # (P, MAX_RANK) region of the output each partition produces
+    prod_hi: np.ndarray
+    need_lo: np.ndarray  # (P, MAX_RANK) region of a same-layout input each partition reads
+    need_hi: np.ndarray
+    samp_lo: np.ndarray  # (P,) sample interval each partition reads
+    samp_hi: np.ndarray
+    forward_s: np.ndarray  # (T,)
+    backward_s: np.ndarray  # (T,)
+    activation_bytes: float  # output bytes held per task
+    syncs: list[_Sync] = field(default_factory=list)
+    static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+class SimContext:
+    """Everything about a (graph, topology, cost model) triple that does not depend on the plan.
+
+    Build it once and call :meth:`simulate` for many plans: routes, per-edge layouts and compiled
+    op configurations are cached (searches re-simulate plans that differ in one op).
+    """
+
+    def __init__(self, graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> None:
+        self.graph = graph
+        self.topology = topology
+        self.cost = cost_model or DEFAULT_COST_MODEL
+        devices = topology.devices
+        self.num_devices = D = len(devices)
+        self._device_index = {d.name: i for i, d in enumerate(devices)}
+        self.num_links = len(topology.links)
+        self.num_resources = D + 2 * self.num_links
+        self._lanes = tuple(d.name for d in devices) + tuple(
+            name for link in topology.links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
+        )
+        self._capacity = np.array([d.memory_bytes for d in devices], dtype=np.float64)
+        self._build_routes()
+        self._build_edges()
+        self._owner: dict[str, int] = {}
+        self._key_ops: dict[str, list[int]] = {}
+        for i, op in enumerate(graph.ops):
+            key = op.param_key or (f"\0{op.name}" if op.param_bytes else None)
+            if key is not None:
+                self._owner.setdefault(key, i)
+                self._key_ops.setdefault(key, []).append(i)
+        self._op_key = [op.param_key or (f"\0{op.name}" if op.param_bytes else None) for op in graph.ops]
+        self._compiled: dict[tuple[int, OpConfig], _CompiledOp] = {}
+        self._ring_cache: dict[tuple[int, ...], tuple[np.ndarray, float, float, str]] = {}
+
+    # ----------------------------------------------------------- static parts
+    def _build_routes(self) -> None:
+        topo = self.topology
+        D = self.num_devices
+        link_dir: dict[tuple[str, str], int] = {}
+        for k, link in enumerate(topo.links):
+            link_dir[(link.a, link.b)] = D + 2 * k
+            link_dir[(link.b, link.a)] = D + 2 * k + 1
+        ptr = np.zeros(D * D + 1, np.int64)
+        res: list[int] = []
+        self.route_bw = np.full(D * D, np.inf)
+        self.route_lat = np.zeros(D * D)
+        self.route_kind: list[str] = [""] * (D * D)
+        names = [d.name for d in topo.devices]
+        for i in range(D):
+            for j in range(D):
+                if i != j:
+                    route = topo.route(names[i], names[j])
+                    hops = [link_dir[(a, b)] for a, b in zip(route.path, route.path[1:])]
+                    res.extend(hops)
+                    self.route_bw[i * D + j] = route.bandwidth_bytes_per_s
+                    self.route_lat[i * D + j] = route.latency_s
+                    narrow = min(route.links, key=lambda k: topo.links[k].bandwidth_bytes_per_s)
+                    self.route_kind[i * D + j] = topo.links[narrow].kind
+                ptr[i * D + j + 1] = len(res)
+        self.route_ptr = ptr
+        self.route_res = np.array(res, dtype=np.int64)
+        self.route_len = np.diff(ptr)
+        kinds = sorted(set(self.route_kind) - {""})
+        self._kind_names = kinds
+        self.route_kind_id = np.array([kinds.index(k) if k else -1 for k in self.route_kind], dtype=np.int64)
+
+    def _build_edges(self) -> None:
+        g = self.graph
+        arr = g.arrays
+        self.e_src = arr.edge_src
+        self.e_dst = arr.edge_dst
+        self.e_bytes = arr.edge_bytes.astype(np.float64)
+        ranks, same, prod_box = [], [], []
+        for t in g.tensors:
+            src, dst = g.op(t.src), g.op(t.dst)
+            rank = len(t.shape)
+            if rank > MAX_RANK:
+                raise ValueError(f"tensor {t.src!r} -> {t.dst!r} has rank {rank}; the simulator supports up to {MAX_RANK}")
+            ranks.append(rank)
+            box = t.src_output == 0 or len(src.output_shapes[t.src_output]) == len(src.output_shapes[0])
+            prod_box.append(box)
+            s_src, s_dst = _plain_sample_axis(src), _plain_sample_axis(dst)
+            same.append(box and rank == len(dst.output_shapes[0]) and s_src == s_dst and s_dst >= 0)
+        self.e_rank = np.array(ranks, dtype=np.int64)
+        self.e_same = np.array(same, dtype=np.bool_)
+        self.e_prod_box = np.array(prod_box, dtype=np.bool_)
+        self.op_sample_axis = np.array([_plain_sample_axis(op) for op in g.ops], dtype=np.int64)
+
+    def _ring(self, devices: tuple[int, ...]) -> tuple[np.ndarray, float, float, str]:
+        """Link directions, effective bandwidth, latency and bottleneck kind of a ring over ``devices``."""
+        cached = self._ring_cache.get(devices)
+        if cached is not None:
+            return cached
+        D = self.num_devices
+        hops = [(devices[k] * D + devices[(k + 1) % len(devices)]) for k in range(len(devices))]
+        uses: dict[int, int] = {}
+        for pair in hops:
+            for x in self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]]:
+                uses[int(x)] = uses.get(int(x), 0) + 1
+        best = (math.inf, 0.0, "")
+        for pair in hops:
+            links = self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]]
+            share = max(uses[int(x)] for x in links)
+            bw = self.route_bw[pair] / share
+            if bw < best[0]:
+                best = (bw, self.route_lat[pair], self.route_kind[pair])
+        latency = max(self.route_lat[p] for p in hops)
+        result = (np.array(sorted(uses), dtype=np.int64), best[0], latency, best[2])
+        self._ring_cache[devices] = result
+        return result
+
+    # ---------------------------------------------------------- compilation
+    def compile(self, index: int, cfg: OpConfig) -> _CompiledOp:
+        """The arrays for op ``index`` under ``cfg`` (cached)."""
+        key = (index, cfg)
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = self._compile(self.graph.ops[index], index, cfg)
+        return found
+
+    def _compile(self, op: Op, index: int, cfg: OpConfig) -> _CompiledOp:
+        try:
+            devices = np.array([self._device_index[d] for d in cfg.devices], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(f"op {op.name!r}: device {exc.args[0]!r} is not in topology {self.topology.name!r}") from None
+        degrees = cfg.degree_map
+        split = [(d, degrees[d.name]) for d in op.parallel_dims if degrees.get(d.name, 1) > 1]
+        P = math.prod(deg for _, deg in split)
+        R = len(devices) // P
+        idx = np.array(np.unravel_index(np.arange(P), [deg for _, deg in split])).T if split else np.zeros((1, 0), np.int64)
+        prod_lo, prod_hi = np.zeros((P, MAX_RANK)), np.ones((P, MAX_RANK))
+        need_lo, need_hi = np.zeros((P, MAX_RANK)), np.ones((P, MAX_RANK))
+        samp_lo, samp_hi = np.zeros(P), np.ones(P)
+        shard = np.zeros(P, np.int64)
+        shards = 1
+        out_shape = list(op.output_shapes[0])
+        for k, (dim, deg) in enumerate(split):
+            lo, hi = idx[:, k] / deg, (idx[:, k] + 1) / deg
+            if dim.kind == "sample":
+                samp_lo, samp_hi = lo, hi
+            if not dim.reduction:
+                prod_lo[:, dim.axis], prod_hi[:, dim.axis] = lo, hi
+                out_shape[dim.axis] //= deg
+                if dim.kind != "parameter":
+                    need_lo[:, dim.axis], need_hi[:, dim.axis] = lo, hi
+            if dim.kind == "parameter":
+                shard = shard * deg + idx[:, k]
+                shards *= deg
+        fraction = 1.0 / P
+        task_param_bytes = op.param_bytes // shards
+        times: dict[int, tuple[float, float]] = {}
+        fwd, bwd = np.empty(len(devices)), np.empty(len(devices))
+        for t, dev in enumerate(devices.tolist()):
+            if dev not in times:
+                d = self.topology.devices[dev]
+                times[dev] = self.cost.task_times_s(
+                    op, fraction, tuple(out_shape), task_param_bytes, d.device_type, d.peak_flops,
+                    d.memory_bandwidth_bytes_per_s,
+                )  # fmt: skip
+            fwd[t], bwd[t] = times[dev]
+        compiled = _CompiledOp(
+            devices, P, R, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, fwd, bwd, op.bytes_written / P
+        )
+        key = self._op_key[index]
+        if key is not None and self._owner[key] == index and op.param_bytes > 0:
+            self._add_syncs(compiled, cfg, shard, shards, op.param_bytes)
+        return compiled
+
+    def _add_syncs(self, c: _CompiledOp, cfg: OpConfig, shard: np.ndarray, shards: int, param_bytes: int) -> None:
+        shard_bytes = param_bytes / shards
+        ps = self._device_index[cfg.ps_device] if cfg.ps_device else int(c.devices[0])
+        static_dev: list[int] = []
+        for s in range(shards):
+            tasks = [t for t in range(len(c.devices)) if shard[t // c.replicas] == s]
+            group = tuple(dict.fromkeys(int(c.devices[t]) for t in tasks))
+            static_dev.extend(group)
+            if len(group) > 1 and cfg.sync != "duplicate":
+                c.syncs.append(_Sync(cfg.sync, group, shard_bytes, ps))
+        c.static_devices = np.array(static_dev, dtype=np.int64)
+        c.static_bytes = np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_param_byte)
+
+    # ------------------------------------------------------------ simulation
+    def simulate(self, plan: Plan, *, validate: bool = True) -> SimResult:
+        """Simulate one training iteration of ``plan`` (see the module docstring)."""
+        g = self.graph
+        if validate:
+            plan.validate(g, self.topology)
+        ops = [self.compile(i, plan[op.name]) for i, op in enumerate(g.ops)]
+        return self._run(ops)
+
+    def _run(self, ops: Sequence[_CompiledOp]) -> SimResult:
+        g = self.graph
+        D = self.num_devices
+        n_tasks = np.array([len(c.devices) for c in ops], dtype=np.int64)
+        task_ptr = np.concatenate(([0], np.cumsum(n_tasks)))
+        part_ptr = np.concatenate(([0], np.cumsum([c.partitions for c in ops])))
+        F = int(task_ptr[-1])
+        task_dev = np.concatenate([c.devices for c in ops])
+        replicas = np.array([c.replicas for c in ops], dtype=np.int64)
+        prod_lo = np.concatenate([c.prod_lo for c in ops])
+        prod_hi = np.concatenate([c.prod_hi for c in ops])
+        need_lo = np.concatenate([c.need_lo for c in ops])
+        need_hi = np.concatenate([c.need_hi for c in ops])
+        samp_lo = np.concatenate([c.samp_lo for c in ops])
+        samp_hi = np.concatenate([c.samp_hi for c in ops])
+        dep_u, dep_v, c_src, c_dst, c_bytes = _kernels.build_transfers(
+            self.e_src, self.e_dst, self.e_bytes, self.e_rank, self.e_same, self.e_prod_box,
+            task_ptr, part_ptr, replicas, self.op_sample_axis,
+            task_dev, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, F,
+        )  # fmt: skip
+        C = c_src.shape[0]
+        op_of_task = np.repeat(np.arange(len(ops)), n_tasks)
+
+        # Compute tasks [0, 2F), transfers [2F, 2F + C), gradient transfers [2F + C, 2F + 2C), syncs after.
+        fwd_pair = task_dev[c_src] * D + task_dev[c_dst]
+        bwd_pair = task_dev[c_dst] * D + task_dev[c_src]
+        pairs = np.concatenate((fwd_pair, bwd_pair))
+        comm_bytes = np.concatenate((c_bytes, c_bytes))
+        comm_dur = self._transfer_times(pairs, comm_bytes)
+        fwd_ids = 2 * F + np.arange(C)
+        bwd_ids = 2 * F + C + np.arange(C)
+        u_parts = [np.arange(F), dep_u, c_src, fwd_ids, F + c_dst, bwd_ids]
+        v_parts = [F + np.arange(F), dep_v, fwd_ids, c_dst, bwd_ids, F + c_src]
+
+        sync = self._sync_tasks(ops, task_ptr, F, 2 * F + 2 * C)
+        u_parts += sync["u"]
+        v_parts += sync["v"]
+        durations = np.concatenate(
+            [np.concatenate([c.forward_s for c in ops]), np.concatenate([c.backward_s for c in ops]), comm_dur,
+             np.array(sync["duration"])]
+        )  # fmt: skip
+        kinds = np.concatenate(
+            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER),
+             np.array(sync["kind"], dtype=np.int64)]
+        ).astype(np.int8)  # fmt: skip
+        task_ops = np.concatenate(
+            [op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], np.array(sync["op"], dtype=np.int64)]
+        ).astype(np.int32)
+        num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, np.array(sync["bytes"])])
+        # Resources: a compute task holds its device; a transfer every link direction of its route.
+        comm_res, comm_len = _ragged_gather(self.route_ptr[pairs], self.route_len[pairs], self.route_res)
+        res = np.concatenate([task_dev, task_dev, comm_res, *sync["res"]]).astype(np.int64)
+        res_len = np.concatenate(
+            [np.ones(2 * F, np.int64), comm_len, np.array([len(r) for r in sync["res"]], dtype=np.int64)]
+        )
+        res_ptr = np.concatenate(([0], np.cumsum(res_len)))
+        T = durations.shape[0]
+        u = np.concatenate(u_parts).astype(np.int64)
+        v = np.concatenate(v_parts).astype(np.int64)
+        order = np.argsort(u, kind="stable")
+        succ = v[order]
+        succ_ptr = np.concatenate(([0], np.cumsum(np.bincount(u, minlength=T))))
+        indegree = np.bincount(v, minlength=T).astype(np.int64)
+        start, end, crit = _kernels.schedule(durations, res_ptr, res, succ_ptr, succ, indegree, self.num_resources)
+
+        lane = res[res_ptr[:-1]] if T else np.zeros(0, np.int64)
+        if T and (res_len == 0).any():  # a sync task with no link (cannot happen for >1 device) keeps lane 0
+            lane = np.where(res_len > 0, lane, 0)
+        tasks = TaskTable(kinds, task_ops, lane.astype(np.int32), start, end, num_bytes, self._lanes)
+        return self._result(ops, tasks, task_dev, task_ptr, F, C, c_src, c_dst, crit, res, res_ptr, sync)
+
+    def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+        bw = self.route_bw[pairs]
+        table = self.cost.comm_table
+        if table is not None and pairs.size:
+            kinds = self.route_kind_id[pairs]
+            bw = bw.copy()
+            for k, name in enumerate(self._kind_names):
+                sel = np.nonzero(kinds == k)[0]
+                for i in sel:  # comm tables are small and opt-in; clarity over speed here
+                    bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
+        return np.where(num_bytes > 0, self.route_lat[pairs] + num_bytes / bw, 0.0)
+
+    def _sync_tasks(self, ops: Sequence[_CompiledOp], task_ptr: np.ndarray, F: int, first_id: int) -> dict[str, list[Any]]:
+        """Gradient synchronization tasks and their dependencies."""
+        out: dict[str, list[Any]] = {k: [] for k in ("u", "v", "duration", "kind", "op", "bytes", "res")}
+        next_id = first_id
+        D = self.num_devices
+        for i, c in enumerate(ops):
+            if not c.syncs:
+                continue
+            users = self._key_ops[self._op_key[i]]
+            backward = np.concatenate([np.arange(F + task_ptr[j], F + task_ptr[j + 1]) for j in users])
+            for s in c.syncs:
+                if s.mode == "all_reduce":
+                    links, bw, lat, kind = self._ring(s.devices)
+                    n = len(s.devices)
+                    out["duration"].append(self.cost.all_reduce_time_s(s.shard_bytes, n, bw, lat, kind))
+                    out["kind"].append(_ALL_REDUCE)
+                    out["op"].append(i)
+                    out["bytes"].append(2.0 * (n - 1) * s.shard_bytes)
+                    out["res"].append(links)
+                    out["u"].append(backward)
+                    out["v"].append(np.full(backward.shape[0], next_id))
+                    next_id += 1
+                    continue
+                workers = [d for d in s.devices if d != s.ps_device]
+                pushes = []
+                for w in workers:  # push gradients, then pull parameters once every push has arrived
+                    pair = w * D + s.ps_device
+                    out["duration"].append(self.cost.transfer_time_s(s.shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
+                    out["kind"].append(_PS_PUSH)
+                    out["op"].append(i)
+                    out["bytes"].append(s.shard_bytes)
+                    out["res"].append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
+                    out["u"].append(backward)
+                    out["v"].append(np.full(backward.shape[0], next_id))
+                    pushes.append(next_id)
+                    next_id += 1
+                for w in workers:
+                    pair = s.ps_device * D + w
+                    out["duration"].append(self.cost.transfer_time_s(s.shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
+                    out["kind"].append(_PS_PULL)
+                    out["op"].append(i)
+                    out["bytes"].append(s.shard_bytes)
+                    out["res"].append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
+                    out["u"].append(np.array(pushes, dtype=np.int64))
+                    out["v"].append(np.full(len(pushes), next_id))
+                    next_id += 1
+        return out
+
+    def _result(
+        self,
+        ops: Sequence[_CompiledOp],
+        tasks: TaskTable,
+        task_dev: np.ndarray,
+        task_ptr: np.ndarray,
+        F: int,
+        C: int,
+        c_src: np.ndarray,
+        c_dst: np.ndarray,
+        crit: np.ndarray,
+        res: np.ndarray,
+        res_ptr: np.ndarray,
+        sync: dict[str, list[Any]],
+    ) -> SimResult:
+        D = self.num_devices
+        start, end = tasks.start_s, tasks.end_s
+        makespan = float(end.max()) if end.size else 0.0
+        duration = end - start
+        busy = np.bincount(task_dev, weights=duration[:F], minlength=D) + np.bincount(
+            task_dev, weights=duration[F : 2 * F], minlength=D
+        )
+        # Memory: static state plus activation / buffer lifetimes.
+        static = np.zeros(D)
+        for c in ops:
+            np.add.at(static, c.static_devices, c.static_bytes)
+        act = np.concatenate([np.full(len(c.devices), c.activation_bytes) for c in ops]) if ops else np.zeros(0)
+        comm = tasks.num_bytes[2 * F : 2 * F + 2 * C]
+        ev_dev = np.concatenate([task_dev, task_dev, task_dev[c_dst], task_dev[c_src]])
+        ev_from = np.concatenate([start[:F], start[F : 2 * F], start[2 * F : 2 * F + C], start[2 * F + C : 2 * F + 2 * C]])
+        ev_to = np.concatenate([end[F : 2 * F], end[F : 2 * F], end[F + c_dst], end[F + c_src]])
+        ev_bytes = np.concatenate([act, act, comm])
+        device = np.concatenate([ev_dev, ev_dev])
+        time = np.concatenate([ev_from, ev_to])
+        delta = np.concatenate([ev_bytes, -ev_bytes])
+        peak = static + _peak_levels(device, time, delta, D)
+        oom_mask = peak > self._capacity
+        # Links: bytes and busy time per direction, folded to links.
+        comm_ids = np.arange(2 * F, len(tasks))
+        lens = np.diff(res_ptr)[comm_ids]
+        link_res = res[np.repeat(res_ptr[comm_ids], lens) + _ranges(lens)] if comm_ids.size else np.zeros(0, np.int64)
+        per_res_bytes = np.bincount(link_res, weights=np.repeat(tasks.num_bytes[comm_ids], lens), minlength=self.num_resources)
+        per_res_busy = np.bincount(link_res, weights=np.repeat(duration[comm_ids], lens), minlength=self.num_resources)
+        L = self.num_links
+        link_bytes = per_res_bytes[D:].reshape(L, 2).sum(axis=1) if L else np.zeros(0)
+        link_busy = per_res_busy[D:].reshape(L, 2).max(axis=1) if L else np.zeros(0)
+        # Per-op times.
+        n = len(ops)
+        has = task_ptr[1:] > task_ptr[:-1]
+        starts = task_ptr[:-1].clip(max=max(F - 1, 0))
+        op_start = np.where(has, np.minimum.reduceat(start[:F], starts), 0.0) if F else np.zeros(n)
+        op_fend = np.where(has, np.maximum.reduceat(end[:F], starts), 0.0) if F else np.zeros(n)
+        op_bstart = np.where(has, np.minimum.reduceat(start[F : 2 * F], starts), 0.0) if F else np.zeros(n)
+        op_end = np.where(has, np.maximum.reduceat(end[F : 2 * F], starts), 0.0) if F else np.zeros(n)
+        return SimResult(
+            makespan_s=makespan,
+            device_names=tuple(d.name for d in self.topology.devices),
+            busy_s=busy,
+            idle_s=makespan - busy,
+            peak_memory_bytes=peak.astype(np.int64),
+            memory_capacity_bytes=self._capacity.astype(np.int64),
+            oom=bool(oom_mask.any()),
+            oom_devices=tuple(self.topology.devices[d].name for d in np.nonzero(oom_mask)[0]),
+            comm_bytes=float(tasks.num_bytes[2 * F :].sum()),
+            comm_time_s=float(duration[2 * F :].sum()),
+            link_names=tuple(f"{link.a} <-> {link.b}" for link in self.topology.links),
+            link_bytes=link_bytes,
+            link_busy_s=link_busy,
+            op_names=tuple(op.name for op in self.graph.ops),
+            op_start_s=op_start,
+            op_forward_end_s=op_fend,
+            op_backward_start_s=op_bstart,
+            op_end_s=op_end,
+            critical_path=self._critical_path(tasks, crit),
+            tasks=tasks,
+        )
+
+    def _critical_path(self, tasks: TaskTable, crit: np.ndarray) -> tuple[CriticalStep, ...]:
+        if len(tasks) == 0:
+            return ()
+        steps = []
+        t = int(np.argmax(tasks.end_s))
+        while t >= 0:
+            steps.append(
+                CriticalStep(
+                    TASK_KINDS[tasks.kind[t]], self.graph.ops[tasks.op[t]].name, self._lanes[tasks.lane[t]],
+                    float(tasks.start_s[t]), float(tasks.end_s[t]),
+                )  # fmt: skip
+            )
+            t = int(crit[t])
+        return tuple(reversed(steps))
+
+
+def _plain_sample_axis(op: Op) -> int:
+    """Axis of the op's (non-reduction) sample dimension in its first output, or -1."""
+    dim = op.sample_dim
+    return dim.axis if dim is not None and not dim.reduction else -1
+
+
+def _ranges(lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(n) for n in lengths])`` without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.arange(total) - offsets
+
+
+def _ragged_gather(starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``concatenate([values[s:s+n] for s, n in zip(starts, lengths)])`` and the lengths."""
+    if starts.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    idx = np.repeat(starts, lengths) + _ranges(lengths)
+    return values[idx], lengths
+
+
+def _peak_levels(device: np.ndarray, time: np.ndarray, delta: np.ndarray, num_devices: int) -> np.ndarray:
+    """Per device, the maximum running sum of ``delta`` in time order (frees before allocations on ties)."""
+    peak = np.zeros(num_devices)
+    if device.size == 0:
+        return peak
+    order = np.lexsort((delta, time, device))
+    dev = device[order]
+    level = np.cumsum(delta[order])
+    first = np.concatenate(([0], np.nonzero(np.diff(dev))[0] + 1))
+    base = np.concatenate(([0.0], level[first[1:] - 1]))
+    counts = np.diff(np.concatenate((first, [dev.size])))
+    level = level - np.repeat(base, counts)
+    peak[dev[first]] = np.maximum(np.maximum.reduceat(level, first), 0.0)
+    return peak
+
+
+_CONTEXTS: list[tuple[weakref.ref[OpGraph], weakref.ref[DeviceTopology], CostModel, SimContext]] = []
+
+
+def context(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> SimContext:
+    """A cached :class:`SimContext` for these exact objects (the last few are kept)."""
+    cost = cost_model or DEFAULT_COST_MODEL
+    for g_ref, t_ref, c, ctx in _CONTEXTS:
+        if g_ref() is graph and t_ref() is topology and c is cost:
+            return ctx
+    ctx = SimContext(graph, topology, cost)
+    _CONTEXTS.append((weakref.ref(graph), weakref.ref(topology), cost, ctx))
+    del _CONTEXTS[:-4]
+    return ctx
+
+
+def simulate(
+    graph: OpGraph, topology: DeviceTopology, plan: Plan, cost_model: CostModel | None = None, *, validate: bool = True
+) -> SimResult:
+    """Simulate one training iteration of ``plan`` for ``graph`` on ``topology``.
+
+    Args:
+        graph: the op graph (or a coarse graph of op groups, with a plan for the groups).
+        topology: the cluster.
+        plan: one configuration per op of ``graph``.
+        cost_model: compute/communication/memory costs (default :data:`DEFAULT_COST_MODEL`).
+        validate: check the plan first (searches that build valid plans may skip it).
+
+    Returns:
+        The :class:`SimResult`; a plan that does not fit reports ``oom=True`` instead of raising.
+
+    Raises:
+        ValueError: if the plan does not match the graph and topology (see :meth:`Plan.validate`).
+    """
+    return context(graph, topology, cost_model).simulate(plan, validate=validate)
