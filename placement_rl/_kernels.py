@@ -236,3 +236,22 @@ def _heap_pop(heap_t, heap_id, size):  # type: ignore[no-untyped-def]
         else:
             break
     return size
+
+
+@njit(cache=True)
+def critical_chain(critical_pred, end):  # type: ignore[no-untyped-def]
+    """Task ids of the critical path, first to last, ending at the task that ends last."""
+    if end.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    t = np.argmax(end)
+    length = 0
+    k = t
+    while k >= 0:
+        length += 1
+        k = critical_pred[k]
+    chain = np.empty(length, np.int64)
+    k = t
+    for i in range(length - 1, -1, -1):
+        chain[i] = k
+        k = critical_pred[k]
+    return chain

@@ -146,6 +146,178 @@ def _cmd_show_topology(args: argparse.Namespace) -> None:
     print(topology.summary())
 
 
+def _cost_model(args: argparse.Namespace) -> Any:
+    from placement_rl.cost import CommTable, CostModel, ProfileTable
+
+    return CostModel(
+        optimizer=args.optimizer,
+        profile=ProfileTable.from_json(args.profile) if args.profile else None,
+        comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
+    )
+
+
+def _plan_for(name: str, graph: Any, topology: Any) -> Any:
+    """A named constructor (``single``, ``dp``, ``expert``, ``layerwise``) or a plan JSON file."""
+    from placement_rl.errors import UnknownNameError
+    from placement_rl.plan import Plan, constructors
+
+    builders = constructors()
+    if name in builders:
+        return builders[name](graph, topology)
+    if name.endswith(".json") or Path(name).is_file():
+        plan = Plan.from_json(name)
+        if plan.graph_name != graph.name:
+            raise ValueError(f"plan {name!r} was made for graph {plan.graph_name!r}, not {graph.name!r}")
+        return plan
+    raise UnknownNameError("plan", name, [*builders, "FILE.json"])
+
+
+def _result_row(method: str, result: Any, batch: int, dp_makespan_s: float | None, search_s: float) -> dict[str, Any]:
+    return {
+        "method": method,
+        "makespan_s": result.makespan_s,
+        "samples_per_s": result.samples_per_s(batch),
+        "speedup_over_dp": (dp_makespan_s / result.makespan_s) if dp_makespan_s and result.makespan_s else None,
+        "max_peak_memory_bytes": int(result.peak_memory_bytes.max()),
+        "comm_bytes": result.comm_bytes,
+        "oom": result.oom,
+        "oom_devices": list(result.oom_devices),
+        "devices_used": int((result.busy_s > 0).sum()),
+        "search_s": search_s,
+    }
+
+
+def _write_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: str) -> list[Path]:
+    from placement_rl.trace import gantt_png, write_chrome_trace
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.gantt.png", out_dir / f"{stem}.trace.json"]
+    plan.to_json(paths[0])
+    gantt_png(result, paths[1], title=title)
+    write_chrome_trace(result, paths[2], title=title)
+    return paths
+
+
+def _cmd_plan(args: argparse.Namespace) -> None:
+    import time
+
+    from placement_rl.plan import constructors
+    from placement_rl.simulator import SimContext
+    from placement_rl.topology import resolve_topology
+
+    graph = load_graph(args.model, args.batch_size)
+    topology = resolve_topology(args.topology)
+    ctx = SimContext(graph, topology, _cost_model(args))
+    rows, results = [], {}
+    methods = args.methods.split(",") if args.methods else list(constructors())
+    for method in ["dp", *[m for m in methods if m != "dp"]]:
+        start = time.perf_counter()
+        plan = _plan_for(method, graph, topology)
+        result = ctx.simulate(plan)
+        elapsed = time.perf_counter() - start
+        results[method] = (plan, result)
+        rows.append(_result_row(method, result, graph.batch_size or 1, results["dp"][1].makespan_s, elapsed))
+    if "dp" not in methods:
+        rows = [r for r in rows if r["method"] != "dp"] or rows
+    fitting = [r for r in rows if not r["oom"]]
+    best = min(fitting or rows, key=lambda r: r["makespan_s"])
+    out_dir = Path(args.out_dir or f"out/plan-{graph.name}-{topology.name}")
+    plan, result = results[best["method"]]
+    title = f"{graph.name} on {topology.name}: {best['method']} ({result.makespan_s * 1e3:.1f} ms/iter)"
+    paths = _write_outputs(out_dir, "best_plan", plan, result, title)
+    if args.json:
+        _print_json({"model": graph.name, "topology": topology.name, "best": best["method"], "methods": rows,
+                     "files": [str(p) for p in paths]})  # fmt: skip
+        return
+    print(f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)")
+    _print_table(
+        ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM"],
+        [
+            [
+                r["method"],
+                f"{r['makespan_s'] * 1e3:,.2f}",
+                f"{r['samples_per_s']:,.0f}",
+                f"{r['speedup_over_dp']:.2f}x" if r["speedup_over_dp"] else "-",
+                f"{r['max_peak_memory_bytes'] / 2**30:.2f}",
+                f"{r['comm_bytes'] / 1e9:.3f}",
+                r["devices_used"],
+                ",".join(r["oom_devices"]) if r["oom"] else "no",
+            ]
+            for r in rows
+        ],
+    )
+    print(f"best (fits in memory, lowest makespan): {best['method']}")
+    for p in paths:
+        print(f"  wrote {p}")
+
+
+def _cmd_simulate(args: argparse.Namespace) -> None:
+    from placement_rl.simulator import simulate
+    from placement_rl.topology import resolve_topology
+
+    graph = load_graph(args.model, args.batch_size)
+    topology = resolve_topology(args.topology)
+    plan = _plan_for(args.plan, graph, topology)
+    result = simulate(graph, topology, plan, _cost_model(args))
+    title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
+    if args.trace:
+        from placement_rl.trace import write_chrome_trace
+
+        write_chrome_trace(result, args.trace, title=title)
+    if args.gantt:
+        from placement_rl.trace import gantt_png
+
+        gantt_png(result, args.gantt, title=title)
+    summary = {"model": graph.name, "topology": topology.name, "plan": plan.name, **result.summary(),
+               "samples_per_s": result.samples_per_s(graph.batch_size or 1)}  # fmt: skip
+    if args.json:
+        _print_json(summary)
+        return
+    print(title)
+    print(f"  samples/s {summary['samples_per_s']:,.1f}; {result.num_tasks:,} tasks; OOM: "
+          f"{', '.join(result.oom_devices) if result.oom else 'no'}")  # fmt: skip
+    print(f"  communication {result.comm_bytes / 1e9:.3f} GB in {result.comm_time_s * 1e3:.2f} ms of transfers")
+    _print_table(
+        ["device", "busy ms", "idle ms", "peak GiB", "memory GiB"],
+        [
+            [d, f"{b * 1e3:.2f}", f"{i * 1e3:.2f}", f"{p / 2**30:.2f}", f"{c / 2**30:.0f}"]
+            for d, b, i, p, c in zip(
+                result.device_names, result.busy_s, result.idle_s, result.peak_memory_bytes, result.memory_capacity_bytes
+            )
+        ],
+    )
+    for path in (args.trace, args.gantt):
+        if path:
+            print(f"  wrote {path}")
+
+
+def _cmd_profile(args: argparse.Namespace) -> None:
+    from placement_rl import zoo
+    from placement_rl.profiling import profile_models
+
+    models = args.models.split(",") if args.models else zoo.names()
+    splits = [int(k) for k in args.splits.split(",")]
+    table = profile_models(
+        models, batch_size=args.batch_size, batch_splits=splits, device=args.device, device_type=args.device_type,
+        repeats=args.repeats, progress=not args.json,
+    )  # fmt: skip
+    table.to_json(args.out)
+    device_types = sorted({key[0] for key in table.entries})
+    if args.json:
+        _print_json({"out": args.out, "entries": len(table), "device_types": device_types, "models": models})
+        return
+    print(f"profiled {len(table)} op shapes of {len(models)} model(s) on {args.device} ({', '.join(device_types)})")
+    print(f"  wrote {args.out}; use it with --profile {args.out}")
+
+
+def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, default=None, help="global batch size (default: the paper's)")
+    p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
+    p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
+    p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="placement-rl",
@@ -170,6 +342,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the graph as JSON to this path")
     p.add_argument("--json", action="store_true", help="print the graph document as JSON")
     p.set_defaults(func=_cmd_show_graph)
+
+    p = sub.add_parser("plan", help="run every placement method on a model and topology; keep the best plan")
+    p.add_argument("--model", default="inception_v3", help="zoo model or graph .json (default inception_v3)")
+    p.add_argument("--topology", default="tag-testbed", help="preset, random:SEED or .json (default tag-testbed)")
+    p.add_argument("--methods", default=None, help="comma-separated subset of: single,dp,expert,layerwise")
+    p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
+    _add_cost_arguments(p)
+    p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("simulate", help="simulate one plan and report time, memory and communication")
+    p.add_argument("--model", required=True, help="zoo model or graph .json")
+    p.add_argument("--topology", required=True, help="preset, random:SEED or .json")
+    p.add_argument("--plan", required=True, help="single, dp, expert, layerwise or a plan .json")
+    p.add_argument("--trace", default=None, help="write a Chrome trace (open in Perfetto) to this path")
+    p.add_argument("--gantt", default=None, help="write a Gantt chart PNG to this path")
+    _add_cost_arguments(p)
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("profile", help="measure the zoo's op times on this machine's device into a profile table")
+    p.add_argument("--out", required=True, help="where to write the table (JSON)")
+    p.add_argument("--models", default=None, help="comma-separated zoo models (default: the whole zoo)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch size (default: each model's)")
+    p.add_argument("--splits", default="1", help="also profile at batch/k for these k (data-parallel shapes), e.g. 1,2,4")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
+    p.add_argument("--device-type", default=None, help="label for the entries (default: CPU or the CUDA device name)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per op; the median is kept")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_profile)
 
     p = sub.add_parser("show-topology", help="describe a device topology")
     p.add_argument("topology", help="preset name (see 'placement-rl topologies'), 'random:SEED' or a .json file")

@@ -86,7 +86,9 @@ class SimResult:
         op_forward_end_s: ``(N,)`` when its last forward task ends.
         op_backward_start_s: ``(N,)`` when its first backward task starts.
         op_end_s: ``(N,)`` when its last backward task ends.
-        critical_path: the chain of tasks that determines the makespan, first to last.
+        critical_tasks: ``(K,)`` int64 task ids (into ``tasks``) of the critical path, first to last:
+            the chain of tasks, each started by the end of the previous one (a dependency or the
+            previous task on its resource), that ends at the makespan.
         tasks: every task with its times (for traces and Gantt charts).
     """
 
@@ -108,8 +110,18 @@ class SimResult:
     op_forward_end_s: np.ndarray
     op_backward_start_s: np.ndarray
     op_end_s: np.ndarray
-    critical_path: tuple[CriticalStep, ...]
+    critical_tasks: np.ndarray
     tasks: TaskTable
+
+    @property
+    def critical_path(self) -> tuple[CriticalStep, ...]:
+        """The critical path as readable steps (built on demand from ``critical_tasks``)."""
+        t = self.tasks
+        return tuple(
+            CriticalStep(TASK_KINDS[t.kind[k]], self.op_names[t.op[k]], t.lanes[t.lane[k]], float(t.start_s[k]),
+                         float(t.end_s[k]))  # fmt: skip
+            for k in self.critical_tasks.tolist()
+        )
 
     @property
     def num_tasks(self) -> int:
@@ -131,5 +143,5 @@ class SimResult:
             "comm_time_s": self.comm_time_s,
             "busy_s": {d: float(b) for d, b in zip(self.device_names, self.busy_s)},
             "num_tasks": self.num_tasks,
-            "critical_path_length": len(self.critical_path),
+            "critical_path_length": int(self.critical_tasks.shape[0]),
         }

@@ -48,7 +48,7 @@ from placement_rl import _kernels
 from placement_rl.cost import CostModel
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan import OpConfig, Plan
-from placement_rl.sim_result import TASK_KINDS, CriticalStep, SimResult, TaskTable
+from placement_rl.sim_result import TASK_KINDS, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
@@ -82,7 +82,7 @@ class _CompiledOp:
     samp_hi: np.ndarray
     forward_s: np.ndarray  # (T,)
     backward_s: np.ndarray  # (T,)
-    activation_bytes: float  # output bytes held per task
+    activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
     syncs: list[_Sync] = field(default_factory=list)
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -248,7 +248,8 @@ class SimContext:
                 )  # fmt: skip
             fwd[t], bwd[t] = times[dev]
         compiled = _CompiledOp(
-            devices, P, R, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, fwd, bwd, op.bytes_written / P
+            devices, P, R, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, fwd, bwd,
+            np.full(len(devices), op.bytes_written / P),
         )
         key = self._op_key[index]
         if key is not None and self._owner[key] == index and op.param_bytes > 0:
@@ -431,10 +432,10 @@ class SimContext:
             task_dev, weights=duration[F : 2 * F], minlength=D
         )
         # Memory: static state plus activation / buffer lifetimes.
-        static = np.zeros(D)
-        for c in ops:
-            np.add.at(static, c.static_devices, c.static_bytes)
-        act = np.concatenate([np.full(len(c.devices), c.activation_bytes) for c in ops]) if ops else np.zeros(0)
+        static = np.bincount(
+            np.concatenate([c.static_devices for c in ops]), np.concatenate([c.static_bytes for c in ops]), minlength=D
+        )
+        act = np.concatenate([c.activation_bytes for c in ops])
         comm = tasks.num_bytes[2 * F : 2 * F + 2 * C]
         ev_dev = np.concatenate([task_dev, task_dev, task_dev[c_dst], task_dev[c_src]])
         ev_from = np.concatenate([start[:F], start[F : 2 * F], start[2 * F : 2 * F + C], start[2 * F + C : 2 * F + 2 * C]])
@@ -481,25 +482,9 @@ class SimContext:
             op_forward_end_s=op_fend,
             op_backward_start_s=op_bstart,
             op_end_s=op_end,
-            critical_path=self._critical_path(tasks, crit),
+            critical_tasks=_kernels.critical_chain(crit, end),
             tasks=tasks,
         )
-
-    def _critical_path(self, tasks: TaskTable, crit: np.ndarray) -> tuple[CriticalStep, ...]:
-        if len(tasks) == 0:
-            return ()
-        steps = []
-        t = int(np.argmax(tasks.end_s))
-        while t >= 0:
-            steps.append(
-                CriticalStep(
-                    TASK_KINDS[tasks.kind[t]], self.graph.ops[tasks.op[t]].name, self._lanes[tasks.lane[t]],
-                    float(tasks.start_s[t]), float(tasks.end_s[t]),
-                )  # fmt: skip
-            )
-            t = int(crit[t])
-        return tuple(reversed(steps))
-
 
 def _plain_sample_axis(op: Op) -> int:
     """Axis of the op's (non-reduction) sample dimension in its first output, or -1."""

@@ -12,7 +12,10 @@ import pytest
 from placement_rl import zoo
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
-from placement_rl.topology import DeviceTopology, preset_names
+from placement_rl.cost import CostModel, ProfileTable
+from placement_rl.plan import Plan, data_parallel, single_device
+from placement_rl.simulator import simulate
+from placement_rl.topology import Device, DeviceTopology, load_preset, preset_names
 
 
 def test_models_lists_the_zoo(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -82,3 +85,67 @@ def test_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "placement-rl"  # installed by `pip install .` (README)
     done = subprocess.run([str(script), "show-graph", "nonexistent"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "expected one of" in done.stderr
+
+
+def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "plan"
+    assert main(["plan", "--model", "inception_v3", "--topology", "tag-testbed", "--out-dir", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    methods = {r["method"]: r for r in report["methods"]}
+    assert set(methods) == {"single", "dp", "expert", "layerwise"}
+    assert methods["dp"]["speedup_over_dp"] == 1.0
+    best = min((r for r in report["methods"] if not r["oom"]), key=lambda r: r["makespan_s"])
+    assert report["best"] == best["method"]
+    plan = Plan.from_json(out / "best_plan.json")
+    assert plan.name == {"dp": "data_parallel", "single": "single_device"}.get(best["method"], best["method"])
+    assert (out / "best_plan.gantt.png").read_bytes()[:4] == b"\x89PNG"
+    trace = json.loads((out / "best_plan.trace.json").read_text())
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
+    # Re-simulating the written plan reproduces the reported makespan.
+    graph = zoo.load("inception_v3")
+    result = simulate(graph, load_preset("tag-testbed"), plan)
+    assert result.makespan_s == pytest.approx(best["makespan_s"])
+
+
+def test_plan_reports_oom_instead_of_crashing(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    argv = ["plan", "--model", "vgg16", "--topology", "trinity", "--methods", "single,dp", "--out-dir", str(tmp_path), "--json"]
+    assert main(argv) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["methods"]}
+    assert rows["single"]["oom"] and rows["single"]["oom_devices"] == ["m0/gpu0"]
+
+
+def test_simulate_a_plan_file_with_trace_and_gantt(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo.load("lenet")
+    topo = load_preset("trinity")
+    path = tmp_path / "dp.json"
+    data_parallel(graph, topo).to_json(path)
+    trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
+    argv = ["simulate", "--model", "lenet", "--topology", "trinity", "--plan", str(path), "--trace", str(trace),
+            "--gantt", str(gantt), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["makespan_s"] == pytest.approx(simulate(graph, topo, data_parallel(graph, topo)).makespan_s)
+    assert json.loads(trace.read_text())["traceEvents"] and gantt.read_bytes()[:4] == b"\x89PNG"
+    # A plan for another graph, or an unknown plan name, is an error that says so.
+    assert main(["simulate", "--model", "alexnet", "--topology", "trinity", "--plan", str(path)]) == 2
+    assert "was made for graph 'lenet', not 'alexnet'" in capsys.readouterr().err
+    assert main(["simulate", "--model", "lenet", "--topology", "trinity", "--plan", "greedy"]) == 2
+    assert "unknown plan 'greedy'; expected one of:" in capsys.readouterr().err
+
+
+def test_profile_writes_a_table_the_simulator_uses(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "profile.json"
+    argv = ["profile", "--out", str(out), "--models", "lenet", "--batch-size", "8", "--repeats", "1", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    table = ProfileTable.from_json(out)
+    assert report["entries"] == len(table) > 0 and report["device_types"] == ["CPU"]
+    # A topology of one "CPU" device: profiled ops take their measured time in the simulation.
+    graph = zoo.load("lenet", batch_size=8)
+    cpu = DeviceTopology("cpu", [Device("cpu0", "CPU", "host", 1e11, 2**33, 1e10)], [])
+    plan = single_device(graph, cpu)
+    measured = simulate(graph, cpu, plan, CostModel(profile=table))
+    conv = next(op for op in graph.ops if op.op_type == "conv2d")
+    entry = table.lookup("CPU", "conv2d", conv.output_shapes[0], conv.param_bytes)
+    k = graph.index(conv.name)
+    assert entry is not None and measured.tasks.end_s[k] - measured.tasks.start_s[k] == pytest.approx(entry.forward_s)

@@ -1,0 +1,89 @@
+"""Benchmark the simulator: simulated tasks per second and memory of one simulation.
+
+Usage::
+
+    python benchmarks/simulator.py [--repeats 20]
+
+Cases (issue 3): a full simulation of inception_v3 (317 ops, not coarsened) data-parallel on 16 GPUs
+(tensoropt and flexflow-p100 presets), and 60-group plans of inception_v3 on tag-testbed (random
+single-device placements of the groups, as Trinity/TAG agents produce, and data parallelism of the
+groups). Each figure is the median over ``--repeats`` simulations after a warm-up (numba compiles
+once per machine and caches), on one core (``NUMBA_NUM_THREADS=1``; the kernels are sequential).
+``tasks/s`` counts every simulated task (compute, transfers, synchronization) over the whole
+``SimContext.simulate`` call: plan compilation, task-graph construction, scheduling, memory sweep and
+result assembly. ``memory`` is the peak of Python/numpy allocations during one simulation
+(tracemalloc) plus the bytes of the arrays the numba kernels return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import tracemalloc
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from placement_rl import zoo  # noqa: E402
+from placement_rl.coarsen import coarsen  # noqa: E402
+from placement_rl.plan import OpConfig, Plan, data_parallel  # noqa: E402
+from placement_rl.simulator import SimContext  # noqa: E402
+from placement_rl.topology import load_preset  # noqa: E402
+
+
+def _measure(ctx: SimContext, plan: Plan, repeats: int) -> tuple[int, float, float, float]:
+    result = ctx.simulate(plan, validate=False)  # warm-up: compile op configurations
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ctx.simulate(plan, validate=False)
+        times.append(time.perf_counter() - start)
+    tracemalloc.start()
+    result = ctx.simulate(plan, validate=False)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    t = result.tasks
+    kernel_bytes = sum(a.nbytes for a in (t.kind, t.op, t.lane, t.start_s, t.end_s, t.num_bytes))
+    median = statistics.median(times)
+    return result.num_tasks, median, result.num_tasks / median, (peak + kernel_bytes) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    graph = zoo.load("inception_v3")
+    coarse = coarsen(graph, 60)
+    rng = np.random.default_rng(0)
+    print("| case | tasks | median ms | tasks/s | memory MiB |")
+    print("|---|---|---|---|---|")
+    for preset in ("tensoropt", "flexflow-p100"):
+        topo = load_preset(preset)
+        row = _measure(SimContext(graph, topo), data_parallel(graph, topo), args.repeats)
+        print(f"| inception_v3 data parallel, {preset} (16 GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |")
+    testbed = load_preset("tag-testbed")
+    ctx = SimContext(coarse, testbed)
+    names = [d.name for d in testbed.devices]
+    placements = [
+        Plan(coarse.name, {g.name: OpConfig.make(names[int(rng.integers(len(names)))]) for g in coarse.ops})
+        for _ in range(args.repeats)
+    ]
+    for p in placements[:1]:
+        ctx.simulate(p, validate=False)
+    times, tasks = [], []
+    for p in placements:
+        start = time.perf_counter()
+        tasks.append(ctx.simulate(p, validate=False).num_tasks)
+        times.append(time.perf_counter() - start)
+    print(f"| inception_v3 60 groups, random single-device placements, tag-testbed | {int(np.median(tasks)):,} | "
+          f"{statistics.median(times) * 1e3:.2f} | {sum(tasks) / sum(times):,.0f} | - |")  # fmt: skip
+    row = _measure(ctx, data_parallel(coarse, testbed), args.repeats)
+    print(f"| inception_v3 60 groups, data parallel, tag-testbed | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
