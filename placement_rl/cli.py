@@ -179,6 +179,7 @@ def _result_row(method: str, result: Any, batch: int, dp_makespan_s: float | Non
         "samples_per_s": result.samples_per_s(batch),
         "speedup_over_dp": (dp_makespan_s / result.makespan_s) if dp_makespan_s and result.makespan_s else None,
         "max_peak_memory_bytes": int(result.peak_memory_bytes.max()),
+        "peak_memory_bytes": {d: int(m) for d, m in zip(result.device_names, result.peak_memory_bytes)},
         "comm_bytes": result.comm_bytes,
         "oom": result.oom,
         "oom_devices": list(result.oom_devices),
