@@ -42,89 +42,110 @@ def _consumer_box(j_part, e_rank, same_layout, prod_sample_axis, need_lo, need_h
 
 
 @njit(cache=True)
-def build_transfers(
-    e_src, e_dst, e_bytes, e_rank, e_same_layout, e_prod_box,
-    op_task_ptr, op_part_ptr, op_replicas, op_sample_axis,
-    task_dev, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi,
-    num_fwd_tasks,
+def _edge(
+    i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
+    rank, same_layout, prod_box, sample_axis, nbytes, fill, dep_p, dep_q, com_p, com_q, com_b, kd, kc,
 ):  # type: ignore[no-untyped-def]  # fmt: skip
-    """Data movement between every producer partition and every consumer task that reads from it.
-
-    Returns ``(dep_u, dep_v, c_src_task, c_dst_task, c_bytes)``: dependency edges between compute
-    tasks on one device (forward and the mirrored backward edge), and one transfer per
-    (producer partition, consumer task) pair on different devices. Task ids: forward task ``t`` is
-    ``t``, backward task ``t`` is ``num_fwd_tasks + t``.
-    """
-    n_edges = e_src.shape[0]
-    box_lo = np.empty(MAX_RANK)
-    box_hi = np.empty(MAX_RANK)
+    """Transfers of one tensor: for each consumer task, each producer partition whose output overlaps
+    what it reads. Same-device pairs are dependencies ``(dep_p, dep_q)``; the others transfers
+    ``(com_p, com_q, com_b)``. Indices are local task indices of the producer and consumer ops.
+    Writes only when ``fill``; returns the counts ``(kd, kc)`` after this edge."""
+    box_lo = np.zeros(MAX_RANK)
+    box_hi = np.ones(MAX_RANK)
     full_lo = np.zeros(MAX_RANK)
     full_hi = np.ones(MAX_RANK)
-    # Pass 1: count.
-    n_deps = 0
-    n_comm = 0
-    for e in range(n_edges):
-        i = e_src[e]
-        j = e_dst[e]
-        r_i = op_replicas[i]
-        p_i = (op_task_ptr[i + 1] - op_task_ptr[i]) // r_i
-        r_j = op_replicas[j]
-        for q in range(op_task_ptr[j], op_task_ptr[j + 1]):
-            jp = op_part_ptr[j] + (q - op_task_ptr[j]) // r_j
-            _consumer_box(jp, e_rank[e], e_same_layout[e], op_sample_axis[i] if e_prod_box[e] else -1,
-                          need_lo, need_hi, samp_lo, samp_hi, box_lo, box_hi)  # fmt: skip
-            for p in range(p_i):
-                ip = op_part_ptr[i] + p
-                if e_prod_box[e]:
-                    frac = _overlap(prod_lo[ip], prod_hi[ip], box_lo, box_hi, e_rank[e])
-                else:
-                    frac = _overlap(full_lo, full_hi, box_lo, box_hi, e_rank[e])
-                if frac <= 0.0:
-                    continue
-                src = _pick_replica(op_task_ptr[i] + p * r_i, r_i, task_dev, task_dev[q], q)
-                if task_dev[src] == task_dev[q]:
-                    n_deps += 2
-                else:
-                    n_comm += 1
-    dep_u = np.empty(n_deps, np.int64)
-    dep_v = np.empty(n_deps, np.int64)
-    c_src = np.empty(n_comm, np.int64)
-    c_dst = np.empty(n_comm, np.int64)
-    c_bytes = np.empty(n_comm, np.float64)
-    # Pass 2: fill.
-    k = 0
-    m = 0
-    for e in range(n_edges):
-        i = e_src[e]
-        j = e_dst[e]
-        r_i = op_replicas[i]
-        p_i = (op_task_ptr[i + 1] - op_task_ptr[i]) // r_i
-        r_j = op_replicas[j]
-        for q in range(op_task_ptr[j], op_task_ptr[j + 1]):
-            jp = op_part_ptr[j] + (q - op_task_ptr[j]) // r_j
-            _consumer_box(jp, e_rank[e], e_same_layout[e], op_sample_axis[i] if e_prod_box[e] else -1,
-                          need_lo, need_hi, samp_lo, samp_hi, box_lo, box_hi)  # fmt: skip
-            for p in range(p_i):
-                ip = op_part_ptr[i] + p
-                if e_prod_box[e]:
-                    frac = _overlap(prod_lo[ip], prod_hi[ip], box_lo, box_hi, e_rank[e])
-                else:
-                    frac = _overlap(full_lo, full_hi, box_lo, box_hi, e_rank[e])
-                if frac <= 0.0:
-                    continue
-                src = _pick_replica(op_task_ptr[i] + p * r_i, r_i, task_dev, task_dev[q], q)
-                if task_dev[src] == task_dev[q]:
-                    dep_u[k] = src
-                    dep_v[k] = q
-                    dep_u[k + 1] = num_fwd_tasks + q
-                    dep_v[k + 1] = num_fwd_tasks + src
-                    k += 2
-                else:
-                    c_src[m] = src
-                    c_dst[m] = q
-                    c_bytes[m] = frac * e_bytes[e]
-                    m += 1
-    return dep_u, dep_v, c_src, c_dst, c_bytes
+    p_i = i_dev.shape[0] // i_replicas
+    axis = sample_axis if prod_box else -1
+    for q in range(j_dev.shape[0]):
+        _consumer_box(q // j_replicas, rank, same_layout, axis, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi, box_lo, box_hi)
+        for p in range(p_i):
+            if prod_box:
+                frac = _overlap(i_prod_lo[p], i_prod_hi[p], box_lo, box_hi, rank)
+            else:
+                frac = _overlap(full_lo, full_hi, box_lo, box_hi, rank)
+            if frac <= 0.0:
+                continue
+            src = _pick_replica(p * i_replicas, i_replicas, i_dev, j_dev[q], q)
+            if i_dev[src] == j_dev[q]:
+                if fill:
+                    dep_p[kd] = src
+                    dep_q[kd] = q
+                kd += 1
+            else:
+                if fill:
+                    com_p[kc] = src
+                    com_q[kc] = q
+                    com_b[kc] = frac * nbytes
+                kc += 1
+    return kd, kc
+
+
+@njit(cache=True)
+def build_transfers(
+    e_src, e_dst, e_bytes, e_rank, e_same, e_prod_box,
+    op_task_ptr, op_part_ptr, op_replicas, op_sample_axis,
+    task_dev, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi,
+):  # type: ignore[no-untyped-def]  # fmt: skip
+    """:func:`_edge` for every tensor of the graph, in edge order.
+
+    Returns ``(dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com)``: local task indices, bytes, and the
+    per-edge counts ``(E,)`` that split the flat arrays into per-edge segments.
+    """
+    n_edges = e_src.shape[0]
+    n_dep = np.zeros(n_edges, np.int64)
+    n_com = np.zeros(n_edges, np.int64)
+    empty_i = np.zeros(0, np.int64)
+    empty_f = np.zeros(0)
+    kd = 0
+    kc = 0
+    for fill in (False, True):
+        if fill:
+            dep_p = np.empty(kd, np.int64)
+            dep_q = np.empty(kd, np.int64)
+            com_p = np.empty(kc, np.int64)
+            com_q = np.empty(kc, np.int64)
+            com_b = np.empty(kc)
+        else:
+            dep_p = dep_q = com_p = com_q = empty_i
+            com_b = empty_f
+        kd = 0
+        kc = 0
+        for e in range(n_edges):
+            i = e_src[e]
+            j = e_dst[e]
+            kd0, kc0 = kd, kc
+            kd, kc = _edge(
+                task_dev[op_task_ptr[i] : op_task_ptr[i + 1]], op_replicas[i],
+                prod_lo[op_part_ptr[i] : op_part_ptr[i + 1]], prod_hi[op_part_ptr[i] : op_part_ptr[i + 1]],
+                task_dev[op_task_ptr[j] : op_task_ptr[j + 1]], op_replicas[j],
+                need_lo[op_part_ptr[j] : op_part_ptr[j + 1]], need_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
+                samp_lo[op_part_ptr[j] : op_part_ptr[j + 1]], samp_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
+                e_rank[e], e_same[e], e_prod_box[e], op_sample_axis[i], e_bytes[e], fill,
+                dep_p, dep_q, com_p, com_q, com_b, kd, kc,
+            )  # fmt: skip
+            n_dep[e] = kd - kd0
+            n_com[e] = kc - kc0
+    return dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com
+
+
+@njit(cache=True)
+def edge_transfers(
+    i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
+    rank, same_layout, prod_box, sample_axis, nbytes,
+):  # type: ignore[no-untyped-def]  # fmt: skip
+    """:func:`_edge` for one tensor (delta simulation), returning ``(dep_p, dep_q, com_p, com_q, com_b)``."""
+    empty_i = np.zeros(0, np.int64)
+    kd, kc = _edge(i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo,
+                   j_samp_hi, rank, same_layout, prod_box, sample_axis, nbytes, False, empty_i, empty_i, empty_i,
+                   empty_i, np.zeros(0), 0, 0)  # fmt: skip
+    dep_p = np.empty(kd, np.int64)
+    dep_q = np.empty(kd, np.int64)
+    com_p = np.empty(kc, np.int64)
+    com_q = np.empty(kc, np.int64)
+    com_b = np.empty(kc)
+    _edge(i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
+          rank, same_layout, prod_box, sample_axis, nbytes, True, dep_p, dep_q, com_p, com_q, com_b, 0, 0)  # fmt: skip
+    return dep_p, dep_q, com_p, com_q, com_b
 
 
 @njit(cache=True)
@@ -134,6 +155,24 @@ def _pick_replica(first, replicas, task_dev, device, consumer):  # type: ignore[
         if task_dev[first + r] == device:
             return first + r
     return first + consumer % replicas
+
+
+@njit(cache=True)
+def csr(u, v, n):  # type: ignore[no-untyped-def]
+    """Successor lists of ``n`` nodes from edges ``u -> v`` (counting sort): ``(ptr, succ, indegree)``."""
+    ptr = np.zeros(n + 1, np.int64)
+    indegree = np.zeros(n, np.int64)
+    for k in range(u.shape[0]):
+        ptr[u[k] + 1] += 1
+        indegree[v[k]] += 1
+    for t in range(n):
+        ptr[t + 1] += ptr[t]
+    fill = ptr[:-1].copy()
+    succ = np.empty(u.shape[0], np.int64)
+    for k in range(u.shape[0]):
+        succ[fill[u[k]]] = v[k]
+        fill[u[k]] += 1
+    return ptr, succ, indegree
 
 
 @njit(cache=True)
@@ -147,6 +186,25 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
     for none.
     """
     n = duration.shape[0]
+    none = np.zeros(n, np.bool_)
+    zeros = np.zeros(n)
+    start, end, _, crit = schedule_from(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, none, zeros, zeros, zeros)
+    return start, end, crit
+
+
+@njit(cache=True)
+def schedule_from(
+    duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, prefix, prefix_ready, prefix_start, prefix_end,
+):  # type: ignore[no-untyped-def]  # fmt: skip
+    """:func:`schedule`, resumed after a known prefix (delta simulation).
+
+    ``prefix[t]`` marks tasks whose times are already known (``prefix_*``): every task that becomes
+    ready before some time ``t0`` and whose predecessors and resources are unchanged. They are
+    replayed (resources end busy at their last end, successors are credited), then the queue runs
+    on for the others exactly as a full run would, because a full run pops every prefix task first.
+    Returns ``(start, end, ready, critical_pred)``; ``critical_pred`` is -1 for prefix tasks.
+    """
+    n = duration.shape[0]
     start = np.zeros(n)
     end = np.zeros(n)
     ready = np.zeros(n)
@@ -158,10 +216,27 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
     heap_t = np.empty(n, np.float64)
     heap_id = np.empty(n, np.int64)
     size = 0
-    for t in range(n):
-        if pending[t] == 0:
-            size = _heap_push(heap_t, heap_id, size, 0.0, t)
     done = 0
+    for t in range(n):
+        if not prefix[t]:
+            continue
+        start[t] = prefix_start[t]
+        end[t] = prefix_end[t]
+        ready[t] = prefix_ready[t]
+        for k in range(res_ptr[t], res_ptr[t + 1]):
+            if end[t] >= res_free[res[k]]:
+                res_free[res[k]] = end[t]
+                res_last[res[k]] = t
+        for k in range(succ_ptr[t], succ_ptr[t + 1]):
+            v = succ[k]
+            if end[t] > ready[v] or last_pred[v] < 0:
+                ready[v] = max(ready[v], end[t])
+                last_pred[v] = t
+            pending[v] -= 1
+        done += 1
+    for t in range(n):
+        if not prefix[t] and pending[t] == 0:
+            size = _heap_push(heap_t, heap_id, size, ready[t], t)
     while size > 0:
         r = heap_t[0]
         t = heap_id[0]
@@ -176,6 +251,7 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
         start[t] = s
         f = s + duration[t]
         end[t] = f
+        ready[t] = r
         crit[t] = blocker
         for k in range(res_ptr[t], res_ptr[t + 1]):
             res_free[res[k]] = f
@@ -191,7 +267,7 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    return start, end, crit
+    return start, end, ready, crit
 
 
 @njit(cache=True)
@@ -255,3 +331,18 @@ def critical_chain(critical_pred, end):  # type: ignore[no-untyped-def]
         chain[i] = k
         k = critical_pred[k]
     return chain
+
+
+@njit(cache=True)
+def sweep(order, device, delta, num_devices):  # type: ignore[no-untyped-def]
+    """Peak running sum of ``delta`` per device, taking events in ``order`` (each device's levels are
+    summed on their own, so the result for a device does not depend on the other devices' events)."""
+    level = np.zeros(num_devices)
+    peak = np.zeros(num_devices)
+    for k in range(order.shape[0]):
+        e = order[k]
+        d = device[e]
+        level[d] += delta[e]
+        if level[d] > peak[d]:
+            peak[d] = level[d]
+    return peak

@@ -210,11 +210,18 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     topology = resolve_topology(args.topology)
     ctx = SimContext(graph, topology, _cost_model(args))
     rows, results = [], {}
-    methods = args.methods.split(",") if args.methods else list(constructors())
+    methods = args.methods.split(",") if args.methods else [*constructors(), "mcmc"]
     for method in ["dp", *[m for m in methods if m != "dp"]]:
         start = time.perf_counter()
-        plan = _plan_for(method, graph, topology)
-        result = ctx.simulate(plan)
+        if method == "mcmc":
+            from placement_rl.search import mcmc
+
+            found = mcmc(graph, topology, budget=args.mcmc_budget, chains=args.chains, seed=args.seed,
+                         cost_model=ctx.cost, progress=not args.json)  # fmt: skip
+            plan, result = found.plan, found.result
+        else:
+            plan = _plan_for(method, graph, topology)
+            result = ctx.simulate(plan)
         elapsed = time.perf_counter() - start
         results[method] = (plan, result)
         rows.append(_result_row(method, result, graph.batch_size or 1, results["dp"][1].makespan_s, elapsed))
@@ -232,7 +239,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         return
     print(f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)")
     _print_table(
-        ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM"],
+        ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM", "search s"],
         [
             [
                 r["method"],
@@ -243,6 +250,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
                 f"{r['comm_bytes'] / 1e9:.3f}",
                 r["devices_used"],
                 ",".join(r["oom_devices"]) if r["oom"] else "no",
+                f"{r['search_s']:.2f}",
             ]
             for r in rows
         ],
@@ -311,6 +319,40 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     print(f"  wrote {args.out}; use it with --profile {args.out}")
 
 
+def _cmd_search(args: argparse.Namespace) -> None:
+    from placement_rl.search import mcmc
+    from placement_rl.topology import resolve_topology
+
+    graph = load_graph(args.model, args.batch_size)
+    topology = resolve_topology(args.topology)
+    found = mcmc(
+        graph, topology, budget=args.budget, chains=args.chains, seed=args.seed, beta=args.beta,
+        cost_model=_cost_model(args), delta=not args.full_simulation, progress=not args.json,
+    )  # fmt: skip
+    from placement_rl.plan import data_parallel
+    from placement_rl.simulator import simulate
+
+    dp = simulate(graph, topology, data_parallel(graph, topology), _cost_model(args))
+    if args.out:
+        found.plan.to_json(args.out)
+    summary = {"model": graph.name, "topology": topology.name, **found.summary(),
+               "data_parallel_makespan_s": dp.makespan_s, "speedup_over_dp": dp.makespan_s / found.result.makespan_s,
+               "out": args.out}  # fmt: skip
+    if args.json:
+        _print_json(summary)
+        return
+    r = found.result
+    print(f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
+          f"({summary['speedup_over_dp']:.2f}x over data parallel at {dp.makespan_s * 1e3:.3f} ms)")  # fmt: skip
+    print(f"  peak memory {r.peak_memory_bytes.max() / 2**30:.2f} GiB, OOM: {', '.join(r.oom_devices) if r.oom else 'no'}, "
+          f"communication {r.comm_bytes / 1e9:.3f} GB")  # fmt: skip
+    print(f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
+          f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}")  # fmt: skip
+    print("  initial candidates: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found.initial_costs_s.items()))
+    if args.out:
+        print(f"  wrote {args.out}")
+
+
 def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="global batch size (default: the paper's)")
     p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
@@ -347,10 +389,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="run every placement method on a model and topology; keep the best plan")
     p.add_argument("--model", default="inception_v3", help="zoo model or graph .json (default inception_v3)")
     p.add_argument("--topology", default="tag-testbed", help="preset, random:SEED or .json (default tag-testbed)")
-    p.add_argument("--methods", default=None, help="comma-separated subset of: single,dp,expert,layerwise")
+    p.add_argument("--methods", default=None, help="comma-separated subset of: single,dp,expert,layerwise,mcmc")
+    p.add_argument("--mcmc-budget", default="10s", help="MCMC budget per chain: seconds ('10s') or proposals")
+    p.add_argument("--chains", type=int, default=1, help="MCMC chains; more than one run as Ray tasks")
+    p.add_argument("--seed", type=int, default=0, help="MCMC seed")
     p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
     _add_cost_arguments(p)
     p.set_defaults(func=_cmd_plan)
+
+    p = sub.add_parser("search", help="search for a plan: 'search mcmc' (FlexFlow's MCMC with delta simulation)")
+    p.add_argument("algorithm", choices=["mcmc"], help="the search algorithm")
+    p.add_argument("--model", required=True, help="zoo model or graph .json")
+    p.add_argument("--topology", required=True, help="preset, random:SEED or .json")
+    p.add_argument("--budget", default="30s", help="per chain: seconds ('30s', '2m') or proposals ('100000')")
+    p.add_argument("--chains", type=int, default=1, help="independent chains; more than one run as Ray tasks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--beta", type=float, default=50.0, help="scale-free inverse temperature")
+    p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
+    p.add_argument("--out", default=None, help="write the best plan (JSON) here")
+    _add_cost_arguments(p)
+    p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("simulate", help="simulate one plan and report time, memory and communication")
     p.add_argument("--model", required=True, help="zoo model or graph .json")

@@ -57,19 +57,10 @@ _FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _ALL_REDUCE, _PS_PUSH, _PS_PULL 
 DEFAULT_COST_MODEL = CostModel()
 
 
-@dataclass(frozen=True)
-class _Sync:
-    """Gradient synchronization of one parameter shard over ``devices``."""
-
-    mode: str
-    devices: tuple[int, ...]
-    shard_bytes: float
-    ps_device: int
-
-
 @dataclass
 class _CompiledOp:
-    """One op under one configuration, as the arrays the kernels read. Shapes: T tasks, P partitions."""
+    """One op under one configuration, as the arrays the kernels read. Shapes: T tasks, P partitions,
+    S synchronization tasks."""
 
     devices: np.ndarray  # (T,) int64 device indices
     partitions: int
@@ -83,9 +74,127 @@ class _CompiledOp:
     forward_s: np.ndarray  # (T,)
     backward_s: np.ndarray  # (T,)
     activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
-    syncs: list[_Sync] = field(default_factory=list)
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Gradient synchronization tasks (owners of parameters only), as a template with local ids.
+    sync_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,)
+    sync_duration: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,)
+    sync_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,)
+    sync_res: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # resources, flat
+    sync_res_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,)
+    sync_after_backward: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (S,)
+    sync_dep_u: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # push -> pull, local ids
+    sync_dep_v: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass
+class Segments:
+    """Per-edge transfer segments (local task indices), the unit delta simulation rebuilds."""
+
+    dep_p: list[np.ndarray]
+    dep_q: list[np.ndarray]
+    com_p: list[np.ndarray]
+    com_q: list[np.ndarray]
+    com_b: list[np.ndarray]
+
+
+@dataclass
+class _Tasks:
+    """The assembled task graph of one plan (see :meth:`SimContext.assemble`). T tasks."""
+
+    duration: np.ndarray
+    res: np.ndarray
+    res_ptr: np.ndarray
+    succ_ptr: np.ndarray
+    succ: np.ndarray
+    indegree: np.ndarray
+    kind: np.ndarray
+    op: np.ndarray
+    num_bytes: np.ndarray
+    task_dev: np.ndarray
+    task_ptr: np.ndarray
+    F: int
+    C: int
+    c_src: np.ndarray
+    c_dst: np.ndarray
+
+
+def _splice(arr: np.ndarray, ptr: np.ndarray, i: int, piece: np.ndarray) -> np.ndarray:
+    """``arr`` with the slice ``ptr[i]:ptr[i+1]`` replaced by ``piece``."""
+    return np.concatenate((arr[: ptr[i]], piece, arr[ptr[i + 1] :]))
+
+
+def _reptr(ptr: np.ndarray, i: int, length: int) -> np.ndarray:
+    """Segment pointers after segment ``i`` takes ``length`` entries."""
+    out = ptr.copy()
+    out[i + 1 :] += length - (ptr[i + 1] - ptr[i])
+    return out
+
+
+_OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer that splits them
+    "task": ("devices", "forward_s", "backward_s", "activation_bytes"),
+    "static": ("static_devices", "static_bytes"),
+    "sync": ("sync_kind", "sync_duration", "sync_bytes", "sync_after_backward", "sync_res_len"),
+    "sync_res": ("sync_res",),
+    "pull": ("sync_dep_u", "sync_dep_v"),
+}
+
+
+@dataclass
+class OpArrays:
+    """The compiled configurations of all ops, concatenated in op order (``ptr[group]`` splits them).
+
+    Delta simulation replaces one op's slices (:meth:`replace`) instead of re-concatenating all ops.
+    """
+
+    ptr: dict[str, np.ndarray]
+    data: dict[str, np.ndarray]
+
+    @classmethod
+    def from_ops(cls, ops: Sequence[_CompiledOp]) -> OpArrays:
+        ptr: dict[str, np.ndarray] = {}
+        data: dict[str, np.ndarray] = {}
+        for group, fields in _OP_FIELDS.items():
+            ptr[group] = np.concatenate(([0], np.cumsum([getattr(c, fields[0]).shape[0] for c in ops]))).astype(np.int64)
+            for f in fields:
+                data[f] = np.concatenate([getattr(c, f) for c in ops])
+        return cls(ptr, data)
+
+    def replace(self, i: int, c: _CompiledOp) -> OpArrays:
+        ptr, data = dict(self.ptr), dict(self.data)
+        for group, fields in _OP_FIELDS.items():
+            old = self.ptr[group]
+            for f in fields:
+                data[f] = _splice(self.data[f], old, i, getattr(c, f))
+            ptr[group] = _reptr(old, i, getattr(c, fields[0]).shape[0])
+        return OpArrays(ptr, data)
+
+
+@dataclass
+class EdgeArrays:
+    """Transfer segments of all edges (local task indices), concatenated in edge order."""
+
+    dep_ptr: np.ndarray
+    com_ptr: np.ndarray
+    dep_p: np.ndarray
+    dep_q: np.ndarray
+    com_p: np.ndarray
+    com_q: np.ndarray
+    com_b: np.ndarray
+
+    @classmethod
+    def from_flat(cls, dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com) -> EdgeArrays:  # type: ignore[no-untyped-def]
+        dep_ptr = np.concatenate(([0], np.cumsum(n_dep))).astype(np.int64)
+        com_ptr = np.concatenate(([0], np.cumsum(n_com))).astype(np.int64)
+        return cls(dep_ptr, com_ptr, dep_p, dep_q, com_p, com_q, com_b)
+
+    def replace(self, e: int, dep_p, dep_q, com_p, com_q, com_b) -> EdgeArrays:  # type: ignore[no-untyped-def]
+        return EdgeArrays(
+            _reptr(self.dep_ptr, e, dep_p.shape[0]), _reptr(self.com_ptr, e, com_p.shape[0]),
+            _splice(self.dep_p, self.dep_ptr, e, dep_p), _splice(self.dep_q, self.dep_ptr, e, dep_q),
+            _splice(self.com_p, self.com_ptr, e, com_p), _splice(self.com_q, self.com_ptr, e, com_q),
+            _splice(self.com_b, self.com_ptr, e, com_b),
+        )  # fmt: skip
 
 
 class SimContext:
@@ -118,6 +227,11 @@ class SimContext:
                 self._owner.setdefault(key, i)
                 self._key_ops.setdefault(key, []).append(i)
         self._op_key = [op.param_key or (f"\0{op.name}" if op.param_bytes else None) for op in graph.ops]
+        users: list[list[int]] = [
+            self._key_ops[k] if k is not None and self._owner[k] == i else [] for i, k in enumerate(self._op_key)
+        ]
+        self._users_ptr = np.concatenate(([0], np.cumsum([len(u) for u in users]))).astype(np.int64)
+        self._users = np.array([j for u in users for j in u], dtype=np.int64)
         self._compiled: dict[tuple[int, OpConfig], _CompiledOp] = {}
         self._ring_cache: dict[tuple[int, ...], tuple[np.ndarray, float, float, str]] = {}
 
@@ -199,13 +313,22 @@ class SimContext:
         return result
 
     # ---------------------------------------------------------- compilation
+    #: compiled configurations kept; searches visit many more, so the cache is cleared when full.
+    CACHE_SIZE = 20_000
+
     def compile(self, index: int, cfg: OpConfig) -> _CompiledOp:
         """The arrays for op ``index`` under ``cfg`` (cached)."""
         key = (index, cfg)
         found = self._compiled.get(key)
         if found is None:
+            if len(self._compiled) >= self.CACHE_SIZE:
+                self._compiled.clear()
             found = self._compiled[key] = self._compile(self.graph.ops[index], index, cfg)
         return found
+
+    def compile_uncached(self, index: int, cfg: OpConfig) -> _CompiledOp:
+        """Like :meth:`compile` without touching the cache (for searches)."""
+        return self._compile(self.graph.ops[index], index, cfg)
 
     def _compile(self, op: Op, index: int, cfg: OpConfig) -> _CompiledOp:
         try:
@@ -257,17 +380,57 @@ class SimContext:
         return compiled
 
     def _add_syncs(self, c: _CompiledOp, cfg: OpConfig, shard: np.ndarray, shards: int, param_bytes: int) -> None:
+        """Static memory of the parameter shards and the template of their synchronization tasks."""
         shard_bytes = param_bytes / shards
         ps = self._device_index[cfg.ps_device] if cfg.ps_device else int(c.devices[0])
+        D = self.num_devices
         static_dev: list[int] = []
+        kind: list[int] = []
+        duration: list[float] = []
+        nbytes: list[float] = []
+        res: list[np.ndarray] = []
+        after_backward: list[bool] = []
+        dep_u: list[int] = []
+        dep_v: list[int] = []
         for s in range(shards):
-            tasks = [t for t in range(len(c.devices)) if shard[t // c.replicas] == s]
-            group = tuple(dict.fromkeys(int(c.devices[t]) for t in tasks))
+            group = tuple(dict.fromkeys(int(c.devices[t]) for t in range(len(c.devices)) if shard[t // c.replicas] == s))
             static_dev.extend(group)
-            if len(group) > 1 and cfg.sync != "duplicate":
-                c.syncs.append(_Sync(cfg.sync, group, shard_bytes, ps))
+            if len(group) < 2 or cfg.sync == "duplicate":
+                continue
+            if cfg.sync == "all_reduce":
+                links, bw, lat, link_kind = self._ring(group)
+                kind.append(_ALL_REDUCE)
+                duration.append(self.cost.all_reduce_time_s(shard_bytes, len(group), bw, lat, link_kind))
+                nbytes.append(2.0 * (len(group) - 1) * shard_bytes)
+                res.append(links)
+                after_backward.append(True)
+                continue
+            workers = [d for d in group if d != ps]
+            pushes = []
+            for direction in (_PS_PUSH, _PS_PULL):  # push gradients; pull parameters once all pushes are in
+                for w in workers:
+                    pair = w * D + ps if direction == _PS_PUSH else ps * D + w
+                    if direction == _PS_PULL:
+                        dep_u.extend(pushes)
+                        dep_v.extend([len(kind)] * len(pushes))
+                    else:
+                        pushes.append(len(kind))
+                    kind.append(direction)
+                    duration.append(self.cost.transfer_time_s(shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
+                    nbytes.append(shard_bytes)
+                    res.append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
+                    after_backward.append(direction == _PS_PUSH)
         c.static_devices = np.array(static_dev, dtype=np.int64)
         c.static_bytes = np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_param_byte)
+        if kind:
+            c.sync_kind = np.array(kind, dtype=np.int64)
+            c.sync_duration = np.array(duration)
+            c.sync_bytes = np.array(nbytes)
+            c.sync_res = np.concatenate(res).astype(np.int64)
+            c.sync_res_len = np.array([len(r) for r in res], dtype=np.int64)
+            c.sync_after_backward = np.array(after_backward, dtype=np.bool_)
+            c.sync_dep_u = np.array(dep_u, dtype=np.int64)
+            c.sync_dep_v = np.array(dep_v, dtype=np.int64)
 
     # ------------------------------------------------------------ simulation
     def simulate(self, plan: Plan, *, validate: bool = True) -> SimResult:
@@ -276,78 +439,99 @@ class SimContext:
         if validate:
             plan.validate(g, self.topology)
         ops = [self.compile(i, plan[op.name]) for i, op in enumerate(g.ops)]
-        return self._run(ops)
+        return self.run(ops)
 
-    def _run(self, ops: Sequence[_CompiledOp]) -> SimResult:
-        g = self.graph
-        D = self.num_devices
+    def run(self, ops: Sequence[_CompiledOp]) -> SimResult:
+        """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
+        arrays = OpArrays.from_ops(ops)
+        tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
+        start, end, crit = _kernels.schedule(
+            tasks.duration, tasks.res_ptr, tasks.res, tasks.succ_ptr, tasks.succ, tasks.indegree, self.num_resources
+        )
+        return self._result(arrays, tasks, start, end, crit)
+
+    def transfers(self, ops: Sequence[_CompiledOp]) -> tuple[np.ndarray, ...]:
+        """Flat transfer arrays of all edges plus per-edge counts (see ``_kernels.build_transfers``)."""
         n_tasks = np.array([len(c.devices) for c in ops], dtype=np.int64)
         task_ptr = np.concatenate(([0], np.cumsum(n_tasks)))
         part_ptr = np.concatenate(([0], np.cumsum([c.partitions for c in ops])))
-        F = int(task_ptr[-1])
-        task_dev = np.concatenate([c.devices for c in ops])
-        replicas = np.array([c.replicas for c in ops], dtype=np.int64)
-        prod_lo = np.concatenate([c.prod_lo for c in ops])
-        prod_hi = np.concatenate([c.prod_hi for c in ops])
-        need_lo = np.concatenate([c.need_lo for c in ops])
-        need_hi = np.concatenate([c.need_hi for c in ops])
-        samp_lo = np.concatenate([c.samp_lo for c in ops])
-        samp_hi = np.concatenate([c.samp_hi for c in ops])
-        dep_u, dep_v, c_src, c_dst, c_bytes = _kernels.build_transfers(
+        return _kernels.build_transfers(
             self.e_src, self.e_dst, self.e_bytes, self.e_rank, self.e_same, self.e_prod_box,
-            task_ptr, part_ptr, replicas, self.op_sample_axis,
-            task_dev, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, F,
+            task_ptr, part_ptr, np.array([c.replicas for c in ops], dtype=np.int64), self.op_sample_axis,
+            np.concatenate([c.devices for c in ops]),
+            np.concatenate([c.prod_lo for c in ops]), np.concatenate([c.prod_hi for c in ops]),
+            np.concatenate([c.need_lo for c in ops]), np.concatenate([c.need_hi for c in ops]),
+            np.concatenate([c.samp_lo for c in ops]), np.concatenate([c.samp_hi for c in ops]),
         )  # fmt: skip
+
+    def edge_transfers(self, e: int, producer: _CompiledOp, consumer: _CompiledOp) -> tuple[np.ndarray, ...]:
+        """The transfer segment of edge ``e`` alone (delta simulation)."""
+        i = int(self.e_src[e])
+        return _kernels.edge_transfers(
+            producer.devices, producer.replicas, producer.prod_lo, producer.prod_hi,
+            consumer.devices, consumer.replicas, consumer.need_lo, consumer.need_hi, consumer.samp_lo, consumer.samp_hi,
+            self.e_rank[e], self.e_same[e], self.e_prod_box[e], self.op_sample_axis[i], self.e_bytes[e],
+        )  # fmt: skip
+
+    def assemble(self, ops: OpArrays, edges: EdgeArrays) -> _Tasks:
+        """The task graph: compute tasks, transfers (from per-edge local segments) and synchronization.
+
+        Task ids: forward ``[0, F)``, backward ``[F, 2F)``, transfers ``[2F, 2F + C)``, gradient
+        transfers ``[2F + C, 2F + 2C)``, synchronization after, in op order.
+        """
+        D = self.num_devices
+        data = ops.data
+        task_ptr = ops.ptr["task"]
+        n_tasks = np.diff(task_ptr)
+        N = n_tasks.shape[0]
+        F = int(task_ptr[-1])
+        task_dev = data["devices"]
+        n_dep, n_com = np.diff(edges.dep_ptr), np.diff(edges.com_ptr)
+        dep_u = np.repeat(task_ptr[self.e_src], n_dep) + edges.dep_p
+        dep_v = np.repeat(task_ptr[self.e_dst], n_dep) + edges.dep_q
+        c_src = np.repeat(task_ptr[self.e_src], n_com) + edges.com_p
+        c_dst = np.repeat(task_ptr[self.e_dst], n_com) + edges.com_q
         C = c_src.shape[0]
-        op_of_task = np.repeat(np.arange(len(ops)), n_tasks)
-
-        # Compute tasks [0, 2F), transfers [2F, 2F + C), gradient transfers [2F + C, 2F + 2C), syncs after.
-        fwd_pair = task_dev[c_src] * D + task_dev[c_dst]
-        bwd_pair = task_dev[c_dst] * D + task_dev[c_src]
-        pairs = np.concatenate((fwd_pair, bwd_pair))
-        comm_bytes = np.concatenate((c_bytes, c_bytes))
-        comm_dur = self._transfer_times(pairs, comm_bytes)
+        op_of_task = np.repeat(np.arange(N), n_tasks)
+        pairs = np.concatenate((task_dev[c_src] * D + task_dev[c_dst], task_dev[c_dst] * D + task_dev[c_src]))
+        comm_bytes = np.concatenate((edges.com_b, edges.com_b))
         fwd_ids = 2 * F + np.arange(C)
-        bwd_ids = 2 * F + C + np.arange(C)
-        u_parts = [np.arange(F), dep_u, c_src, fwd_ids, F + c_dst, bwd_ids]
-        v_parts = [F + np.arange(F), dep_v, fwd_ids, c_dst, bwd_ids, F + c_src]
-
-        sync = self._sync_tasks(ops, task_ptr, F, 2 * F + 2 * C)
-        u_parts += sync["u"]
-        v_parts += sync["v"]
-        durations = np.concatenate(
-            [np.concatenate([c.forward_s for c in ops]), np.concatenate([c.backward_s for c in ops]), comm_dur,
-             np.array(sync["duration"])]
-        )  # fmt: skip
-        kinds = np.concatenate(
-            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER),
-             np.array(sync["kind"], dtype=np.int64)]
-        ).astype(np.int8)  # fmt: skip
-        task_ops = np.concatenate(
-            [op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], np.array(sync["op"], dtype=np.int64)]
-        ).astype(np.int32)
-        num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, np.array(sync["bytes"])])
-        # Resources: a compute task holds its device; a transfer every link direction of its route.
-        comm_res, comm_len = _ragged_gather(self.route_ptr[pairs], self.route_len[pairs], self.route_res)
-        res = np.concatenate([task_dev, task_dev, comm_res, *sync["res"]]).astype(np.int64)
-        res_len = np.concatenate(
-            [np.ones(2 * F, np.int64), comm_len, np.array([len(r) for r in sync["res"]], dtype=np.int64)]
+        bwd_ids = fwd_ids + C
+        # Synchronization templates, shifted to global ids.
+        first_sync = 2 * F + 2 * C
+        sizes = np.diff(ops.ptr["sync"])
+        S = int(ops.ptr["sync"][-1])
+        owner_of = np.repeat(np.arange(N), sizes)
+        sync_ids = first_sync + np.arange(S)
+        after = data["sync_after_backward"]
+        waiting, waiting_owner = sync_ids[after], owner_of[after]
+        # Each such task waits for every backward task of every op sharing the owner's parameters.
+        user_ops, counts = _ragged_gather(self._users_ptr[waiting_owner], np.diff(self._users_ptr)[waiting_owner], self._users)
+        sync_u = np.repeat(F + task_ptr[user_ops], n_tasks[user_ops]) + _ranges(n_tasks[user_ops])
+        sync_v = np.repeat(np.repeat(waiting, counts), n_tasks[user_ops])
+        pull_owner = np.repeat(np.arange(N), np.diff(ops.ptr["pull"]))
+        base = first_sync + ops.ptr["sync"][pull_owner]
+        pull_u, pull_v = data["sync_dep_u"] + base, data["sync_dep_v"] + base
+        arange_f = np.arange(F)
+        u = np.concatenate([arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u])
+        v = np.concatenate([F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v])
+        T = first_sync + S
+        succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
+        duration = np.concatenate(
+            [data["forward_s"], data["backward_s"], self._transfer_times(pairs, comm_bytes), data["sync_duration"]]
         )
+        kind = np.concatenate(
+            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER),
+             data["sync_kind"]]
+        ).astype(np.int8)  # fmt: skip
+        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], owner_of]).astype(np.int32)
+        num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, data["sync_bytes"]])
+        comm_res, comm_len = _ragged_gather(self.route_ptr[pairs], self.route_len[pairs], self.route_res)
+        res = np.concatenate([task_dev, task_dev, comm_res, data["sync_res"]]).astype(np.int64)
+        res_len = np.concatenate([np.ones(2 * F, np.int64), comm_len, data["sync_res_len"]])
         res_ptr = np.concatenate(([0], np.cumsum(res_len)))
-        T = durations.shape[0]
-        u = np.concatenate(u_parts).astype(np.int64)
-        v = np.concatenate(v_parts).astype(np.int64)
-        order = np.argsort(u, kind="stable")
-        succ = v[order]
-        succ_ptr = np.concatenate(([0], np.cumsum(np.bincount(u, minlength=T))))
-        indegree = np.bincount(v, minlength=T).astype(np.int64)
-        start, end, crit = _kernels.schedule(durations, res_ptr, res, succ_ptr, succ, indegree, self.num_resources)
-
-        lane = res[res_ptr[:-1]] if T else np.zeros(0, np.int64)
-        if T and (res_len == 0).any():  # a sync task with no link (cannot happen for >1 device) keeps lane 0
-            lane = np.where(res_len > 0, lane, 0)
-        tasks = TaskTable(kinds, task_ops, lane.astype(np.int32), start, end, num_bytes, self._lanes)
-        return self._result(ops, tasks, task_dev, task_ptr, F, C, c_src, c_dst, crit, res, res_ptr, sync)
+        return _Tasks(duration, res, res_ptr, succ_ptr, succ, indegree, kind, task_op, num_bytes, task_dev, task_ptr,
+                      F, C, c_src, c_dst)  # fmt: skip
 
     def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
         bw = self.route_bw[pairs]
@@ -356,107 +540,71 @@ class SimContext:
             kinds = self.route_kind_id[pairs]
             bw = bw.copy()
             for k, name in enumerate(self._kind_names):
-                sel = np.nonzero(kinds == k)[0]
-                for i in sel:  # comm tables are small and opt-in; clarity over speed here
+                for i in np.nonzero(kinds == k)[0]:  # comm tables are small and opt-in; clarity over speed here
                     bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
         return np.where(num_bytes > 0, self.route_lat[pairs] + num_bytes / bw, 0.0)
 
-    def _sync_tasks(self, ops: Sequence[_CompiledOp], task_ptr: np.ndarray, F: int, first_id: int) -> dict[str, list[Any]]:
-        """Gradient synchronization tasks and their dependencies."""
-        out: dict[str, list[Any]] = {k: [] for k in ("u", "v", "duration", "kind", "op", "bytes", "res")}
-        next_id = first_id
-        D = self.num_devices
-        for i, c in enumerate(ops):
-            if not c.syncs:
-                continue
-            users = self._key_ops[self._op_key[i]]
-            backward = np.concatenate([np.arange(F + task_ptr[j], F + task_ptr[j + 1]) for j in users])
-            for s in c.syncs:
-                if s.mode == "all_reduce":
-                    links, bw, lat, kind = self._ring(s.devices)
-                    n = len(s.devices)
-                    out["duration"].append(self.cost.all_reduce_time_s(s.shard_bytes, n, bw, lat, kind))
-                    out["kind"].append(_ALL_REDUCE)
-                    out["op"].append(i)
-                    out["bytes"].append(2.0 * (n - 1) * s.shard_bytes)
-                    out["res"].append(links)
-                    out["u"].append(backward)
-                    out["v"].append(np.full(backward.shape[0], next_id))
-                    next_id += 1
-                    continue
-                workers = [d for d in s.devices if d != s.ps_device]
-                pushes = []
-                for w in workers:  # push gradients, then pull parameters once every push has arrived
-                    pair = w * D + s.ps_device
-                    out["duration"].append(self.cost.transfer_time_s(s.shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
-                    out["kind"].append(_PS_PUSH)
-                    out["op"].append(i)
-                    out["bytes"].append(s.shard_bytes)
-                    out["res"].append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
-                    out["u"].append(backward)
-                    out["v"].append(np.full(backward.shape[0], next_id))
-                    pushes.append(next_id)
-                    next_id += 1
-                for w in workers:
-                    pair = s.ps_device * D + w
-                    out["duration"].append(self.cost.transfer_time_s(s.shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
-                    out["kind"].append(_PS_PULL)
-                    out["op"].append(i)
-                    out["bytes"].append(s.shard_bytes)
-                    out["res"].append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
-                    out["u"].append(np.array(pushes, dtype=np.int64))
-                    out["v"].append(np.full(len(pushes), next_id))
-                    next_id += 1
-        return out
+    def peak_memory(
+        self, ops: OpArrays, tasks: _Tasks, start: np.ndarray, end: np.ndarray, only_over: bool = False
+    ) -> np.ndarray:
+        """(D,) peak bytes per device: static state plus activation and buffer lifetimes.
 
-    def _result(
-        self,
-        ops: Sequence[_CompiledOp],
-        tasks: TaskTable,
-        task_dev: np.ndarray,
-        task_ptr: np.ndarray,
-        F: int,
-        C: int,
-        c_src: np.ndarray,
-        c_dst: np.ndarray,
-        crit: np.ndarray,
-        res: np.ndarray,
-        res_ptr: np.ndarray,
-        sync: dict[str, list[Any]],
-    ) -> SimResult:
+        With ``only_over``, devices whose static state plus *every* allocation fits in memory (so
+        the peak cannot exceed it) are not swept and report that upper bound instead: enough to
+        decide out-of-memory exactly, and much cheaper (searches use it).
+        """
         D = self.num_devices
-        start, end = tasks.start_s, tasks.end_s
+        F, C = tasks.F, tasks.C
+        c_src, c_dst, task_dev = tasks.c_src, tasks.c_dst, tasks.task_dev
+        static = np.bincount(ops.data["static_devices"], ops.data["static_bytes"], minlength=D)
+        act = ops.data["activation_bytes"]
+        comm = tasks.num_bytes[2 * F : 2 * F + 2 * C]
+        ev_dev = np.concatenate([task_dev, task_dev, task_dev[c_dst], task_dev[c_src]])
+        ev_from = start[: 2 * F + 2 * C]
+        ev_to = np.concatenate([end[F : 2 * F], end[F : 2 * F], end[F + c_dst], end[F + c_src]])
+        ev_bytes = np.concatenate([act, act, comm])
+        if only_over:
+            bound = static + np.bincount(ev_dev, weights=ev_bytes, minlength=D)
+            over = bound > self._capacity
+            if not over.any():
+                return bound
+            keep = over[ev_dev]
+            ev_dev, ev_from, ev_to, ev_bytes = ev_dev[keep], ev_from[keep], ev_to[keep], ev_bytes[keep]
+            swept = static + _peak_levels(np.concatenate([ev_dev, ev_dev]), np.concatenate([ev_from, ev_to]),
+                                          np.concatenate([ev_bytes, -ev_bytes]), D)  # fmt: skip
+            return np.where(over, swept, bound)
+        device = np.concatenate([ev_dev, ev_dev])
+        time = np.concatenate([ev_from, ev_to])
+        delta = np.concatenate([ev_bytes, -ev_bytes])
+        return static + _peak_levels(device, time, delta, D)
+
+    def _result(self, ops: OpArrays, tasks: _Tasks, start: np.ndarray, end: np.ndarray, crit: np.ndarray) -> SimResult:
+        D = self.num_devices
+        F = tasks.F
+        task_dev, task_ptr, res, res_ptr = tasks.task_dev, tasks.task_ptr, tasks.res, tasks.res_ptr
+        T = tasks.duration.shape[0]
+        lane = res[res_ptr[:-1]] if T else np.zeros(0, np.int64)
+        res_len = np.diff(res_ptr)
+        if T and (res_len == 0).any():
+            lane = np.where(res_len > 0, lane, 0)
+        table = TaskTable(tasks.kind, tasks.op, lane.astype(np.int32), start, end, tasks.num_bytes, self._lanes)
         makespan = float(end.max()) if end.size else 0.0
         duration = end - start
         busy = np.bincount(task_dev, weights=duration[:F], minlength=D) + np.bincount(
             task_dev, weights=duration[F : 2 * F], minlength=D
         )
-        # Memory: static state plus activation / buffer lifetimes.
-        static = np.bincount(
-            np.concatenate([c.static_devices for c in ops]), np.concatenate([c.static_bytes for c in ops]), minlength=D
-        )
-        act = np.concatenate([c.activation_bytes for c in ops])
-        comm = tasks.num_bytes[2 * F : 2 * F + 2 * C]
-        ev_dev = np.concatenate([task_dev, task_dev, task_dev[c_dst], task_dev[c_src]])
-        ev_from = np.concatenate([start[:F], start[F : 2 * F], start[2 * F : 2 * F + C], start[2 * F + C : 2 * F + 2 * C]])
-        ev_to = np.concatenate([end[F : 2 * F], end[F : 2 * F], end[F + c_dst], end[F + c_src]])
-        ev_bytes = np.concatenate([act, act, comm])
-        device = np.concatenate([ev_dev, ev_dev])
-        time = np.concatenate([ev_from, ev_to])
-        delta = np.concatenate([ev_bytes, -ev_bytes])
-        peak = static + _peak_levels(device, time, delta, D)
+        peak = self.peak_memory(ops, tasks, start, end)
         oom_mask = peak > self._capacity
         # Links: bytes and busy time per direction, folded to links.
-        comm_ids = np.arange(2 * F, len(tasks))
-        lens = np.diff(res_ptr)[comm_ids]
+        comm_ids = np.arange(2 * F, T)
+        lens = res_len[comm_ids]
         link_res = res[np.repeat(res_ptr[comm_ids], lens) + _ranges(lens)] if comm_ids.size else np.zeros(0, np.int64)
         per_res_bytes = np.bincount(link_res, weights=np.repeat(tasks.num_bytes[comm_ids], lens), minlength=self.num_resources)
         per_res_busy = np.bincount(link_res, weights=np.repeat(duration[comm_ids], lens), minlength=self.num_resources)
         L = self.num_links
         link_bytes = per_res_bytes[D:].reshape(L, 2).sum(axis=1) if L else np.zeros(0)
         link_busy = per_res_busy[D:].reshape(L, 2).max(axis=1) if L else np.zeros(0)
-        # Per-op times.
-        n = len(ops)
+        n = task_ptr.shape[0] - 1
         has = task_ptr[1:] > task_ptr[:-1]
         starts = task_ptr[:-1].clip(max=max(F - 1, 0))
         op_start = np.where(has, np.minimum.reduceat(start[:F], starts), 0.0) if F else np.zeros(n)
@@ -483,8 +631,9 @@ class SimContext:
             op_backward_start_s=op_bstart,
             op_end_s=op_end,
             critical_tasks=_kernels.critical_chain(crit, end),
-            tasks=tasks,
+            tasks=table,
         )
+
 
 def _plain_sample_axis(op: Op) -> int:
     """Axis of the op's (non-reduction) sample dimension in its first output, or -1."""
@@ -511,18 +660,9 @@ def _ragged_gather(starts: np.ndarray, lengths: np.ndarray, values: np.ndarray) 
 
 def _peak_levels(device: np.ndarray, time: np.ndarray, delta: np.ndarray, num_devices: int) -> np.ndarray:
     """Per device, the maximum running sum of ``delta`` in time order (frees before allocations on ties)."""
-    peak = np.zeros(num_devices)
     if device.size == 0:
-        return peak
-    order = np.lexsort((delta, time, device))
-    dev = device[order]
-    level = np.cumsum(delta[order])
-    first = np.concatenate(([0], np.nonzero(np.diff(dev))[0] + 1))
-    base = np.concatenate(([0.0], level[first[1:] - 1]))
-    counts = np.diff(np.concatenate((first, [dev.size])))
-    level = level - np.repeat(base, counts)
-    peak[dev[first]] = np.maximum(np.maximum.reduceat(level, first), 0.0)
-    return peak
+        return np.zeros(num_devices)
+    return _kernels.sweep(np.lexsort((delta, time)), device, delta, num_devices)
 
 
 _CONTEXTS: list[tuple[weakref.ref[OpGraph], weakref.ref[DeviceTopology], CostModel, SimContext]] = []

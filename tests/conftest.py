@@ -23,3 +23,13 @@ def zoo_graph() -> Callable[..., OpGraph]:
         return _CACHE[key]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def ray_local():  # type: ignore[no-untyped-def]
+    """One local Ray for the whole session (2 CPUs); shut down at the end, never `ray stop`."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -89,10 +89,13 @@ def test_console_script_is_installed() -> None:
 
 def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "plan"
-    assert main(["plan", "--model", "inception_v3", "--topology", "tag-testbed", "--out-dir", str(out), "--json"]) == 0
+    argv = ["plan", "--model", "inception_v3", "--topology", "tag-testbed", "--out-dir", str(out), "--mcmc-budget", "150",
+            "--json"]  # fmt: skip
+    assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in report["methods"]}
-    assert set(methods) == {"single", "dp", "expert", "layerwise"}
+    assert set(methods) == {"single", "dp", "expert", "layerwise", "mcmc"}
+    assert methods["mcmc"]["makespan_s"] <= methods["dp"]["makespan_s"]  # MCMC starts from data parallelism
     assert methods["dp"]["speedup_over_dp"] == 1.0
     best = min((r for r in report["methods"] if not r["oom"]), key=lambda r: r["makespan_s"])
     assert report["best"] == best["method"]
@@ -149,3 +152,18 @@ def test_profile_writes_a_table_the_simulator_uses(tmp_path, capsys) -> None:  #
     entry = table.lookup("CPU", "conv2d", conv.output_shapes[0], conv.param_bytes)
     k = graph.index(conv.name)
     assert entry is not None and measured.tasks.end_s[k] - measured.tasks.start_s[k] == pytest.approx(entry.forward_s)
+
+
+def test_search_mcmc_writes_the_best_plan(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "mcmc.json"
+    argv = ["search", "mcmc", "--model", "rnnlm", "--topology", "trinity", "--budget", "200", "--out", str(out), "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    plan = Plan.from_json(out)
+    graph = zoo.load("rnnlm")
+    result = simulate(graph, load_preset("trinity"), plan)
+    assert result.makespan_s == pytest.approx(summary["makespan_s"])
+    assert summary["speedup_over_dp"] >= 1.0 and summary["proposals"] == 200
+    assert 0 <= summary["acceptance_rate"] <= 1 and summary["proposals_per_s"] > 0
+    assert main(["search", "mcmc", "--model", "rnnlm", "--topology", "trinity", "--budget", "soon"]) == 2
+    assert "budget 'soon'" in capsys.readouterr().err

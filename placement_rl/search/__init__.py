@@ -1,0 +1,14 @@
+"""Deterministic search baselines over the shared simulator (no Ray import here).
+
+* :func:`mcmc`: FlexFlow's Metropolis-Hastings search with delta simulation.
+* :func:`exhaustive`: branch-and-bound over the same configuration space, for exact optima of
+  small instances (FlexFlow sec. 8.3).
+* :class:`SearchSpace`: the SOAP configuration sets both search over.
+"""
+
+from placement_rl.search.delta import DeltaSimulator
+from placement_rl.search.exhaustive import ExhaustiveResult, exhaustive
+from placement_rl.search.mcmc import Budget, MCMCResult, mcmc
+from placement_rl.search.space import SearchSpace
+
+__all__ = ["Budget", "DeltaSimulator", "ExhaustiveResult", "MCMCResult", "SearchSpace", "exhaustive", "mcmc"]

@@ -1,0 +1,151 @@
+"""Search baselines: SOAP spaces, delta simulation exactness, MCMC, exact optima, Ray chains."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from placement_rl import zoo
+from placement_rl.coarsen import coarsen
+from placement_rl.plan import Plan, data_parallel
+from placement_rl.search import Budget, DeltaSimulator, SearchSpace, exhaustive, mcmc
+from placement_rl.search.mcmc import plan_cost, run_chain
+from placement_rl.simulator import SimContext, simulate
+from placement_rl.topology import load_preset
+
+
+def test_budget_parsing() -> None:
+    assert Budget.parse("30s") == Budget(seconds=30.0)
+    assert Budget.parse("2m") == Budget(seconds=120.0)
+    assert Budget.parse(1000) == Budget(proposals=1000)
+    assert Budget.parse("1000") == Budget(proposals=1000)
+    assert Budget(proposals=9).split(3) == Budget(proposals=3)
+    for bad in ("fast", "-3s", 0, 2.5):
+        with pytest.raises(ValueError, match="budget"):
+            Budget.parse(bad)  # type: ignore[arg-type]
+
+
+def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("inception_v3")
+    topo = load_preset("flexflow-p100")
+    space = SearchSpace(graph, topo)
+    conv = next(i for i, op in enumerate(graph.ops) if op.op_type == "conv2d" and op.output_shapes[0][2] == 8)
+    configs = list(space.configs(conv))
+    assert len(configs) == space.size(conv) == len(set(configs))
+    assert all(c.num_partitions <= 16 and len(c.devices) == c.num_partitions for c in configs)
+    # On an 8x8 feature map: data-parallel, channel-split and 4x4 spatial configs of 16 partitions.
+    kinds = {tuple(sorted(c.degree_map)) for c in configs if c.num_partitions == 16}
+    assert ("sample",) in kinds and ("channel",) in kinds and ("height", "width") in kinds
+    rng = np.random.default_rng(0)
+    plan = space.random_plan(rng)
+    plan.validate(graph, topo)
+    assert all(space.contains(i, plan[op.name]) for i, op in enumerate(graph.ops))
+    sample_only = SearchSpace(graph, topo, dim_kinds=("sample",), devices=[d.name for d in topo.devices[:4]])
+    assert all(set(c.degree_map) <= {"sample"} and set(c.devices) <= set(sample_only.devices) for c in sample_only.configs(conv))
+    with pytest.raises(ValueError, match="dim_kinds"):
+        SearchSpace(graph, topo, dim_kinds=("batch",))
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "preset", "groups", "proposals"),
+    [
+        ("inception_v3", {}, "tensoropt", 0, 500),
+        ("rnnlm", {"steps": 6}, "tag-testbed", 0, 500),
+        ("transformer", {}, "h100-2x8", 60, 400),
+        ("lenet", {}, "trinity", 0, 600),
+    ],
+)
+def test_delta_simulation_equals_full_simulation(model, options, preset, groups, proposals, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph(model, **options)
+    if groups:
+        graph = coarsen(graph, groups)
+    topo = load_preset(preset)
+    space = SearchSpace(graph, topo)
+    dp = data_parallel(graph, topo)
+    delta = DeltaSimulator(SimContext(graph, topo), [dp[op.name] for op in graph.ops])
+    assert delta.cost == plan_cost(simulate(graph, topo, dp), 10.0)
+    rng = np.random.default_rng(7)
+    for _ in range(proposals):
+        i = int(rng.integers(graph.num_ops))
+        cfg = space.random_config(i, rng)
+        proposed = delta.propose(i, cfg)
+        plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
+        assert proposed == plan_cost(simulate(graph, topo, plan, validate=False), 10.0)
+        if rng.random() < 0.5:
+            delta.accept()
+        else:
+            delta.reject()
+    # The kept state is the accepted plan's: its full simulation matches too.
+    assert delta.result().makespan_s == simulate(graph, topo, delta.plan()).makespan_s
+
+
+@pytest.fixture(scope="module")
+def four_gpus():  # type: ignore[no-untyped-def]
+    topo = load_preset("flexflow-p100")
+    return topo, [d.name for d in topo.devices[:4]]
+
+
+@pytest.mark.parametrize(("model", "options"), [("lenet", {}), ("rnnlm", {"steps": 2})])
+def test_mcmc_reaches_the_exhaustive_optimum(model, options, four_gpus, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    topo, devices = four_gpus
+    graph = coarsen(zoo_graph(model, **options), 4)  # 4 op groups x 10 configurations on 4 GPUs: 10^4 plans
+    space = SearchSpace(graph, topo, devices=devices)
+    exact = exhaustive(graph, topo, space)
+    assert exact.complete and exact.leaves + exact.pruned >= 1
+    found = mcmc(graph, topo, budget=6000, seed=0, devices=devices)
+    assert found.cost_s == pytest.approx(exact.cost_s, rel=1e-12)
+    assert found.plan.validate(graph, topo) is None
+
+
+def test_branch_and_bound_agrees_with_plain_enumeration(four_gpus, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    topo, devices = four_gpus
+    graph = coarsen(zoo_graph("lenet"), 3)
+    space = SearchSpace(graph, topo, devices=devices[:2])
+    ctx = SimContext(graph, topo)
+    brute = min(
+        plan_cost(ctx.simulate(Plan(graph.name, dict(zip([op.name for op in graph.ops], combo))), validate=False), 10.0)
+        for combo in itertools.product(*(list(space.configs(i)) for i in range(graph.num_ops)))
+    )
+    assert exhaustive(graph, topo, space).cost_s == brute
+
+
+def test_mcmc_improves_on_data_parallelism_and_reports_statistics(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("inception_v3")
+    topo = load_preset("tag-testbed")
+    result = mcmc(graph, topo, budget=300, seed=1)
+    assert result.cost_s <= result.initial_costs_s["data_parallel"]
+    assert result.proposals == result.costs_s.shape[0] == result.best_costs_s.shape[0] <= 300
+    assert 0.0 < result.acceptance_rate < 1.0 and result.proposals_per_s > 0
+    assert np.all(np.diff(result.best_costs_s[:100]) <= 0)  # best-so-far never rises within one candidate
+    result.plan.validate(graph, topo)
+    assert result.result.makespan_s == simulate(graph, topo, result.plan).makespan_s
+    # Same seed and proposal budget: the same plan.
+    assert mcmc(graph, topo, budget=300, seed=1).plan == result.plan
+
+
+def test_bad_search_arguments(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("lenet")
+    topo = load_preset("trinity")
+    with pytest.raises(ValueError, match="chains = 0"):
+        mcmc(graph, topo, budget=10, chains=0)
+    with pytest.raises(ValueError, match="initial candidates"):
+        mcmc(graph, topo, budget=10, initial=("greedy",))
+    with pytest.raises(ValueError, match="budget 'soon'"):
+        mcmc(graph, topo, budget="soon")
+
+
+def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = coarsen(zoo_graph("inception_v3"), 20)
+    topo = load_preset("tag-testbed")
+    result = mcmc(graph, topo, budget=150, chains=2, seed=3)
+    assert result.chains == 2
+    # Each chain is deterministic: rerun them in-process and compare.
+    options = {"beta": 50.0, "oom_penalty": 10.0, "space_options": {}, "cost_model": None, "delta": True}
+    local = [
+        run_chain(graph, topo, Budget(proposals=150), seed=3, candidates=["data_parallel", "random"], **options),
+        run_chain(graph, topo, Budget(proposals=150), seed=4, candidates=["expert"], **options),
+    ]
+    assert result.cost_s == pytest.approx(min(o["cost_s"] for o in local), rel=1e-12)
+    assert result.proposals == sum(o["proposals"] for o in local)
