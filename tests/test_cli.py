@@ -163,7 +163,7 @@ def test_search_mcmc_writes_the_best_plan(tmp_path, capsys) -> None:  # type: ig
     graph = zoo.load("rnnlm")
     result = simulate(graph, load_preset("trinity"), plan)
     assert result.makespan_s == pytest.approx(summary["makespan_s"])
-    assert summary["speedup_over_dp"] >= 1.0 and summary["proposals"] == 200
+    assert summary["speedup_over_dp"] >= 1.0 and 0 < summary["proposals"] <= 200
     assert 0 <= summary["acceptance_rate"] <= 1 and summary["proposals_per_s"] > 0
     assert main(["search", "mcmc", "--model", "rnnlm", "--topology", "trinity", "--budget", "soon"]) == 2
     assert "budget 'soon'" in capsys.readouterr().err
