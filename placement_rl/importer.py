@@ -310,17 +310,7 @@ class _Builder:
 
     # ------------------------------------------------------------------ ops
     def _op_type(self, node: fx.Node) -> tuple[str, nn.Module | None]:
-        if node.op == "placeholder":
-            return "input", None
-        if node.op == "get_attr":
-            return "constant", None
-        if node.op == "call_module":
-            mod = self.modules[node.target]
-            return _MODULE_TYPES.get(type(mod), type(mod).__name__.lower()), mod
-        if node.op == "call_method":
-            return _METHOD_TYPES.get(node.target, str(node.target)), None
-        target = node.target
-        return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+        return op_type_of(node, self.modules)
 
     def _make_op(self, node: fx.Node, flat: list[_TensorInfo], inputs: list[tuple[str, int, _TensorInfo]]) -> Op:
         op_type, module = self._op_type(node)
@@ -517,6 +507,21 @@ class _Builder:
         return tuple(dims), "concat"
 
 
+def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Module | None]:
+    """The op type the importer gives an fx node (and its leaf module, for ``call_module`` nodes)."""
+    if node.op == "placeholder":
+        return "input", None
+    if node.op == "get_attr":
+        return "constant", None
+    if node.op == "call_module":
+        module = modules[str(node.target)]
+        return _MODULE_TYPES.get(type(module), type(module).__name__.lower()), module
+    if node.op == "call_method":
+        return _METHOD_TYPES.get(str(node.target), str(node.target)), None
+    target = node.target
+    return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+
+
 # ----------------------------------------------------------------- formulas
 def conv_flops(out_shape: Sequence[int], in_channels: int, groups: int, kernel: Sequence[int] | int, bias: bool) -> float:
     """Forward FLOPs of a convolution: ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ bias)."""
@@ -567,4 +572,4 @@ def _kernel_elems(kernel: Sequence[int] | int, spatial_dims: int = 2) -> int:
     return math.prod(kernel) if isinstance(kernel, (tuple, list)) else int(kernel) ** spatial_dims
 
 
-__all__ = ["from_torch", "conv_flops", "linear_flops", "rnn_cell_flops", "ELEMENTWISE_FLOPS_PER_ELEMENT"]
+__all__ = ["from_torch", "op_type_of", "conv_flops", "linear_flops", "rnn_cell_flops", "ELEMENTWISE_FLOPS_PER_ELEMENT"]

@@ -63,9 +63,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from placement_rl import zoo
 from placement_rl.cost import ProfileEntry, ProfileTable
-from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Shape
-from placement_rl.importer import _FUNCTION_TYPES, _METHOD_TYPES, _MODULE_TYPES, VIEW_OPS
+from placement_rl.importer import VIEW_OPS, op_type_of
 
 #: Untimed runs of forward and of forward + backward before the timed repeats of each op.
 WARMUP_RUNS = 2
@@ -180,13 +179,7 @@ class _ModelPlan:
 
 def _plan(name: str, batch_size: int | None, batch_splits: Sequence[int], options: Mapping[str, Any]) -> _ModelPlan:
     """Validate one model's name, options, batch size and splits (same rules and errors as ``zoo.load``)."""
-    model = zoo.spec(name)
-    unknown = set(options) - set(model.options)
-    if unknown:
-        raise UnknownNameError(f"option of model {name!r}", sorted(unknown)[0], model.options)
-    batch = model.default_batch_size if batch_size is None else batch_size
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"profile_models: batch_size = {batch_size!r}; expected a positive integer")
+    model, batch = zoo.check(name, batch_size, dict(options))
     if not batch_splits:
         raise ValueError("profile_models: batch_splits is empty; expected split counts such as (1,) or (1, 2)")
     sizes: list[int] = []
@@ -313,17 +306,7 @@ class _ImporterView:
         return op_type, tuple(int(d) for d in flat[0].shape), self._param_bytes(node, module)
 
     def _op_type(self, node: fx.Node) -> tuple[str, nn.Module | None]:
-        if node.op == "placeholder":
-            return "input", None
-        if node.op == "get_attr":
-            return "constant", None
-        if node.op == "call_module":
-            module = self.modules[str(node.target)]
-            return _MODULE_TYPES.get(type(module), type(module).__name__.lower()), module
-        if node.op == "call_method":
-            return _METHOD_TYPES.get(str(node.target), str(node.target)), None
-        target = node.target
-        return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+        return op_type_of(node, self.modules)
 
     def _param_bytes(self, node: fx.Node, module: nn.Module | None) -> int:
         """``sum(p.numel() * p.element_size())`` of the op's parameters, as the importer counts them.

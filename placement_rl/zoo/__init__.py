@@ -43,6 +43,23 @@ def spec(name: str) -> ZooModel:
         raise UnknownNameError("model", name, _ORDER) from None
 
 
+def check(name: str, batch_size: int | None, options: dict[str, Any]) -> tuple[ZooModel, int]:
+    """Validate a model name, its options and a batch size; returns the record and the batch size.
+
+    Raises:
+        UnknownNameError: for an unknown model or option name.
+        ValueError: for a batch size below 1.
+    """
+    model = spec(name)
+    unknown = set(options) - set(model.options)
+    if unknown:
+        raise UnknownNameError(f"option of model {name!r}", sorted(unknown)[0], model.options)
+    batch = model.default_batch_size if batch_size is None else batch_size
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch_size = {batch_size!r}; expected a positive integer")
+    return model, batch
+
+
 def build_module(name: str, batch_size: int | None = None, **options: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """Build model ``name`` on the meta device with its example inputs (no weights allocated).
 
@@ -58,13 +75,7 @@ def build_module(name: str, batch_size: int | None = None, **options: Any) -> tu
         UnknownNameError: for an unknown model or option name.
         ValueError: for a batch size below 1.
     """
-    model = spec(name)
-    unknown = set(options) - set(model.options)
-    if unknown:
-        raise UnknownNameError(f"option of model {name!r}", sorted(unknown)[0], model.options)
-    batch = model.default_batch_size if batch_size is None else batch_size
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch_size = {batch_size!r}; expected a positive integer")
+    model, batch = check(name, batch_size, options)
     with torch.device("meta"):
         module = model.build(**options)
     return module, model.example_inputs(batch, **options)
@@ -80,4 +91,4 @@ def load(name: str, batch_size: int | None = None, **options: Any) -> OpGraph:
     return from_torch(module, inputs, name=name, metadata=meta)
 
 
-__all__ = ["ZooModel", "build_module", "load", "names", "spec"]
+__all__ = ["ZooModel", "build_module", "check", "load", "names", "spec"]
