@@ -216,8 +216,10 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         if method == "mcmc":
             from placement_rl.search import mcmc
 
+            from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+
             found = mcmc(graph, topology, budget=args.mcmc_budget, chains=args.chains, seed=args.seed,
-                         cost_model=ctx.cost, progress=not args.json)  # fmt: skip
+                         initial=EXTENDED_CANDIDATES, cost_model=ctx.cost, progress=not args.json)  # fmt: skip
             plan, result = found.plan, found.result
         else:
             plan = _plan_for(method, graph, topology)
@@ -327,7 +329,8 @@ def _cmd_search(args: argparse.Namespace) -> None:
     topology = resolve_topology(args.topology)
     found = mcmc(
         graph, topology, budget=args.budget, chains=args.chains, seed=args.seed, beta=args.beta,
-        cost_model=_cost_model(args), delta=not args.full_simulation, progress=not args.json,
+        initial=args.initial.split(","), cost_model=_cost_model(args), delta=not args.full_simulation,
+        progress=not args.json,
     )  # fmt: skip
     from placement_rl.plan import data_parallel
     from placement_rl.simulator import simulate
@@ -406,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--beta", type=float, default=50.0, help="scale-free inverse temperature")
     p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
+    p.add_argument("--initial", default="data_parallel,expert,random",
+                   help="initial candidates: data_parallel, expert, random (FlexFlow's) and subset_data_parallel")  # fmt: skip
     p.add_argument("--out", default=None, help="write the best plan (JSON) here")
     _add_cost_arguments(p)
     p.set_defaults(func=_cmd_search)

@@ -149,3 +149,13 @@ def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ig
     ]
     assert result.cost_s == pytest.approx(min(o["cost_s"] for o in local), rel=1e-12)
     assert result.proposals == sum(o["proposals"] for o in local)
+
+
+def test_subset_data_parallel_keeps_the_fast_device_group(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.search.mcmc import best_subset_data_parallel
+
+    graph = zoo_graph("inception_v3")  # batch 96: communication-bound on tag-testbed's 100 Gb/s network
+    topo = load_preset("tag-testbed")
+    plan = best_subset_data_parallel(graph, topo, [d.name for d in topo.devices])
+    assert sorted(plan.devices_used()) == [f"m0/gpu{k}" for k in range(4)]  # the NVLink V100 machine
+    assert simulate(graph, topo, plan).makespan_s < simulate(graph, topo, data_parallel(graph, topo)).makespan_s / 2

@@ -41,6 +41,9 @@ from placement_rl.simulator import SimContext
 from placement_rl.topology import DeviceTopology
 
 INITIAL_CANDIDATES = ("data_parallel", "expert", "random")
+#: FlexFlow's candidates plus the best data-parallel plan on one device group (a machine, or all devices of
+#: one type): on heterogeneous clusters dropping slow devices or slow links is a move no single-op proposal makes.
+EXTENDED_CANDIDATES = (*INITIAL_CANDIDATES, "subset_data_parallel")
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,26 @@ def initial_plan(name: str, graph: OpGraph, topology: DeviceTopology, space: Sea
         return expert(graph, topology, space.devices)
     if name == "random":
         return space.random_plan(rng)
-    raise ValueError(f"initial candidate {name!r}; expected one of {list(INITIAL_CANDIDATES)}")
+    if name == "subset_data_parallel":
+        return best_subset_data_parallel(graph, topology, space.devices)
+    raise ValueError(f"initial candidate {name!r}; expected one of {list(EXTENDED_CANDIDATES)}")
+
+
+def best_subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str]) -> Plan:
+    """The fastest data-parallel plan over one device group: all ``devices``, those of one machine, or
+    those of one device type (ties: fewer devices)."""
+    from placement_rl.simulator import simulate
+
+    groups: dict[tuple[str, ...], None] = {tuple(devices): None}
+    for key in ("machine", "device_type"):
+        by: dict[str, list[str]] = {}
+        for name in devices:
+            by.setdefault(getattr(topology.device(name), key), []).append(name)
+        groups.update(dict.fromkeys(tuple(g) for g in by.values()))
+    plans = [data_parallel(graph, topology, list(g)) for g in groups]
+    results = [simulate(graph, topology, p) for p in plans]
+    best = min(range(len(plans)), key=lambda k: (plan_cost(results[k], 10.0), len(plans[k].devices_used())))
+    return Plan(graph.name, dict(plans[best].configs), name="subset_data_parallel", metadata=plans[best].metadata)
 
 
 Reporter = Callable[[int, float], None]
@@ -295,7 +317,9 @@ def mcmc(
         seed: chain ``k`` uses seed ``seed + k``; the same seed and proposal budget give the same plan.
         beta: scale-free inverse temperature (``beta / cost(initial)`` multiplies cost differences).
         oom_penalty: cost multiplier for plans that do not fit.
-        initial: initial candidates, spread round-robin over the chains.
+        initial: initial candidates, spread round-robin over the chains: FlexFlow's ``data_parallel``,
+            ``expert`` and ``random`` (the default), and ``subset_data_parallel`` (see
+            :data:`EXTENDED_CANDIDATES`).
         cost_model: the simulator's cost model.
         delta: evaluate proposals with delta simulation (same results, faster).
         progress: show a progress bar of proposals and the best cost.
@@ -307,9 +331,9 @@ def mcmc(
     budget = Budget.parse(budget)
     if chains < 1:
         raise ValueError(f"chains = {chains}; expected at least 1")
-    bad = [c for c in initial if c not in INITIAL_CANDIDATES]
+    bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
     if bad or not initial:
-        raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(INITIAL_CANDIDATES)}")
+        raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(EXTENDED_CANDIDATES)}")
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     if chains > 1:
         from placement_rl.ray_search import run_chains
@@ -369,9 +393,11 @@ class _ProgressBar:
 
         self.budget = budget
         self.start = time.perf_counter()
-        total = budget.proposals if budget.proposals is not None else budget.seconds
-        unit = "proposal" if budget.proposals is not None else "s"
-        self.bar = tqdm(total=total, unit=unit, desc="mcmc", dynamic_ncols=True)
+        if budget.proposals is not None:
+            self.bar = tqdm(total=budget.proposals, unit="proposal", desc="mcmc", dynamic_ncols=True)
+        else:  # a time budget: the bar is the time spent; the postfix counts proposals
+            self.bar = tqdm(total=budget.seconds, desc="mcmc", dynamic_ncols=True,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")  # fmt: skip
         self.proposals = 0
 
     def report(self, proposals: int, best_cost_s: float) -> None:
