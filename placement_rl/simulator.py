@@ -40,7 +40,6 @@ import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,6 @@ import itertools
 import numpy as np
 import pytest
 
-from placement_rl import zoo
 from placement_rl.coarsen import coarsen
 from placement_rl.plan import Plan, data_parallel
 from placement_rl.search import Budget, DeltaSimulator, SearchSpace, exhaustive, mcmc

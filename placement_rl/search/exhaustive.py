@@ -85,7 +85,6 @@ def exhaustive(
     work = [[float(c.forward_s.sum() + c.backward_s.sum()) for _, c in opts] for opts in options]
     # least work the ops after position k can still add
     rest = np.concatenate((np.cumsum([min(w) for w in work][::-1])[::-1], [0.0]))
-    dev_index = {name: k for k, name in enumerate(d.name for d in topology.devices)}
 
     start_plan = incumbent or data_parallel(graph, topology, space.devices)
     start_result = ctx.simulate(start_plan)
@@ -96,7 +95,7 @@ def exhaustive(
     began = time.perf_counter()
     chosen: list[OpConfig] = [None] * n  # type: ignore[list-item]
     compiled: list = [None] * n
-    busy = np.zeros(len(dev_index))
+    busy = np.zeros(topology.num_devices)  # compute seconds of the decided ops, per device
     timed_out = False
 
     def visit(k: int, total: float) -> None:
