@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,11 @@ class _CompiledOp:
     sync_after_backward: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (S,)
     sync_dep_u: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # push -> pull, local ids
     sync_dep_v: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Parameter shards (for ops sharing parameters with others): shard of each task, shard count.
+    task_shard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
+    shards: int = 1
+    sync_mode: str = "all_reduce"
+    ps_device: int = -1
 
 
 @dataclass
@@ -160,12 +166,18 @@ class OpArrays:
         return cls(ptr, data)
 
     def replace(self, i: int, c: _CompiledOp) -> OpArrays:
+        """Op ``i``'s slices replaced by those of ``c``."""
+        return self.replace_groups(i, {f: getattr(c, f) for fields in _OP_FIELDS.values() for f in fields}, _OP_FIELDS)
+
+    def replace_groups(self, i: int, values: Mapping[str, np.ndarray], groups: Iterable[str]) -> OpArrays:
+        """Op ``i``'s slices of the fields of ``groups`` replaced by ``values``."""
         ptr, data = dict(self.ptr), dict(self.data)
-        for group, fields in _OP_FIELDS.items():
+        for group in groups:
+            fields = _OP_FIELDS[group]
             old = self.ptr[group]
             for f in fields:
-                data[f] = _splice(self.data[f], old, i, getattr(c, f))
-            ptr[group] = _reptr(old, i, getattr(c, fields[0]).shape[0])
+                data[f] = _splice(self.data[f], old, i, values[f])
+            ptr[group] = _reptr(old, i, values[fields[0]].shape[0])
         return OpArrays(ptr, data)
 
 
@@ -232,6 +244,8 @@ class SimContext:
         self._users_ptr = np.concatenate(([0], np.cumsum([len(u) for u in users]))).astype(np.int64)
         self._users = np.array([j for u in users for j in u], dtype=np.int64)
         self._compiled: dict[tuple[int, OpConfig], _CompiledOp] = {}
+        self._shared_owners = sorted({self._owner[k] for k, users in self._key_ops.items() if len(users) > 1})
+        self._shared_cache: dict[Any, dict[str, np.ndarray]] = {}
         self._ring_cache: dict[tuple[int, ...], tuple[np.ndarray, float, float, str]] = {}
 
     # ----------------------------------------------------------- static parts
@@ -373,15 +387,22 @@ class SimContext:
             devices, P, R, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, fwd, bwd,
             np.full(len(devices), op.bytes_written / P),
         )
+        compiled.task_shard = shard[np.arange(len(devices)) // R]
+        compiled.shards = shards
+        compiled.sync_mode = cfg.sync
+        compiled.ps_device = self._device_index[cfg.ps_device] if cfg.ps_device else int(devices[0])
         key = self._op_key[index]
         if key is not None and self._owner[key] == index and op.param_bytes > 0:
-            self._add_syncs(compiled, cfg, shard, shards, op.param_bytes)
+            groups = [
+                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard) if sh == k)) for k in range(shards)
+            ]
+            self._set_sync(compiled, self._sync_template(groups, op.param_bytes / shards, cfg.sync, compiled.ps_device))
         return compiled
 
-    def _add_syncs(self, c: _CompiledOp, cfg: OpConfig, shard: np.ndarray, shards: int, param_bytes: int) -> None:
-        """Static memory of the parameter shards and the template of their synchronization tasks."""
-        shard_bytes = param_bytes / shards
-        ps = self._device_index[cfg.ps_device] if cfg.ps_device else int(c.devices[0])
+    def _sync_template(
+        self, groups: Sequence[tuple[int, ...]], shard_bytes: float, mode: str, ps: int
+    ) -> dict[str, np.ndarray]:
+        """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``."""
         D = self.num_devices
         static_dev: list[int] = []
         kind: list[int] = []
@@ -391,12 +412,11 @@ class SimContext:
         after_backward: list[bool] = []
         dep_u: list[int] = []
         dep_v: list[int] = []
-        for s in range(shards):
-            group = tuple(dict.fromkeys(int(c.devices[t]) for t in range(len(c.devices)) if shard[t // c.replicas] == s))
+        for group in groups:
             static_dev.extend(group)
-            if len(group) < 2 or cfg.sync == "duplicate":
+            if len(group) < 2 or mode == "duplicate":
                 continue
-            if cfg.sync == "all_reduce":
+            if mode == "all_reduce":
                 links, bw, lat, link_kind = self._ring(group)
                 kind.append(_ALL_REDUCE)
                 duration.append(self.cost.all_reduce_time_s(shard_bytes, len(group), bw, lat, link_kind))
@@ -419,17 +439,64 @@ class SimContext:
                     nbytes.append(shard_bytes)
                     res.append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
                     after_backward.append(direction == _PS_PUSH)
-        c.static_devices = np.array(static_dev, dtype=np.int64)
-        c.static_bytes = np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_param_byte)
-        if kind:
-            c.sync_kind = np.array(kind, dtype=np.int64)
-            c.sync_duration = np.array(duration)
-            c.sync_bytes = np.array(nbytes)
-            c.sync_res = np.concatenate(res).astype(np.int64)
-            c.sync_res_len = np.array([len(r) for r in res], dtype=np.int64)
-            c.sync_after_backward = np.array(after_backward, dtype=np.bool_)
-            c.sync_dep_u = np.array(dep_u, dtype=np.int64)
-            c.sync_dep_v = np.array(dep_v, dtype=np.int64)
+        return {
+            "static_devices": np.array(static_dev, dtype=np.int64),
+            "static_bytes": np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_param_byte),
+            "sync_kind": np.array(kind, dtype=np.int64),
+            "sync_duration": np.array(duration, dtype=np.float64),
+            "sync_bytes": np.array(nbytes, dtype=np.float64),
+            "sync_res": np.concatenate(res).astype(np.int64) if res else np.zeros(0, np.int64),
+            "sync_res_len": np.array([len(r) for r in res], dtype=np.int64),
+            "sync_after_backward": np.array(after_backward, dtype=np.bool_),
+            "sync_dep_u": np.array(dep_u, dtype=np.int64),
+            "sync_dep_v": np.array(dep_v, dtype=np.int64),
+        }
+
+    @staticmethod
+    def _set_sync(c: _CompiledOp, template: dict[str, np.ndarray]) -> None:
+        for name, value in template.items():
+            setattr(c, name, value)
+
+    def shared_owner(self, index: int) -> int | None:
+        """The owner op of ``index``'s parameters when several ops share them (else ``None``)."""
+        key = self._op_key[index]
+        if key is None or len(self._key_ops[key]) < 2:
+            return None
+        return self._owner[key]
+
+    def shared_template(self, owner: int, ops: Sequence[_CompiledOp]) -> dict[str, np.ndarray]:
+        """Synchronization of parameters shared by several ops (an unrolled layer), from all their tasks.
+
+        Every device running a task of any op with the key holds a replica of that task's shard, and
+        the replicas of a shard synchronize together with the owner's (first op's) sync mode. When
+        the ops split the parameters differently, the parameters are treated as unsplit, held by
+        every device any of them uses. Cached by the users' configurations.
+        """
+        users = self._key_ops[self._op_key[owner]]
+        first = ops[owner]
+        same = all(ops[u].shards == first.shards for u in users)
+        signature = (owner, same, first.sync_mode, first.ps_device,
+                     tuple((ops[u].devices.tobytes(), ops[u].task_shard.tobytes()) for u in users))  # fmt: skip
+        found = self._shared_cache.get(signature)
+        if found is not None:
+            return found
+        shards = first.shards if same else 1
+        members: list[dict[int, None]] = [{} for _ in range(shards)]
+        for u in users:
+            for d, sh in zip(ops[u].devices.tolist(), ops[u].task_shard.tolist()):
+                members[sh if same else 0][d] = None
+        op = self.graph.ops[owner]
+        template = self._sync_template([tuple(m) for m in members], op.param_bytes / shards, first.sync_mode, first.ps_device)
+        if len(self._shared_cache) >= self.CACHE_SIZE:
+            self._shared_cache.clear()
+        self._shared_cache[signature] = template
+        return template
+
+    def with_shared(self, arrays: OpArrays, ops: Sequence[_CompiledOp], owners: Sequence[int] | None = None) -> OpArrays:
+        """``arrays`` with the owners' synchronization replaced by :meth:`shared_template` (default: all owners)."""
+        for owner in self._shared_owners if owners is None else owners:
+            arrays = arrays.replace_groups(owner, self.shared_template(owner, ops), ("static", "sync", "sync_res", "pull"))
+        return arrays
 
     # ------------------------------------------------------------ simulation
     def simulate(self, plan: Plan, *, validate: bool = True) -> SimResult:
@@ -442,7 +509,7 @@ class SimContext:
 
     def run(self, ops: Sequence[_CompiledOp]) -> SimResult:
         """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
-        arrays = OpArrays.from_ops(ops)
+        arrays = self.with_shared(OpArrays.from_ops(ops), ops)
         tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
         start, end, crit = _kernels.schedule(
             tasks.duration, tasks.res_ptr, tasks.res, tasks.succ_ptr, tasks.succ, tasks.indegree, self.num_resources

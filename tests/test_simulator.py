@@ -240,3 +240,22 @@ def test_bad_plans_raise_before_simulating() -> None:
     g = _chain()
     with pytest.raises(ValueError, match="unknown device"):
         simulate(g, _two_gpus(), _place(g, {"a": "g0", "b": "g7", "c": "g0"}))
+
+
+def test_shared_parameters_synchronize_across_every_device_that_uses_them(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("rnnlm", steps=4)
+    topo = _two_gpus()
+    cells = [op for op in graph.ops if op.op_type == "lstm_cell"]
+    key = cells[0].param_key
+    moved = [op for op in cells if op.param_key == key][2]  # the third step of the first layer
+    where = {op.name: "g0" for op in graph.ops}
+    where[moved.name] = "g1"
+    r = simulate(graph, topo, _place(graph, where), EXACT)
+    owner = next(i for i, op in enumerate(graph.ops) if op.param_key == key)
+    syncs = np.nonzero(r.tasks.kind == 4)[0]  # all_reduce tasks
+    assert [int(r.tasks.op[k]) for k in syncs] == [owner]
+    assert r.tasks.num_bytes[syncs[0]] == 2 * moved.param_bytes  # 2 (n - 1) * shard bytes with n = 2
+    # g1 holds a replica of the layer's weights, gradients and Adam state.
+    assert r.peak_memory_bytes[1] >= 4 * moved.param_bytes
+    together = simulate(graph, topo, _place(graph, {op.name: "g0" for op in graph.ops}), EXACT)
+    assert not (together.tasks.kind == 4).any()

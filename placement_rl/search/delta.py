@@ -59,7 +59,7 @@ class DeltaSimulator:
         self.oom_penalty = oom_penalty
         self.configs = list(configs)
         self.compiled: list[_CompiledOp] = [ctx.compile_uncached(i, c) for i, c in enumerate(self.configs)]
-        self.ops = OpArrays.from_ops(self.compiled)
+        self.ops = ctx.with_shared(OpArrays.from_ops(self.compiled), self.compiled)
         self.edges = EdgeArrays.from_flat(*ctx.transfers(self.compiled))
         self._edges_of: list[list[int]] = [[] for _ in range(ctx.graph.num_ops)]
         for e, (i, j) in enumerate(zip(ctx.e_src.tolist(), ctx.e_dst.tolist())):
@@ -76,6 +76,11 @@ class DeltaSimulator:
         ctx = self.ctx
         compiled = ctx.compile_uncached(index, cfg)
         ops = self.ops.replace(index, compiled)
+        owner = ctx.shared_owner(index)
+        if owner is not None:  # shared parameters: the owner's synchronization depends on every user
+            trial = list(self.compiled)
+            trial[index] = compiled
+            ops = ctx.with_shared(ops, trial, [owner])
         edges = self.edges
         changed = self._edges_of[index]
         for e in changed:
@@ -84,13 +89,13 @@ class DeltaSimulator:
             consumer = compiled if j == index else self.compiled[j]
             edges = edges.replace(e, *ctx.edge_transfers(e, producer, consumer))
         tasks = ctx.assemble(ops, edges)
-        prefix, ready, start, end = self._prefix(index, changed, ops, edges)
+        prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner)
         cost, times = self._evaluate(ops, tasks, prefix, ready, start, end)
         self._pending = (index, cfg, compiled, ops, edges, times)
         return cost
 
     def _prefix(
-        self, index: int, changed: list[int], ops: OpArrays, edges: EdgeArrays
+        self, index: int, changed: list[int], ops: OpArrays, edges: EdgeArrays, owner: int | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The tasks of the new task graph whose times the current schedule already gives.
 
@@ -104,7 +109,8 @@ class DeltaSimulator:
         Fn, Cn = int(ops.ptr["task"][-1]), int(edges.com_ptr[-1])
         task_src = _remap(old_ops.ptr["task"], ops.ptr["task"], [index])
         com_src = _remap(old_edges.com_ptr, edges.com_ptr, changed)
-        sync_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], [index])
+        sync_changed = [index] if owner is None or owner == index else [index, owner]
+        sync_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], sync_changed)
         old_id = np.concatenate([
             np.where(task_src >= 0, task_src, -1), np.where(task_src >= 0, Fo + task_src, -1),
             np.where(com_src >= 0, 2 * Fo + com_src, -1), np.where(com_src >= 0, 2 * Fo + Co + com_src, -1),
@@ -115,8 +121,9 @@ class DeltaSimulator:
         for e in changed:
             c0, c1 = old_edges.com_ptr[e], old_edges.com_ptr[e + 1]
             removed += [ready[2 * Fo + c0 : 2 * Fo + c1], ready[2 * Fo + Co + c0 : 2 * Fo + Co + c1]]
-        s0, s1 = old_ops.ptr["sync"][index], old_ops.ptr["sync"][index + 1]
-        removed.append(ready[2 * Fo + 2 * Co + s0 : 2 * Fo + 2 * Co + s1])
+        for k in sync_changed:
+            s0, s1 = old_ops.ptr["sync"][k], old_ops.ptr["sync"][k + 1]
+            removed.append(ready[2 * Fo + 2 * Co + s0 : 2 * Fo + 2 * Co + s1])
         t0 = min((float(r.min()) for r in removed if r.size), default=np.inf)
         producers = [int(self.ctx.e_src[e]) for e in changed if int(self.ctx.e_dst[e]) == index]
         if not producers:
