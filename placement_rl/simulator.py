@@ -19,7 +19,8 @@ backward tasks of the consumers it fed.
 others. For each shard held by several devices: ring all-reduce (one collective task occupying
 every link direction of the ring), or parameter-server push and pull transfers, or nothing for
 ``duplicate``. Ops sharing a ``param_key`` (an unrolled LSTM layer) synchronize once, after all of
-their backward tasks; the configuration of the first op with the key decides the pattern.
+their backward tasks, over every device that runs any of them (per shard when they split the
+parameters alike), with the first op's sync mode.
 
 **Scheduling.** Links are resources like devices, one per direction, so computation and
 communication overlap (A1-A4). A global queue ordered by ready time assigns tasks to their
