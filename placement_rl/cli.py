@@ -323,20 +323,20 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 
 
 def _cmd_search(args: argparse.Namespace) -> None:
+    from placement_rl.plan import data_parallel
     from placement_rl.search import mcmc
+    from placement_rl.simulator import simulate
     from placement_rl.topology import resolve_topology
 
     graph = load_graph(args.model, args.batch_size)
     topology = resolve_topology(args.topology)
+    cost_model = _cost_model(args)
     found = mcmc(
         graph, topology, budget=args.budget, chains=args.chains, seed=args.seed, beta=args.beta,
-        initial=args.initial.split(","), cost_model=_cost_model(args), delta=not args.full_simulation,
+        initial=args.initial.split(","), cost_model=cost_model, delta=not args.full_simulation,
         progress=not args.json,
     )  # fmt: skip
-    from placement_rl.plan import data_parallel
-    from placement_rl.simulator import simulate
-
-    dp = simulate(graph, topology, data_parallel(graph, topology), _cost_model(args))
+    dp = simulate(graph, topology, data_parallel(graph, topology), cost_model)
     if args.out:
         found.plan.to_json(args.out)
     summary = {"model": graph.name, "topology": topology.name, **found.summary(),

@@ -38,7 +38,6 @@ simulation itself always completes).
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -732,17 +731,17 @@ def _peak_levels(device: np.ndarray, time: np.ndarray, delta: np.ndarray, num_de
     return _kernels.sweep(np.lexsort((delta, time)), device, delta, num_devices)
 
 
-_CONTEXTS: list[tuple[weakref.ref[OpGraph], weakref.ref[DeviceTopology], CostModel, SimContext]] = []
+_CONTEXTS: list[SimContext] = []  # the last few; each holds its graph and topology alive, so identity is safe
 
 
 def context(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> SimContext:
-    """A cached :class:`SimContext` for these exact objects (the last few are kept)."""
+    """A cached :class:`SimContext` for these exact objects (the last four are kept)."""
     cost = cost_model or DEFAULT_COST_MODEL
-    for g_ref, t_ref, c, ctx in _CONTEXTS:
-        if g_ref() is graph and t_ref() is topology and c is cost:
+    for ctx in _CONTEXTS:
+        if ctx.graph is graph and ctx.topology is topology and ctx.cost is cost:
             return ctx
     ctx = SimContext(graph, topology, cost)
-    _CONTEXTS.append((weakref.ref(graph), weakref.ref(topology), cost, ctx))
+    _CONTEXTS.append(ctx)
     del _CONTEXTS[:-4]
     return ctx
 
