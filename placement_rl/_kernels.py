@@ -334,15 +334,37 @@ def critical_chain(critical_pred, end):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def sweep(order, device, delta, num_devices):  # type: ignore[no-untyped-def]
-    """Peak running sum of ``delta`` per device, taking events in ``order`` (each device's levels are
-    summed on their own, so the result for a device does not depend on the other devices' events)."""
+def sweep(order, time, device, delta, num_devices):  # type: ignore[no-untyped-def]
+    """Peak running sum of ``delta`` per device in time order, frees before allocations on ties.
+
+    ``order`` sorts ``time`` (any order among equal times).
+
+    Events at one moment count together: a device's level after all of them is its candidate
+    peak (frees first means the level only rises within a tie). Each device's levels are summed
+    on their own, so the result for a device does not depend on the other devices' events.
+    Shapes: ``time``, ``device``, ``delta`` ``(E,)``; returns ``(num_devices,)``.
+    """
     level = np.zeros(num_devices)
     peak = np.zeros(num_devices)
-    for k in range(order.shape[0]):
-        e = order[k]
-        d = device[e]
-        level[d] += delta[e]
-        if level[d] > peak[d]:
-            peak[d] = level[d]
+    touched = np.empty(num_devices, np.int64)
+    mark = np.zeros(num_devices, np.bool_)
+    n = order.shape[0]
+    k = 0
+    while k < n:
+        t = time[order[k]]
+        count = 0
+        while k < n and time[order[k]] == t:
+            e = order[k]
+            d = device[e]
+            level[d] += delta[e]
+            if not mark[d]:
+                mark[d] = True
+                touched[count] = d
+                count += 1
+            k += 1
+        for i in range(count):
+            d = touched[i]
+            mark[d] = False
+            if level[d] > peak[d]:
+                peak[d] = level[d]
     return peak

@@ -728,7 +728,7 @@ def _peak_levels(device: np.ndarray, time: np.ndarray, delta: np.ndarray, num_de
     """Per device, the maximum running sum of ``delta`` in time order (frees before allocations on ties)."""
     if device.size == 0:
         return np.zeros(num_devices)
-    return _kernels.sweep(np.lexsort((delta, time)), device, delta, num_devices)
+    return _kernels.sweep(np.argsort(time, kind="stable"), time, device, delta, num_devices)
 
 
 _CONTEXTS: list[SimContext] = []  # the last few; each holds its graph and topology alive, so identity is safe
