@@ -417,22 +417,36 @@ def tag_strategy(
         if machine not in machines:
             raise UnknownNameError("machine", machine, machines)
         devs = machines[machine]
-        if option in ("all_reduce", "parameter_server"):
-            cfg = _split_config(group, "sample", devs, option)
-            if option == "parameter_server":
-                cfg = OpConfig.make(cfg.devices, cfg.degree_map, option, devs[ps_turn[machine] % len(devs)])
-                ps_turn[machine] += 1
-        elif option == "duplicate":
-            cfg = OpConfig.make(devs, {}, "duplicate")
-        elif option == "model_parallel":
-            cfg = OpConfig.make(devs[0])
+        configs[group.name] = tag_group_config(group, devs, option, ps_turn[machine])
+        ps_turn[machine] += option == "parameter_server"
+        if option == "model_parallel":
             sub = fine.subgraph(group.members)
             parts = metis_parts(sub, len(devs), seed=seed) if len(devs) > 1 else [0] * sub.num_ops
             overrides.update({op.name: OpConfig.make(devs[p]) for op, p in zip(sub.ops, parts)})
-        else:
-            raise ValueError(f"tag_strategy: option {option!r} for group {group.name!r}; expected one of {list(TAG_OPTIONS)}")
-        configs[group.name] = cfg
     return Plan(coarse.name, configs, name="tag").expand(coarse, fine, overrides)
+
+
+def tag_group_config(group: Op, devices: Sequence[str], option: str, ps_index: int = 0) -> OpConfig:
+    """The configuration of one op group under a TAG replication option on a device group.
+
+    ``all_reduce`` / ``parameter_server``: the group's sample dimension split over the devices
+    (server ``devices[ps_index % n]``); ``duplicate``: every device runs the whole group and no
+    gradient is exchanged; ``model_parallel``: the group's ops are spread over the devices by
+    :func:`tag_strategy`; as one config on the group itself it is ``devices[0]``.
+
+    Raises:
+        ValueError: for an unknown option.
+    """
+    if option in ("all_reduce", "parameter_server"):
+        cfg = _split_config(group, "sample", devices, option)  # type: ignore[arg-type]
+        if option == "parameter_server":
+            cfg = OpConfig.make(cfg.devices, cfg.degree_map, option, devices[ps_index % len(devices)])
+        return cfg
+    if option == "duplicate":
+        return OpConfig.make(devices, {}, "duplicate")
+    if option == "model_parallel":
+        return OpConfig.make(devices[0])
+    raise ValueError(f"TAG option {option!r} for group {group.name!r}; expected one of {list(TAG_OPTIONS)}")
 
 
 def constructors() -> dict[str, Any]:
@@ -442,5 +456,5 @@ def constructors() -> dict[str, Any]:
 
 __all__: Iterable[str] = [
     "OpConfig", "Plan", "SYNC_MODES", "TAG_OPTIONS", "constructors", "data_parallel", "expert", "layerwise",
-    "single_device", "tag_strategy",
+    "single_device", "tag_group_config", "tag_strategy",
 ]  # fmt: skip

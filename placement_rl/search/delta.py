@@ -52,13 +52,14 @@ class DeltaSimulator:
     Attributes:
         configs: the current plan's configurations (updated by :meth:`accept`).
         cost: the current plan's cost.
+        proposed_makespan_s: the makespan of the last proposal (without the OOM penalty).
     """
 
     def __init__(self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0) -> None:
         self.ctx = ctx
         self.oom_penalty = oom_penalty
         self.configs = list(configs)
-        self.compiled: list[_CompiledOp] = [ctx.compile_uncached(i, c) for i, c in enumerate(self.configs)]
+        self.compiled: list[_CompiledOp] = [ctx.compile(i, c) for i, c in enumerate(self.configs)]
         self.ops = ctx.with_shared(OpArrays.from_ops(self.compiled), self.compiled)
         self.edges = EdgeArrays.from_flat(*ctx.transfers(self.compiled))
         self._edges_of: list[list[int]] = [[] for _ in range(ctx.graph.num_ops)]
@@ -69,6 +70,7 @@ class DeltaSimulator:
         tasks = ctx.assemble(self.ops, self.edges)
         none = np.zeros(tasks.duration.shape[0], np.bool_)
         self.cost, self._times = self._evaluate(self.ops, tasks, none, none, none, none)
+        self._tasks = tasks
         self._pending: tuple[Any, ...] | None = None
 
     def propose(self, index: int, cfg: OpConfig) -> float:
@@ -91,7 +93,8 @@ class DeltaSimulator:
         tasks = ctx.assemble(ops, edges)
         prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner)
         cost, times = self._evaluate(ops, tasks, prefix, ready, start, end)
-        self._pending = (index, cfg, compiled, ops, edges, times)
+        self._pending = (index, cfg, compiled, ops, edges, times, tasks)
+        self.proposed_makespan_s = float(times[2].max()) if times[2].size else 0.0
         return cost
 
     def _prefix(
@@ -142,13 +145,44 @@ class DeltaSimulator:
         """Make the last proposal the current plan."""
         if self._pending is None:
             raise RuntimeError("accept() without a pending proposal")
-        index, cfg, compiled, self.ops, self.edges, self._times = self._pending
+        index, cfg, compiled, self.ops, self.edges, self._times, self._tasks = self._pending
         self.configs[index], self.compiled[index] = cfg, compiled
         self._pending = None
 
     def reject(self) -> None:
         """Drop the last proposal."""
         self._pending = None
+
+    def set(self, index: int, cfg: OpConfig) -> float:
+        """Change op ``index`` to ``cfg`` for good (propose and accept); returns the new cost."""
+        cost = self.propose(index, cfg)
+        self.accept()
+        self.cost = cost
+        return cost
+
+    def feedback(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Runtime feedback of the current plan (TAG's and Trinity's per-op features).
+
+        Returns:
+            ``(makespan_s, op_forward_end_s (N,), op_output_idle_s (N,), device_busy_s (D,))``:
+            when each op's last forward task ends; how long its output then waits before the
+            first outgoing transfer starts (0 when it sends nothing); and the compute seconds per
+            device.
+        """
+        ctx, tasks = self.ctx, self._tasks
+        _, start, end = self._times
+        F, C, N = tasks.F, tasks.C, ctx.graph.num_ops
+        task_op = tasks.op[:F]
+        fwd_end = np.zeros(N)
+        np.maximum.at(fwd_end, task_op, end[:F])
+        first_send = np.full(N, np.inf)
+        if C:
+            np.minimum.at(first_send, task_op[tasks.c_src], start[2 * F : 2 * F + C])
+        idle = np.where(np.isfinite(first_send), np.maximum(first_send - fwd_end, 0.0), 0.0)
+        duration = end - start
+        busy = np.bincount(tasks.task_dev, weights=duration[:F] + duration[F : 2 * F], minlength=ctx.num_devices)
+        makespan = float(end.max()) if end.size else 0.0
+        return makespan, fwd_end, idle, busy
 
     def plan(self, name: str = "plan") -> Plan:
         """The current plan."""

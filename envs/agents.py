@@ -1,0 +1,65 @@
+"""Reference agents for the environments: uniform random and greedy one-step lookahead.
+
+They set the floor any learned policy must clear (README table, ``benchmarks/envs.py agents``).
+
+* :class:`RandomAgent`: a uniformly random allowed action (one-shot: a random group per op and a
+  random real device per group).
+* :class:`GreedyAgent`: puts the current group where the simulated partial plan is fastest
+  (``env.unwrapped.evaluate_action`` for every allowed action; ties go to the lowest index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class RandomAgent:
+    """Uniform over the allowed actions; its randomness comes from ``seed`` only."""
+
+    seed: int = 0
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def act(self, env: gym.Env[Any, Any], obs: dict[str, np.ndarray]) -> Any:
+        space = env.action_space
+        mask = obs["action_mask"]
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            action = np.empty(space.nvec.shape[0], np.int64)
+            offset = 0
+            for i, n in enumerate(space.nvec.tolist()):
+                allowed = np.flatnonzero(mask[offset : offset + n])
+                action[i] = allowed[self.rng.integers(allowed.size)]
+                offset += n
+            return action
+        allowed = np.flatnonzero(mask)
+        return int(allowed[self.rng.integers(allowed.size)])
+
+
+@dataclass
+class GreedyAgent:
+    """One-step lookahead on the simulated partial plan (sequential placement and sharding)."""
+
+    def act(self, env: gym.Env[Any, Any], obs: dict[str, np.ndarray]) -> int:
+        allowed = np.flatnonzero(obs["action_mask"]).tolist()
+        inner = env.unwrapped
+        times = [inner.evaluate_action(a) for a in allowed]  # type: ignore[attr-defined]
+        return int(allowed[int(np.argmin(times))])
+
+
+def run_episode(env: gym.Env[Any, Any], agent: Any, seed: int | None = None) -> dict[str, Any]:
+    """Play one episode; returns ``{"reward": total, "steps": n, **final info}``."""
+    obs, _ = env.reset(seed=seed)
+    total, steps, done, info = 0.0, 0, False, {}
+    while not done:
+        obs, reward, terminated, truncated, info = env.step(agent.act(env, obs))
+        total += float(reward)
+        steps += 1
+        done = terminated or truncated
+    return {"reward": total, "steps": steps, **info}

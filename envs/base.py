@@ -1,0 +1,285 @@
+"""What the placement and sharding environments share: config parsing, instances, the partial-plan
+simulation, the observation and the end of an episode.
+
+The envs are thin: every figure comes from the shared simulator. Per episode:
+
+* the partial plan lives on the instance's op-group graph and is simulated after every step by
+  :class:`~placement_rl.search.delta.DeltaSimulator` (one group changes per step, so only its
+  tasks are rebuilt): its makespan and per-group times feed the observation and the dense reward;
+* the final plan is expanded to the model's original ops and simulated by
+  :func:`placement_rl.simulate`; that ``SimResult`` is the episode's outcome (``info``), so the
+  env's final makespan is exactly ``simulate(graph, topology, info["plan"])``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from placement_rl.cost import CostModel
+from placement_rl.plan import OpConfig, Plan, data_parallel
+from placement_rl.search.delta import DeltaSimulator
+from placement_rl.sim_result import SimResult
+from placement_rl.simulator import DEFAULT_COST_MODEL, SimContext
+
+from .generator import Instance, InstanceGenerator, make_generator
+from .observation import COL_CURRENT, COL_DECIDED, COL_FINISH, COL_IDLE, GIB, Layout, static_arrays
+from .reward import Outcome, Reward, make_reward
+
+_CACHE_INSTANCES = 16
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Options every env takes (subclasses add theirs). Built by :meth:`parse` from a mapping.
+
+    Attributes:
+        generator: the instances: ``{"kind": "fixed", "model": ..., "topology": ...}``,
+            ``{"kind": "random", ...}`` (see :mod:`placement_rl.envs.generator`) or a generator object.
+        reward: ``speedup``, ``mdpe`` or ``dense`` (see :mod:`placement_rl.envs.reward`) or a Reward.
+        reward_options: keyword options of the reward (``{"alpha": 0.5}``).
+        max_groups: METIS op groups per instance (TAG: 60); smaller graphs use their ops.
+        max_nodes: node rows of the observation (default: ``max_groups``).
+        max_edges: edge columns of the observation (default: ``8 * max_nodes``).
+        max_devices: device rows of the observation (random topologies have at most 48 GPUs).
+        cost_model: the simulator's cost model (default: :data:`placement_rl.simulator.DEFAULT_COST_MODEL`).
+    """
+
+    generator: Any = None
+    reward: Any = "speedup"
+    reward_options: Mapping[str, Any] = field(default_factory=dict)
+    max_groups: int = 60
+    max_nodes: int | None = None
+    max_edges: int | None = None
+    max_devices: int = 64
+    cost_model: CostModel | None = None
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> EnvConfig:
+        """Validate ``config`` (plus keyword overrides): unknown keys and bad values name what was expected."""
+        merged = {**dict(config or {}), **overrides}
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(merged) - set(valid))
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; expected some of {valid}")
+        cfg = cls(**merged)
+        for key, choices in cls.CHOICES.items():
+            if getattr(cfg, key) not in choices:
+                raise ValueError(f"{cls.__name__}: {key} = {getattr(cfg, key)!r}; expected one of {list(choices)}")
+        for key in ("max_groups", "max_devices"):
+            value = getattr(cfg, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer")
+        for key in ("max_nodes", "max_edges"):
+            value = getattr(cfg, key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer or null")
+        return cfg
+
+    @property
+    def nodes(self) -> int:
+        return self.max_nodes or self.max_groups
+
+    @property
+    def groups_per_instance(self) -> int:
+        """How many op groups an instance is coarsened to."""
+        return self.max_groups
+
+    @property
+    def edges(self) -> int:
+        return self.max_edges or 8 * self.nodes
+
+
+@dataclass
+class InstanceData:
+    """Everything an env derives from one instance, computed once and reused by later episodes."""
+
+    instance: Instance
+    group_ctx: SimContext
+    fine_ctx: SimContext
+    static: dict[str, np.ndarray]
+    baseline: SimResult  # data parallel on the original graph
+    baseline_configs: list[OpConfig]  # data parallel on the group graph
+    baseline_partial: tuple[float, np.ndarray, np.ndarray, np.ndarray]  # its feedback
+    extra: dict[str, Any] = field(default_factory=dict)  # per-env caches (memory estimates, ...)
+
+
+class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
+    """Base class of :class:`~placement_rl.envs.placement.PlacementEnv` and
+    :class:`~placement_rl.envs.sharding.ShardingEnv` (see their docstrings for the contract)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    config_class: type[EnvConfig] = EnvConfig
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.config = self.config_class.parse(config, **kwargs)
+        self.generator: InstanceGenerator = make_generator(self.config.generator)
+        self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
+        self.cost = self.config.cost_model or DEFAULT_COST_MODEL
+        self.layout = Layout(self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions())
+        self.observation_space = self.layout.space()
+        self.action_space = self._make_action_space()
+        self._cache: OrderedDict[str, InstanceData] = OrderedDict()
+        self.data: InstanceData | None = None
+        self._delta: DeltaSimulator | None = None
+        self._configs: list[OpConfig] = []
+        self._partial_s = float("nan")
+        self._done = True
+
+    # ------------------------------------------------------------ subclasses
+    def _num_actions(self) -> int:
+        raise NotImplementedError
+
+    def _make_action_space(self) -> gym.Space[Any]:
+        raise NotImplementedError
+
+    def _action_mask(self) -> np.ndarray:
+        raise NotImplementedError
+
+    # --------------------------------------------------------------- helpers
+    def _instance_data(self, instance: Instance) -> InstanceData:
+        key = f"{instance.name}/{instance.groups.num_ops}"
+        found = self._cache.get(key)
+        if found is not None and found.instance is instance:
+            self._cache.move_to_end(key)
+            return found
+        group_ctx = SimContext(instance.groups, instance.topology, self.cost)
+        fine_ctx = (
+            group_ctx if instance.groups is instance.graph else SimContext(instance.graph, instance.topology, self.cost)
+        )
+        static = static_arrays(instance.groups, instance.graph, instance.topology, self.cost, self.layout)
+        baseline = fine_ctx.simulate(data_parallel(instance.graph, instance.topology), validate=False)
+        dp_groups = data_parallel(instance.groups, instance.topology)
+        configs = [dp_groups[op.name] for op in instance.groups.ops]
+        partial = DeltaSimulator(group_ctx, configs).feedback()
+        data = InstanceData(instance, group_ctx, fine_ctx, static, baseline, configs, partial)
+        self._cache[key] = data
+        while len(self._cache) > _CACHE_INSTANCES:
+            self._cache.popitem(last=False)
+        return data
+
+    def _begin_episode(self, seed: int | None) -> InstanceData:
+        gym.Env.reset(self, seed=seed)
+        instance = self.generator.sample(self.np_random, self.config.groups_per_instance)
+        self.data = data = self._instance_data(instance)
+        self._delta = None
+        self._configs = list(data.baseline_configs)
+        self._partial_s = data.baseline_partial[0]
+        self._done = False
+        return data
+
+    def _simulator(self) -> DeltaSimulator:
+        """The partial plan's delta simulator (rebuilt after unpickling or a full change)."""
+        if self._delta is None:
+            assert self.data is not None
+            self._delta = DeltaSimulator(self.data.group_ctx, self._configs)
+        return self._delta
+
+    def _set_group(self, index: int, cfg: OpConfig) -> None:
+        self._configs[index] = cfg
+        if self._delta is not None:
+            self._delta.set(index, cfg)
+
+    def _preview(self, index: int, cfg: OpConfig) -> float:
+        """The partial plan's simulated makespan if group ``index`` took ``cfg`` (state unchanged)."""
+        sim = self._simulator()
+        sim.propose(index, cfg)
+        sim.reject()
+        return sim.proposed_makespan_s
+
+    def _preview_all(self, configs: Sequence[OpConfig]) -> float:
+        """The simulated makespan of a whole group-graph plan (state unchanged)."""
+        assert self.data is not None
+        return DeltaSimulator(self.data.group_ctx, configs).feedback()[0]
+
+    def _set_all(self, configs: Sequence[OpConfig]) -> None:
+        self._configs = list(configs)
+        self._delta = None
+
+    def _feedback(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        return self._simulator().feedback()
+
+    def _observation(
+        self, feedback: tuple[float, np.ndarray, np.ndarray, np.ndarray], decided: np.ndarray, current: int,
+        memory_used_bytes: np.ndarray,
+    ) -> dict[str, np.ndarray]:  # fmt: skip
+        assert self.data is not None
+        static = self.data.static
+        makespan_s, finish_s, idle_s, busy_s = feedback
+        G, D = finish_s.shape[0], busy_s.shape[0]
+        obs = {k: v.copy() for k, v in static.items()}
+        node = obs["node_features"]
+        node[:G, COL_DECIDED] = decided
+        if 0 <= current < G:
+            node[current, COL_CURRENT] = 1.0
+        node[:G, COL_FINISH] = finish_s * 1e3
+        node[:G, COL_IDLE] = idle_s * 1e3
+        dev = obs["device_features"]
+        dev[:D, 2] = memory_used_bytes / GIB
+        dev[:D, 3] = np.clip(1.0 - busy_s / makespan_s, 0.0, 1.0) if makespan_s > 0 else 1.0
+        obs["action_mask"] = self._action_mask()
+        return obs
+
+    def _check_action(self, action: Any) -> None:
+        if self._done:
+            raise RuntimeError("step() after the episode ended; call reset() first")
+        if not self.action_space.contains(np.asarray(action, dtype=np.int64) if not np.isscalar(action) else action):
+            raise ValueError(f"action {action!r} is outside the action space {self.action_space}")
+
+    def _finish(self, plan: Plan, previous_partial_s: float) -> tuple[float, dict[str, Any]]:
+        """Simulate the final plan on the original graph; the reward and ``info`` of the last step."""
+        assert self.data is not None
+        data = self.data
+        result = data.fine_ctx.simulate(plan, validate=False)
+        self._done = True
+        reward = self.reward_fn(Outcome(previous_partial_s, self._partial_s, data.baseline_partial[0], result, data.baseline))
+        speedup = data.baseline.makespan_s / result.makespan_s if result.makespan_s > 0 else float("inf")
+        info = {
+            "instance": data.instance.name,
+            "makespan_s": result.makespan_s,
+            "dp_makespan_s": data.baseline.makespan_s,
+            "speedup": speedup,
+            "oom": result.oom,
+            "result": result.summary(),
+            "plan": plan,
+        }
+        return reward, info
+
+    def _step_reward(self, previous_partial_s: float) -> float:
+        assert self.data is not None
+        return self.reward_fn(Outcome(previous_partial_s, self._partial_s, self.data.baseline_partial[0], None, self.data.baseline))
+
+    # ------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = OrderedDict()  # rebuilt on demand; contexts are large
+        state["_delta"] = None  # rebuilt from _configs on the next step
+        data = state.get("data")
+        if data is not None:  # keep the instance and its baselines, drop the heavy contexts
+            state["data"] = None
+            state["_instance"] = data.instance
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        instance = state.pop("_instance", None)
+        self.__dict__.update(state)
+        if instance is not None:
+            self.data = self._instance_data(instance)
+
+
+def bytes_on_devices(data: InstanceData, index: int, cfg: OpConfig) -> np.ndarray:
+    """(D,) static state plus forward activations of group ``index`` under ``cfg``, per device."""
+    compiled = data.group_ctx.compile(index, cfg)
+    D = data.instance.topology.num_devices
+    need = np.bincount(compiled.devices, weights=compiled.activation_bytes, minlength=D)
+    if compiled.static_devices.size:
+        need += np.bincount(compiled.static_devices, weights=compiled.static_bytes, minlength=D)
+    return need

@@ -1,0 +1,191 @@
+"""Problem instances for the environments: a model graph, its op groups and a cluster.
+
+An :class:`Instance` is what one episode optimizes. Generators produce instances from the env's
+random generator (``sample(rng)``), so an env's randomness stays in ``self.np_random``:
+
+* :class:`FixedGenerator`: always the same zoo model (or graph) on the same topology.
+* :class:`RandomGenerator`: a zoo model drawn from a list, on ``random_topology(seed)`` with the
+  seed drawn from the train or test split (``placement_rl.topology.TRAIN_SEEDS`` /
+  ``TEST_SEEDS``, disjoint), so evaluation runs on topologies never seen in training.
+  ``held_out_models`` names models kept out of training: with ``model_split="train"`` they are
+  never drawn, with ``model_split="test"`` only they are.
+
+Graphs are imported and coarsened once per process and cached; instances are cheap to draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from placement_rl import zoo
+from placement_rl.coarsen import coarsen
+from placement_rl.errors import UnknownNameError
+from placement_rl.graph import OpGraph
+from placement_rl.topology import (
+    TEST_SEEDS,
+    TRAIN_SEEDS,
+    DeviceTopology,
+    random_topology,
+    resolve_topology,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """One problem: place ``graph`` (the model's op graph) on ``topology``.
+
+    Attributes:
+        name: ``"<model>@<topology>"``.
+        graph: the original op graph (final plans and rewards are simulated on it).
+        topology: the cluster.
+        groups: ``graph`` coarsened into op groups (the env's decision units), a valid ``OpGraph``
+            whose ops list their ``members``; it is ``graph`` itself when no coarsening applies.
+    """
+
+    name: str
+    graph: OpGraph
+    topology: DeviceTopology
+    groups: OpGraph
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per-instance results the env reuses
+
+
+@lru_cache(maxsize=32)
+def _zoo_graph(model: str, batch_size: int | None) -> OpGraph:
+    return zoo.load(model, batch_size=batch_size)
+
+
+@lru_cache(maxsize=64)
+def _grouped(graph: OpGraph, max_groups: int, seed: int) -> OpGraph:
+    if graph.num_ops <= max_groups:
+        return graph
+    return coarsen(graph, max_groups=max_groups, seed=seed)
+
+
+@lru_cache(maxsize=64)
+def _instance(model: str, batch_size: int | None, topology_spec: str, max_groups: int, seed: int) -> Instance:
+    graph = _zoo_graph(model, batch_size)
+    topology = resolve_topology(topology_spec)
+    return Instance(f"{model}@{topology.name}", graph, topology, _grouped(graph, max_groups, seed))
+
+
+def make_instance(graph: OpGraph, topology: DeviceTopology, max_groups: int, seed: int = 0) -> Instance:
+    """An instance for a graph and topology you already hold (groups by METIS, at most ``max_groups``)."""
+    return Instance(f"{graph.name}@{topology.name}", graph, topology, _grouped(graph, max_groups, seed))
+
+
+class InstanceGenerator(Protocol):
+    """Draws the instance of each episode."""
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Instance: ...
+
+
+@dataclass(frozen=True)
+class FixedGenerator:
+    """The same model and topology every episode.
+
+    Attributes:
+        model: a zoo model name.
+        topology: a preset name, ``random:SEED`` or a topology JSON file.
+        batch_size: the global batch (default: the zoo's, the papers' setting).
+    """
+
+    model: str = "inception_v3"
+    topology: str = "tag-testbed"
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        zoo.spec(self.model)  # unknown names fail here, naming the valid ones
+        resolve_topology(self.topology)
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
+        return _instance(self.model, self.batch_size, self.topology, max_groups, 0)
+
+
+@dataclass(frozen=True)
+class RandomGenerator:
+    """A random zoo model on a random TAG-style topology each episode.
+
+    Attributes:
+        models: the zoo models to draw from (uniformly).
+        topology_split: ``"train"`` draws seeds from ``TRAIN_SEEDS``, ``"test"`` from ``TEST_SEEDS``.
+        num_topologies: draw from the first ``num_topologies`` seeds of the split (a fixed pool,
+            so instances repeat and their cached baselines pay off), or from the whole split if None.
+        held_out_models: models reserved for testing (see ``model_split``).
+        model_split: ``"train"`` never draws ``held_out_models``; ``"test"`` draws only them.
+        batch_size: the global batch (default: each model's zoo default).
+    """
+
+    models: Sequence[str] = ("inception_v3", "resnet101", "vgg19", "transformer", "bert_small")
+    topology_split: Literal["train", "test"] = "train"
+    num_topologies: int | None = 1000
+    held_out_models: Sequence[str] = ()
+    model_split: Literal["train", "test"] = "train"
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for m in (*self.models, *self.held_out_models):
+            zoo.spec(m)
+        if self.topology_split not in ("train", "test"):
+            raise ValueError(f"topology_split = {self.topology_split!r}; expected 'train' or 'test'")
+        if self.model_split not in ("train", "test"):
+            raise ValueError(f"model_split = {self.model_split!r}; expected 'train' or 'test'")
+        if self.num_topologies is not None and self.num_topologies < 1:
+            raise ValueError(f"num_topologies = {self.num_topologies}; expected at least 1 or None")
+        if not self.pool:
+            raise ValueError(
+                f"no model to draw: models {list(self.models)} minus held_out_models {list(self.held_out_models)} "
+                f"is empty for model_split={self.model_split!r}"
+            )
+
+    @property
+    def pool(self) -> tuple[str, ...]:
+        """The models this generator draws from."""
+        if self.model_split == "test":
+            return tuple(self.held_out_models)
+        return tuple(m for m in self.models if m not in set(self.held_out_models))
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
+        pool = self.pool
+        model = pool[int(rng.integers(len(pool)))]
+        seeds = TRAIN_SEEDS if self.topology_split == "train" else TEST_SEEDS
+        count = len(seeds) if self.num_topologies is None else min(self.num_topologies, len(seeds))
+        seed = seeds.start + int(rng.integers(count))
+        return _instance(model, self.batch_size, f"random:{seed}", max_groups, 0)
+
+
+GENERATORS: dict[str, type] = {"fixed": FixedGenerator, "random": RandomGenerator}
+
+
+def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> InstanceGenerator:
+    """A generator from an env config value: an object with ``sample``, or a mapping with ``kind``.
+
+    ``{"kind": "fixed", "model": "vgg19", "topology": "tag-testbed"}`` or ``{"kind": "random",
+    "models": [...], "topology_split": "test"}``; other keys are the generator's fields.
+
+    Raises:
+        ValueError: for an unknown kind or key, naming the valid ones.
+    """
+    if spec is None:
+        return FixedGenerator()
+    if hasattr(spec, "sample"):
+        return spec  # type: ignore[return-value]
+    if not isinstance(spec, Mapping):
+        raise TypeError(f"generator: expected a mapping with 'kind' or a generator object, got {spec!r}")
+    options = dict(spec)
+    kind = options.pop("kind", "fixed")
+    if kind not in GENERATORS:
+        raise UnknownNameError("generator kind", kind, GENERATORS)
+    cls = GENERATORS[kind]
+    valid = set(cls.__dataclass_fields__)
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ValueError(f"generator {kind!r}: unknown key(s) {unknown}; expected some of {sorted(valid)}")
+    for key in ("models", "held_out_models"):
+        if key in options:
+            options[key] = tuple(options[key])
+    return cls(**options)  # type: ignore[no-any-return]

@@ -1,0 +1,167 @@
+"""The padded ``Dict`` observation both environments share (RLlib takes no ``spaces.Graph``).
+
+Every field has a fixed shape set by the env config's maxima, so one policy serves instances of
+any size up to them. Padding rows are all zeros and their mask entries are 0.
+
+===================== ===================================== =========================================
+field                 dtype, shape                          contents
+===================== ===================================== =========================================
+``node_features``     float32 ``(max_nodes, NODE_DIM)``     per op group, :data:`NODE_FEATURES`
+``node_mask``         int8 ``(max_nodes,)``                 1 for real groups
+``edge_index``        int64 ``(2, max_edges)``              producer and consumer group of a tensor
+``edge_features``     float32 ``(max_edges, 1)``            tensor size, MiB
+``edge_mask``         int8 ``(max_edges,)``                 1 for real edges
+``device_features``   float32 ``(max_devices, DEVICE_DIM)`` per device, :data:`DEVICE_FEATURES`
+``device_mask``       int8 ``(max_devices,)``               1 for real devices
+``device_bandwidth``  float32 ``(max_devices, max_devices)`` widest-route bandwidth, GB/s (0 on the
+                                                            diagonal and in padding)
+``action_mask``       int8 ``(num_actions,)``               1 for allowed actions (see each env)
+===================== ===================================== =========================================
+
+Node features, in order: ``compute_ms`` (forward + backward on the topology's fastest device),
+``param_mib``, ``output_mib``, the op-type histogram (fraction of the group's member ops in each
+of :data:`OP_FAMILIES`), ``decided``, ``current`` (1 for the group this step decides),
+``finish_ms`` (when the group's forward pass ends in the simulation of the current partial plan)
+and ``idle_ms`` (how long its output then waits before its first outgoing transfer starts).
+
+Device features: ``peak_tflops``, ``memory_gib``, ``memory_used_gib`` (the env's estimate for the
+decided groups, see the env) and ``idle_fraction`` (share of the simulated iteration the device
+does not compute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from placement_rl.cost import CostModel
+from placement_rl.graph import OpGraph
+from placement_rl.topology import DeviceTopology
+
+OP_FAMILIES: tuple[str, ...] = (
+    "conv", "matmul", "recurrent", "attention", "norm", "activation", "pool", "elementwise", "shape", "embedding",
+    "loss", "input", "other",
+)  # fmt: skip
+_FAMILY_OF: dict[str, str] = {
+    "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "conv_transpose2d": "conv",
+    "linear": "matmul", "matmul": "matmul", "bmm": "matmul", "addmm": "matmul", "baddbmm": "matmul",
+    "lstm_cell": "recurrent", "gru_cell": "recurrent", "rnn_cell": "recurrent", "lstm": "recurrent", "gru": "recurrent",
+    "rnn": "recurrent", "multihead_attention": "attention", "scaled_dot_product_attention": "attention",
+    "batch_norm": "norm", "layer_norm": "norm", "group_norm": "norm",
+    "relu": "activation", "gelu": "activation", "tanh": "activation", "sigmoid": "activation", "softmax": "activation",
+    "log_softmax": "activation", "dropout": "activation",
+    "max_pool2d": "pool", "avg_pool2d": "pool", "adaptive_avg_pool2d": "pool",
+    "add": "elementwise", "mul": "elementwise", "sub": "elementwise", "div": "elementwise",
+    "transpose": "shape", "reshape": "shape", "view": "shape", "slice": "shape", "cat": "shape", "unsqueeze": "shape",
+    "squeeze": "shape", "flatten": "shape", "stack": "shape", "permute": "shape",
+    "embedding": "embedding", "cross_entropy": "loss", "mse_loss": "loss", "nll_loss": "loss",
+    "input": "input", "constant": "input", "fill": "input",
+}  # fmt: skip
+NODE_FEATURES: tuple[str, ...] = (
+    "compute_ms", "param_mib", "output_mib", *(f"type_{f}" for f in OP_FAMILIES), "decided", "current", "finish_ms",
+    "idle_ms",
+)  # fmt: skip
+DEVICE_FEATURES: tuple[str, ...] = ("peak_tflops", "memory_gib", "memory_used_gib", "idle_fraction")
+NODE_DIM, DEVICE_DIM = len(NODE_FEATURES), len(DEVICE_FEATURES)
+COL_DECIDED, COL_CURRENT, COL_FINISH, COL_IDLE = (NODE_FEATURES.index(c) for c in ("decided", "current", "finish_ms", "idle_ms"))
+MIB, GIB = 2.0**20, 2.0**30
+
+
+def op_family(op_type: str) -> int:
+    """Index of ``op_type``'s family in :data:`OP_FAMILIES` (``other`` if unknown)."""
+    return OP_FAMILIES.index(_FAMILY_OF.get(op_type, "other"))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The maxima that fix the observation's shapes."""
+
+    max_nodes: int
+    max_edges: int
+    max_devices: int
+    num_actions: int
+
+    def space(self) -> gym.spaces.Dict:
+        n, e, d = self.max_nodes, self.max_edges, self.max_devices
+        f32, i8 = np.float32, np.int8
+
+        def box(shape: tuple[int, ...]) -> gym.spaces.Box:
+            return gym.spaces.Box(0.0, np.inf, shape, f32)
+
+        def mask(shape: tuple[int, ...]) -> gym.spaces.Box:
+            return gym.spaces.Box(0, 1, shape, i8)
+
+        return gym.spaces.Dict({
+            "node_features": box((n, NODE_DIM)),
+            "node_mask": mask((n,)),
+            "edge_index": gym.spaces.Box(0, max(n - 1, 0), (2, e), np.int64),
+            "edge_features": box((e, 1)),
+            "edge_mask": mask((e,)),
+            "device_features": box((d, DEVICE_DIM)),
+            "device_mask": mask((d,)),
+            "device_bandwidth": box((d, d)),
+            "action_mask": mask((self.num_actions,)),
+        })  # fmt: skip
+
+
+def group_compute_s(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel) -> np.ndarray:
+    """(G,) forward + backward seconds of each group on the topology's fastest device."""
+    dev = max(topology.devices, key=lambda d: (d.peak_flops, d.memory_bytes))
+
+    def op_s(op_name: str) -> float:
+        op = fine.op(op_name)
+        fwd, bwd = cost.task_times_s(op, 1.0, op.output_shapes[0], op.param_bytes, dev.device_type, dev.peak_flops,
+                                     dev.memory_bandwidth_bytes_per_s)  # fmt: skip
+        return fwd + bwd
+
+    return np.array([sum(op_s(m) for m in (g.members or (g.name,))) for g in groups.ops])
+
+
+def static_arrays(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel, layout: Layout) -> dict[str, np.ndarray]:
+    """The parts of the observation that do not change during an episode, padded to ``layout``.
+
+    Raises:
+        ValueError: if the instance has more groups, edges or devices than ``layout`` allows.
+    """
+    G, D = groups.num_ops, topology.num_devices
+    tensors = groups.tensors
+    for what, have, limit in (("op groups", G, layout.max_nodes), ("edges", len(tensors), layout.max_edges),
+                              ("devices", D, layout.max_devices)):  # fmt: skip
+        if have > limit:
+            raise ValueError(
+                f"instance {groups.name!r} on {topology.name!r} has {have} {what}; the env config allows at most "
+                f"{limit} (raise max_nodes / max_edges / max_devices)"
+            )
+    node = np.zeros((layout.max_nodes, NODE_DIM), np.float32)
+    node[:G, 0] = group_compute_s(groups, fine, topology, cost) * 1e3
+    node[:G, 1] = [g.param_bytes / MIB for g in groups.ops]
+    node[:G, 2] = [g.output_bytes / MIB for g in groups.ops]
+    for i, g in enumerate(groups.ops):
+        members = g.members or (g.name,)
+        for m in members:
+            node[i, 3 + op_family(fine.op(m).op_type)] += 1.0 / len(members)
+    node_mask = np.zeros(layout.max_nodes, np.int8)
+    node_mask[:G] = 1
+    index = {op.name: i for i, op in enumerate(groups.ops)}
+    edge_index = np.zeros((2, layout.max_edges), np.int64)
+    edge_features = np.zeros((layout.max_edges, 1), np.float32)
+    edge_mask = np.zeros(layout.max_edges, np.int8)
+    for k, t in enumerate(tensors):
+        edge_index[:, k] = index[t.src], index[t.dst]
+        edge_features[k, 0] = t.num_bytes / MIB
+        edge_mask[k] = 1
+    device = np.zeros((layout.max_devices, DEVICE_DIM), np.float32)
+    device[:D, 0] = [d.peak_flops / 1e12 for d in topology.devices]
+    device[:D, 1] = [d.memory_bytes / GIB for d in topology.devices]
+    device_mask = np.zeros(layout.max_devices, np.int8)
+    device_mask[:D] = 1
+    bandwidth = np.zeros((layout.max_devices, layout.max_devices), np.float32)
+    bw = topology.bandwidth_matrix() / 1e9
+    np.fill_diagonal(bw, 0.0)
+    bandwidth[:D, :D] = bw
+    return {
+        "node_features": node, "node_mask": node_mask, "edge_index": edge_index, "edge_features": edge_features,
+        "edge_mask": edge_mask, "device_features": device, "device_mask": device_mask, "device_bandwidth": bandwidth,
+    }  # fmt: skip

@@ -1,0 +1,314 @@
+"""``placement_rl/Placement-v0``: place op groups on devices (TAG's sequential MDP, Trinity's one-shot)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, tag_group_config, tag_strategy
+
+from ..base import InstanceData, PlanEnv, bytes_on_devices
+from .types import PlacementConfig
+
+
+class PlacementEnv(PlanEnv):
+    """Decide where each op group of a training job runs.
+
+    Description:
+        An instance is a model's op graph and a cluster (drawn by the configured generator). The
+        graph is coarsened with METIS into at most ``max_groups`` op groups (``one_shot_ops`` in
+        one-shot mode). Every figure comes from the shared simulator; see
+        :mod:`placement_rl.envs.base` for which graph each simulation uses.
+
+        ``mode="sequential"`` (TAG sec. 4.1): one step per group, groups in descending compute time.
+        Undecided groups follow TAG's rule, the strategy of the most expensive decided group, which
+        is always the first one decided; before any decision the partial plan is data parallelism.
+        ``mode="one_shot"`` (Trinity / Hierarchical Planner): a single step assigns every op to one
+        of ``one_shot_groups`` groups and every group to a device.
+
+    Action Space:
+        * sequential, ``action_space="device"``: ``Discrete(max_devices)``, the device of the current
+          group (the whole group on it).
+        * sequential, ``action_space="tag"``: ``Discrete(max_machines * 4)``, ``machine * 4 + option``
+          with ``max_machines = max_devices`` and options ``all_reduce``, ``parameter_server``,
+          ``duplicate``, ``model_parallel`` (:func:`placement_rl.plan.tag_group_config`).
+        * one-shot: ``MultiDiscrete([k] * max_nodes + [max_devices] * k)``: the group of every op
+          slot, then the device of every group.
+
+    Observation Space:
+        The padded ``Dict`` of :mod:`placement_rl.envs.observation` (node = op group). In one-shot
+        mode the node rows are the ops to partition. ``action_mask`` has one entry per action
+        (sequential) or the concatenated per-slot masks (one-shot: op slots past the graph allow
+        only group 0; group slots allow the real devices). Masking by memory (sequential): an
+        action is masked when a device it uses would exceed its memory by the env's estimate (the
+        parameters, gradients and optimizer state of the decided groups plus their forward
+        activations, all assumed live at once). **When nothing fits**, every action on a real
+        device is allowed and the episode goes on; the final plan is then simulated as usual and
+        reported as out-of-memory (``info["oom"]``, and the ``speedup`` reward gives -1).
+
+    Rewards:
+        The named reward of the config (``speedup``, ``mdpe``, ``dense``): see
+        :mod:`placement_rl.envs.reward`.
+
+    Starting State:
+        A new instance from the generator (drawn with ``self.np_random``), nothing decided; the
+        runtime features show the data-parallel plan.
+
+    Episode End:
+        Terminates after the last group (sequential) or the one step (one-shot); never truncates.
+        The last step's ``info`` has ``makespan_s``, ``dp_makespan_s``, ``speedup``, ``oom``,
+        ``result`` (:meth:`SimResult.summary`), ``plan`` (the final :class:`Plan` on the original
+        graph) and ``instance``. Every step's ``info`` has ``partial_makespan_s``.
+
+    Arguments:
+        config: a mapping of :class:`~placement_rl.envs.placement.types.PlacementConfig` fields
+            (RLlib's ``env_config``); keyword arguments override it. Unknown keys raise ``ValueError``.
+
+    Version History:
+        * v0: initial version.
+    """
+
+    config_class = PlacementConfig
+    config: PlacementConfig
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self._t = 0
+        self._order = np.zeros(0, np.int64)
+        self._decided = np.zeros(0)
+        self._used = np.zeros(0)
+        self._rule: tuple[Any, ...] | None = None
+        self._decisions: dict[str, Any] = {}
+        self._ps_turn: dict[str, int] = {}
+
+    # ----------------------------------------------------------------- spaces
+    def _num_actions(self) -> int:
+        cfg = self.config
+        if cfg.mode == "one_shot":
+            return cfg.nodes * cfg.one_shot_groups + cfg.one_shot_groups * cfg.max_devices
+        return cfg.max_devices * (len(TAG_OPTIONS) if cfg.action_space == "tag" else 1)
+
+    def _make_action_space(self) -> gym.Space[Any]:
+        cfg = self.config
+        if cfg.mode == "one_shot":
+            k = cfg.one_shot_groups
+            return gym.spaces.MultiDiscrete([k] * cfg.nodes + [cfg.max_devices] * k)
+        return gym.spaces.Discrete(self._num_actions())
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        data = self._begin_episode(seed)
+        G = data.instance.groups.num_ops
+        self._t = 0
+        self._order = np.argsort(-data.static["node_features"][:G, 0], kind="stable")
+        self._decided = np.zeros(G)
+        self._used = np.zeros(data.instance.topology.num_devices)
+        self._rule = None
+        self._decisions = {}
+        self._ps_turn = dict.fromkeys(data.instance.topology.machines(), 0)
+        obs = self._observation(data.baseline_partial, self._decided, self._current(), self._used)
+        return obs, {"instance": data.instance.name, "partial_makespan_s": self._partial_s}
+
+    def _current(self) -> int:
+        if self.config.mode == "one_shot" or self._t >= len(self._order):
+            return -1
+        return int(self._order[self._t])
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        self._check_action(action)
+        if self.config.mode == "one_shot":
+            return self._step_one_shot(np.asarray(action, dtype=np.int64))
+        action = int(action)
+        mask = self._action_mask()
+        if not mask[action]:
+            raise ValueError(
+                f"action {action} is masked for group {self._current()} (it does not fit in memory or names no "
+                f"device); allowed actions: {np.flatnonzero(mask).tolist()}"
+            )
+        data = self.data
+        assert data is not None
+        groups, topology = data.instance.groups, data.instance.topology
+        g = self._current()
+        if self.config.action_space == "device":
+            device = topology.devices[action].name
+            cfg = OpConfig.make(device)
+            self._decisions[groups.ops[g].name] = device
+            rule: tuple[Any, ...] = ("device", device)
+        else:
+            machine, option = self._tag_action(action)
+            cfg = self._tag_config(g, machine, option)
+            self._decisions[groups.ops[g].name] = (machine, option)
+            rule = ("tag", machine, option)
+        if self._rule is None:  # the first (most expensive) group sets the rule for the undecided
+            self._rule = rule
+            self._set_all([self._rule_config(i) if i != g else cfg for i in range(groups.num_ops)])
+        else:
+            self._set_group(g, cfg)
+        self._used += self._need(g, action)
+        self._decided[g] = 1.0
+        self._t += 1
+        previous = self._partial_s
+        feedback = self._feedback()
+        self._partial_s = feedback[0]
+        info: dict[str, Any] = {"partial_makespan_s": self._partial_s}
+        terminated = self._t == groups.num_ops
+        if terminated:
+            reward, final = self._finish(self._final_plan(), previous)
+            info.update(final)
+        else:
+            reward = self._step_reward(previous)
+        return self._observation(feedback, self._decided, self._current(), self._used), reward, terminated, False, info
+
+    def _step_one_shot(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        data = self.data
+        assert data is not None
+        cfg = self.config
+        groups, topology = data.instance.groups, data.instance.topology
+        N, D = groups.num_ops, topology.num_devices
+        assign, placement = action[: cfg.nodes], action[cfg.nodes :]
+        bad = np.flatnonzero(placement >= D)
+        if bad.size:
+            raise ValueError(
+                f"action places group {int(bad[0])} on device index {int(placement[bad[0]])}; topology "
+                f"{topology.name!r} has devices 0..{D - 1}"
+            )
+        if (assign[N:] != 0).any():
+            raise ValueError(f"action assigns padded op slots (>= {N}) to a group other than 0; the action mask allows only 0")
+        names = [d.name for d in topology.devices]
+        configs = {op.name: OpConfig.make(names[int(placement[assign[i]])]) for i, op in enumerate(groups.ops)}
+        plan = Plan(groups.name, configs, name="placement")
+        if groups is not data.instance.graph:
+            plan = plan.expand(groups, data.instance.graph)
+        self._decided = np.ones(N)
+        self._used = np.bincount(placement[assign[:N]], weights=self._single_need(), minlength=D)[:D]
+        self._partial_s = float("nan")
+        reward, info = self._finish(plan, float("nan"))
+        info["groups_used"] = int(np.unique(assign[:N]).size)
+        return self._observation(data.baseline_partial, self._decided, -1, self._used), reward, True, False, info
+
+    def evaluate_action(self, action: int) -> float:
+        """Simulated makespan (s) of the partial plan if the current group took ``action``.
+
+        The state does not change (the greedy reference agent calls this for every allowed action).
+        Sequential mode only.
+        """
+        if self.config.mode != "sequential" or self._done or self.data is None:
+            raise RuntimeError("evaluate_action needs a running sequential episode")
+        g = self._current()
+        groups = self.data.instance.groups
+        if self.config.action_space == "device":
+            cfg = OpConfig.make(self.data.instance.topology.devices[action].name)
+        else:
+            machine, option = self._tag_action(action)
+            turn = dict(self._ps_turn)
+            cfg = self._tag_config(g, machine, option)
+            self._ps_turn = turn
+        if self._rule is None:
+            saved = self._rule
+            self._rule = ("device", cfg.devices[0]) if self.config.action_space == "device" else ("tag", machine, option)
+            configs = [self._rule_config(i) if i != g else cfg for i in range(groups.num_ops)]
+            self._rule = saved
+            return self._preview_all(configs)
+        return self._preview(g, cfg)
+
+    # ---------------------------------------------------------------- helpers
+    def _tag_action(self, action: int) -> tuple[str, str]:
+        machines = list(self.data.instance.topology.machines()) if self.data else []
+        m, o = divmod(action, len(TAG_OPTIONS))
+        return machines[m], TAG_OPTIONS[o]
+
+    def _tag_config(self, index: int, machine: str, option: str) -> OpConfig:
+        assert self.data is not None
+        devs = [d.name for d in self.data.instance.topology.machines()[machine]]
+        cfg = tag_group_config(self.data.instance.groups.ops[index], devs, option, self._ps_turn[machine])
+        if option == "parameter_server":
+            self._ps_turn[machine] += 1
+        return cfg
+
+    def _rule_config(self, index: int) -> OpConfig:
+        assert self._rule is not None and self.data is not None
+        if self._rule[0] == "device":
+            return OpConfig.make(self._rule[1])
+        devs = [d.name for d in self.data.instance.topology.machines()[self._rule[1]]]
+        return tag_group_config(self.data.instance.groups.ops[index], devs, self._rule[2], 0)
+
+    def _final_plan(self) -> Plan:
+        assert self.data is not None
+        inst = self.data.instance
+        if self.config.action_space == "tag" and inst.groups is not inst.graph:
+            return tag_strategy(inst.groups, inst.graph, inst.topology, self._decisions)
+        plan = Plan(inst.groups.name, {op.name: c for op, c in zip(inst.groups.ops, self._configs)}, name="placement")
+        return plan if inst.groups is inst.graph else plan.expand(inst.groups, inst.graph)
+
+    def _single_need(self) -> np.ndarray:
+        """(G,) bytes a group needs on one device (state of its parameters plus its activations)."""
+        data = self.data
+        assert data is not None
+        found = data.extra.get("single_need")
+        if found is None:
+            device = data.instance.topology.devices[0].name
+            found = np.array([bytes_on_devices(data, i, OpConfig.make(device)).sum() for i in range(data.instance.groups.num_ops)])
+            data.extra["single_need"] = found
+        return found
+
+    def _need(self, index: int, action: int) -> np.ndarray:
+        """(D,) bytes group ``index`` adds to each device under ``action`` (the memory estimate)."""
+        data = self.data
+        assert data is not None
+        D = data.instance.topology.num_devices
+        if self.config.action_space == "device":
+            need = np.zeros(D)
+            need[action] = self._single_need()[index]
+            return need
+        cache = data.extra.setdefault("tag_need", {})
+        key = (index, action)
+        found = cache.get(key)
+        if found is None:
+            machine, option = self._tag_action(action)
+            devs = [d.name for d in data.instance.topology.machines()[machine]]
+            if option == "model_parallel":
+                found = np.zeros(D)
+                for name in devs:
+                    found[data.instance.topology.device_index(name)] = self._single_need()[index] / len(devs)
+            else:
+                found = bytes_on_devices(data, index, tag_group_config(data.instance.groups.ops[index], devs, option, 0))
+            cache[key] = found
+        return found  # type: ignore[no-any-return]
+
+    def _action_mask(self) -> np.ndarray:
+        data = self.data
+        mask = np.zeros(self.layout.num_actions, np.int8)
+        if data is None:
+            return mask
+        topology = data.instance.topology
+        D = topology.num_devices
+        cfg = self.config
+        if cfg.mode == "one_shot":
+            k, n = cfg.one_shot_groups, cfg.nodes
+            ops = np.zeros((n, k), np.int8)
+            ops[: data.instance.groups.num_ops] = 1
+            ops[data.instance.groups.num_ops :, 0] = 1
+            devices = np.zeros((k, cfg.max_devices), np.int8)
+            devices[:, :D] = 1
+            return np.concatenate([ops.ravel(), devices.ravel()])
+        g = self._current()
+        capacity = np.array([d.memory_bytes for d in topology.devices], dtype=np.float64)
+        if cfg.action_space == "device":
+            valid = np.arange(D)
+        else:
+            valid = np.arange(len(topology.machines()) * len(TAG_OPTIONS))
+        if g < 0:
+            mask[valid] = 1
+            return mask
+        if cfg.action_space == "device":
+            mask[:D] = self._used + self._single_need()[g] <= capacity
+        else:
+            for a in valid.tolist():
+                mask[a] = bool((self._used + self._need(g, a) <= capacity).all())
+        if not mask.any():  # nothing fits: allow every real action; the final plan reports OOM
+            mask[valid] = 1
+        return mask
+
