@@ -60,6 +60,9 @@ class EnvConfig:
     cost_model: CostModel | None = None
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: Fields that must be positive integers, and those that may also be null.
+    POSITIVE: ClassVar[tuple[str, ...]] = ("max_groups", "max_devices")
+    POSITIVE_OR_NULL: ClassVar[tuple[str, ...]] = ("max_nodes", "max_edges")
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> EnvConfig:
@@ -73,11 +76,11 @@ class EnvConfig:
         for key, choices in cls.CHOICES.items():
             if getattr(cfg, key) not in choices:
                 raise ValueError(f"{cls.__name__}: {key} = {getattr(cfg, key)!r}; expected one of {list(choices)}")
-        for key in ("max_groups", "max_devices"):
+        for key in cls.POSITIVE:
             value = getattr(cfg, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer")
-        for key in ("max_nodes", "max_edges"):
+        for key in cls.POSITIVE_OR_NULL:
             value = getattr(cfg, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer or null")
@@ -133,6 +136,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self._configs: list[OpConfig] = []
         self._partial_s = float("nan")
         self._done = True
+        self._last_mask = np.zeros(0, np.int8)
 
     # ------------------------------------------------------------ subclasses
     def _num_actions(self) -> int:
@@ -159,7 +163,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         baseline = fine_ctx.simulate(data_parallel(instance.graph, instance.topology), validate=False)
         dp_groups = data_parallel(instance.groups, instance.topology)
         configs = [dp_groups[op.name] for op in instance.groups.ops]
-        partial = DeltaSimulator(group_ctx, configs).feedback()
+        partial = DeltaSimulator(group_ctx, configs, cached=True).feedback()
         data = InstanceData(instance, group_ctx, fine_ctx, static, baseline, configs, partial)
         self._cache[key] = data
         while len(self._cache) > _CACHE_INSTANCES:
@@ -180,7 +184,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         """The partial plan's delta simulator (rebuilt after unpickling or a full change)."""
         if self._delta is None:
             assert self.data is not None
-            self._delta = DeltaSimulator(self.data.group_ctx, self._configs)
+            self._delta = DeltaSimulator(self.data.group_ctx, self._configs, cached=True)
         return self._delta
 
     def _set_group(self, index: int, cfg: OpConfig) -> None:
@@ -198,7 +202,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
     def _preview_all(self, configs: Sequence[OpConfig]) -> float:
         """The simulated makespan of a whole group-graph plan (state unchanged)."""
         assert self.data is not None
-        return DeltaSimulator(self.data.group_ctx, configs).feedback()[0]
+        return DeltaSimulator(self.data.group_ctx, configs, cached=True).feedback()[0]
 
     def _set_all(self, configs: Sequence[OpConfig]) -> None:
         self._configs = list(configs)
@@ -225,14 +229,26 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         dev = obs["device_features"]
         dev[:D, 2] = memory_used_bytes / GIB
         dev[:D, 3] = np.clip(1.0 - busy_s / makespan_s, 0.0, 1.0) if makespan_s > 0 else 1.0
-        obs["action_mask"] = self._action_mask()
+        obs["action_mask"] = self._last_mask = self._action_mask()
         return obs
 
     def _check_action(self, action: Any) -> None:
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset() first")
-        if not self.action_space.contains(np.asarray(action, dtype=np.int64) if not np.isscalar(action) else action):
-            raise ValueError(f"action {action!r} is outside the action space {self.action_space}")
+        space = self.action_space
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            arr = np.asarray(action)
+            if not np.issubdtype(arr.dtype, np.integer) or arr.shape != space.shape:
+                raise ValueError(
+                    f"action of dtype {arr.dtype} and shape {arr.shape}; expected integers of shape {space.shape} "
+                    f"(MultiDiscrete: {space.shape[0]} entries)"
+                )
+            bad = np.flatnonzero((arr < 0) | (arr >= space.nvec))
+            if bad.size:
+                i = int(bad[0])
+                raise ValueError(f"action entry {i} = {int(arr[i])}; expected 0..{int(space.nvec[i]) - 1}")
+        elif not space.contains(action):
+            raise ValueError(f"action {action!r} is outside the action space {space}")
 
     def _finish(self, plan: Plan, previous_partial_s: float) -> tuple[float, dict[str, Any]]:
         """Simulate the final plan on the original graph; the reward and ``info`` of the last step."""

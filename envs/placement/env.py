@@ -122,7 +122,7 @@ class PlacementEnv(PlanEnv):
         if self.config.mode == "one_shot":
             return self._step_one_shot(np.asarray(action, dtype=np.int64))
         action = int(action)
-        mask = self._action_mask()
+        mask = self._last_mask  # the mask of the observation the action answers
         if not mask[action]:
             raise ValueError(
                 f"action {action} is masked for group {self._current()} (it does not fit in memory or names no "

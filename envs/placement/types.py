@@ -28,6 +28,7 @@ class PlacementConfig(EnvConfig):
     one_shot_groups: int = 16
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"mode": ("sequential", "one_shot"), "action_space": ("device", "tag")}
+    POSITIVE: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE, "one_shot_ops", "one_shot_groups")
 
     @property
     def nodes(self) -> int:

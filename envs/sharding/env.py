@@ -62,8 +62,6 @@ class ShardingEnv(PlanEnv):
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        if self.config.max_configs < 1:
-            raise ValueError(f"ShardingConfig: max_configs = {self.config.max_configs}; expected a positive integer")
         self._t = 0
         self._decided = np.zeros(0)
         self._used = np.zeros(0)
@@ -85,7 +83,7 @@ class ShardingEnv(PlanEnv):
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         self._check_action(action)
         action = int(action)
-        mask = self._action_mask()
+        mask = self._last_mask  # the mask of the observation the action answers
         if not mask[action]:
             raise ValueError(
                 f"action {action} is masked for group {self._t} (outside its {len(self.configs(self._t))} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from placement_rl.search.space import ALL_KINDS
 
@@ -24,6 +25,9 @@ class ShardingConfig(EnvConfig):
     max_configs: int = 256
     dim_kinds: Sequence[str] = ALL_KINDS
     max_partitions: int | None = None
+
+    POSITIVE: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE, "max_configs")
+    POSITIVE_OR_NULL: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE_OR_NULL, "max_partitions")
 
     @property
     def groups_per_instance(self) -> int:

@@ -48,6 +48,8 @@ class DeltaSimulator:
         ctx: the simulation context of the graph, topology and cost model.
         configs: one configuration per op, in graph order (the current plan).
         oom_penalty: see :func:`oom_cost`.
+        cached: compile proposals through the context's cache (for callers such as the envs that
+            revisit the same configurations; searches leave it off so the cache does not churn).
 
     Attributes:
         configs: the current plan's configurations (updated by :meth:`accept`).
@@ -55,8 +57,9 @@ class DeltaSimulator:
         proposed_makespan_s: the makespan of the last proposal (without the OOM penalty).
     """
 
-    def __init__(self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0) -> None:
+    def __init__(self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0, cached: bool = False) -> None:
         self.ctx = ctx
+        self._compile = ctx.compile if cached else ctx.compile_uncached
         self.oom_penalty = oom_penalty
         self.configs = list(configs)
         self.compiled: list[_CompiledOp] = [ctx.compile(i, c) for i, c in enumerate(self.configs)]
@@ -76,7 +79,7 @@ class DeltaSimulator:
     def propose(self, index: int, cfg: OpConfig) -> float:
         """Cost of the current plan with op ``index`` set to ``cfg``; follow with :meth:`accept` or :meth:`reject`."""
         ctx = self.ctx
-        compiled = ctx.compile_uncached(index, cfg)
+        compiled = self._compile(index, cfg)
         ops = self.ops.replace(index, compiled)
         owner = ctx.shared_owner(index)
         if owner is not None:  # shared parameters: the owner's synchronization depends on every user

@@ -1,0 +1,80 @@
+"""Environment benchmarks: steps per second and the reference agents' results.
+
+    python benchmarks/envs.py steps [--episodes 20]    # steps/s, 60 groups x 16 devices, one core
+    python benchmarks/envs.py agents [--seeds 5]       # random and greedy on inception_v3 and vgg19 x tag-testbed
+
+``steps`` plays episodes with a random agent on inception_v3 x tag-testbed (60 op groups, 16 GPUs),
+every step including the partial plan's simulation, after one warm-up episode; it prints the median
+steps/s over episodes (the final simulation on the original graph included). Run it with
+``NUMBA_NUM_THREADS=1`` for one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import placement_rl.envs  # noqa: F401  (registers the ids)
+from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
+
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("Placement-v0 sequential/device", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "device"}),
+    ("Placement-v0 sequential/tag", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "tag"}),
+    ("Placement-v0 one_shot (317 ops)", "placement_rl/Placement-v0", {"mode": "one_shot"}),
+    ("Sharding-v0", "placement_rl/Sharding-v0", {}),
+]
+
+
+def steps(episodes: int) -> None:
+    generator = {"kind": "fixed", "model": "inception_v3", "topology": "tag-testbed"}
+    print("| env | steps/episode | median steps/s | median ms/step |")
+    print("|---|---|---|---|")
+    for label, env_id, options in CASES:
+        env = gym.make(env_id, config={"generator": generator, **options})
+        agent = RandomAgent(0)
+        run_episode(env, agent, seed=0)  # warm-up: imports, coarsening, baselines, compiled configs
+        rates = []
+        n = 0
+        for episode in range(episodes):
+            start = time.perf_counter()
+            n = run_episode(env, agent, seed=episode + 1)["steps"]
+            rates.append(n / (time.perf_counter() - start))
+        rate = statistics.median(rates)
+        print(f"| {label} | {n} | {rate:,.0f} | {1e3 / rate:.2f} |", flush=True)
+
+
+def agents(seeds: int) -> None:
+    print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes |")
+    print("|---|---|---|---|---|---|---|")
+    for model in ("inception_v3", "vgg19"):
+        generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
+        for label, options in (("device", {"action_space": "device"}), ("tag", {"action_space": "tag"})):
+            env = gym.make("placement_rl/Placement-v0", config={"generator": generator, "reward": "speedup", **options})
+            for name, make in (("random", lambda s: RandomAgent(s)), ("greedy", lambda s: GreedyAgent())):
+                runs = [run_episode(env, make(s), seed=s) for s in range(seeds if name == "random" else 1)]
+                rewards = [r["reward"] for r in runs]
+                speedups = [r["speedup"] for r in runs]
+                ooms = sum(r["oom"] for r in runs)
+                print(f"| {model} | sequential/{label} | {name} | {np.mean(rewards):.3f} | {np.mean(speedups):.2f}x | "
+                      f"{max(speedups):.2f}x | {ooms}/{len(runs)} |", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["steps", "agents"])
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=5)
+    args = parser.parse_args()
+    if args.what == "steps":
+        steps(args.episodes)
+    else:
+        agents(args.seeds)
+
+
+if __name__ == "__main__":
+    main()

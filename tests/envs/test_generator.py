@@ -1,0 +1,163 @@
+"""Instance generators: fixed instances, train/test topology splits, held-out models, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from placement_rl.envs import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
+from placement_rl.errors import UnknownNameError
+from placement_rl.topology import TEST_SEEDS, TRAIN_SEEDS, load_preset, random_topology
+
+
+def topology_seed(instance: Instance) -> int:
+    """The seed of a random topology: ``random_topology(seed)`` is named ``random-{seed}``."""
+    prefix = "random-"
+    assert instance.topology.name.startswith(prefix), instance.topology.name
+    return int(instance.topology.name[len(prefix) :])
+
+
+def draw(generator: Any, count: int, seed: int = 0, max_groups: int = 8) -> list[Instance]:
+    rng = np.random.default_rng(seed)
+    return [generator.sample(rng, max_groups) for _ in range(count)]
+
+
+def test_fixed_generator_returns_the_same_instance() -> None:
+    gen = FixedGenerator(model="alexnet", topology="trinity", batch_size=32)
+    first, *rest = draw(gen, 3) + draw(gen, 2, seed=9)
+    assert all(inst is first for inst in rest)
+    assert first.name == "alexnet@trinity"
+    assert first.topology == load_preset("trinity")
+    assert first.graph.num_ops == 25 and first.groups.num_ops <= 8
+    assert {m for op in first.groups.ops for m in op.members} == {op.name for op in first.graph.ops}
+    # small graphs are their own groups
+    assert gen.sample(np.random.default_rng(0), 64).groups is gen.sample(np.random.default_rng(0), 64).graph
+
+
+def test_fixed_generator_in_env_keeps_the_instance() -> None:
+    generator = {"kind": "fixed", "model": "lenet", "topology": "trinity", "batch_size": 32}
+    env = gym.make("placement_rl/Placement-v0", config={"generator": generator, "max_groups": 8})
+    instances = []
+    for seed in (0, 1, None):
+        env.reset(seed=seed)
+        instances.append(env.unwrapped.data.instance)
+    assert all(inst is instances[0] for inst in instances)
+
+
+def test_make_generator_defaults_and_objects() -> None:
+    assert make_generator(None) == FixedGenerator("inception_v3", "tag-testbed", None)
+    gen = RandomGenerator(models=("lenet",))
+    assert make_generator(gen) is gen
+    made = make_generator({"kind": "random", "models": ["lenet", "alexnet"], "held_out_models": ["vgg19"]})
+    assert made == RandomGenerator(models=("lenet", "alexnet"), held_out_models=("vgg19",))
+    assert make_generator({"model": "lenet"}) == FixedGenerator(model="lenet")  # kind defaults to fixed
+
+
+def test_make_instance_names_graph_and_topology(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("alexnet", batch_size=32)
+    inst = make_instance(graph, load_preset("trinity"), max_groups=6)
+    assert inst.name == f"{graph.name}@trinity"
+    assert inst.graph is graph and inst.groups.num_ops <= 6
+
+
+# ----------------------------------------------------------------------------- random
+SMALL_MODELS = ("lenet", "alexnet")
+
+
+def test_topology_splits_draw_disjoint_seed_ranges() -> None:
+    seeds = {}
+    for split in ("train", "test"):
+        gen = RandomGenerator(models=SMALL_MODELS, topology_split=split, num_topologies=None, batch_size=32)
+        instances = draw(gen, 60, seed=3)
+        seeds[split] = [topology_seed(inst) for inst in instances]
+        allowed = TRAIN_SEEDS if split == "train" else TEST_SEEDS
+        assert all(s in allowed for s in seeds[split]), (split, seeds[split])
+        assert len(set(seeds[split])) > 50  # drawn over the whole split
+        inst = instances[0]
+        assert inst.topology == random_topology(seeds[split][0])
+        assert inst.name == f"{inst.graph.name}@random-{seeds[split][0]}"
+    assert TRAIN_SEEDS.stop <= TEST_SEEDS.start
+    assert not set(seeds["train"]) & set(seeds["test"])
+    assert min(seeds["test"]) >= TEST_SEEDS.start > max(seeds["train"])
+
+
+def test_num_topologies_is_a_fixed_pool_at_the_start_of_the_split() -> None:
+    for split, start in (("train", TRAIN_SEEDS.start), ("test", TEST_SEEDS.start)):
+        gen = RandomGenerator(models=SMALL_MODELS, topology_split=split, num_topologies=3, batch_size=32)
+        seeds = {topology_seed(inst) for inst in draw(gen, 40)}
+        assert seeds == {start, start + 1, start + 2}
+
+
+def test_random_generator_is_driven_by_the_rng() -> None:
+    gen = RandomGenerator(models=SMALL_MODELS, batch_size=32)
+    a, b, c = ([i.name for i in draw(gen, 10, seed=s)] for s in (4, 4, 5))
+    assert a == b
+    assert a != c
+    assert {n.split("@")[0] for n in a} == set(SMALL_MODELS)
+
+
+def test_held_out_models() -> None:
+    common = {"models": ("lenet", "alexnet", "vgg19"), "held_out_models": ("vgg19",), "batch_size": 32}
+    train = RandomGenerator(**common, model_split="train")
+    test = RandomGenerator(**common, model_split="test")
+    assert train.pool == ("lenet", "alexnet") and test.pool == ("vgg19",)
+    train_models = {inst.graph.name for inst in draw(train, 30)}
+    test_models = {inst.graph.name for inst in draw(test, 10)}
+    assert "vgg19" not in train_models and train_models == {"lenet", "alexnet"}
+    assert test_models == {"vgg19"}
+    # held-out models need not be listed in models
+    only_held = RandomGenerator(models=("lenet",), held_out_models=("alexnet",), model_split="test", batch_size=32)
+    assert {inst.graph.name for inst in draw(only_held, 5)} == {"alexnet"}
+
+
+def test_random_generator_in_env_uses_the_split() -> None:
+    config = {"generator": {"kind": "random", "models": list(SMALL_MODELS), "topology_split": "test",
+                            "batch_size": 32}, "max_groups": 8}  # fmt: skip
+    env = gym.make("placement_rl/Sharding-v0", config=config)
+    for seed in range(3):
+        _, info = env.reset(seed=seed)
+        inst = env.unwrapped.data.instance
+        assert info["instance"] == inst.name
+        assert topology_seed(inst) in TEST_SEEDS
+
+
+# ----------------------------------------------------------------------------- errors
+def test_unknown_kind_names_the_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown generator kind 'grid'; expected one of: fixed, random"):
+        make_generator({"kind": "grid"})
+
+
+def test_unknown_keys_name_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"generator 'fixed': unknown key\(s\) \['seed'\]; expected some of "
+                                         r"\['batch_size', 'model', 'topology'\]"):  # fmt: skip
+        make_generator({"kind": "fixed", "model": "lenet", "seed": 3})
+    with pytest.raises(ValueError, match=r"generator 'random': unknown key\(s\) \['topology'\]") as err:
+        make_generator({"kind": "random", "topology": "trinity"})
+    for valid in ("models", "topology_split", "num_topologies", "held_out_models", "model_split", "batch_size"):
+        assert valid in str(err.value)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['topology'\]"):  # through the env config
+        gym.make("placement_rl/Placement-v0", config={"generator": {"kind": "random", "topology": "trinity"}})
+
+
+def test_bad_values() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown model 'resnet9000'; expected one of: .*lenet"):
+        make_generator({"kind": "fixed", "model": "resnet9000"})
+    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt'"):
+        make_generator({"kind": "random", "held_out_models": ["gpt"]})
+    with pytest.raises(UnknownNameError, match=r"unknown topology 'nowhere'; expected one of: .*random:SEED"):
+        make_generator({"kind": "fixed", "topology": "nowhere"})
+    with pytest.raises(ValueError, match=r"topology_split = 'val'; expected 'train' or 'test'"):
+        make_generator({"kind": "random", "topology_split": "val"})
+    with pytest.raises(ValueError, match=r"model_split = 'val'; expected 'train' or 'test'"):
+        make_generator({"kind": "random", "model_split": "val"})
+    with pytest.raises(ValueError, match=r"num_topologies = 0; expected at least 1 or None"):
+        make_generator({"kind": "random", "num_topologies": 0})
+    with pytest.raises(ValueError, match=r"no model to draw: models \['lenet'\] minus held_out_models \['lenet'\]"):
+        make_generator({"kind": "random", "models": ["lenet"], "held_out_models": ["lenet"]})
+    with pytest.raises(ValueError, match=r"is empty for model_split='test'"):
+        make_generator({"kind": "random", "model_split": "test"})
+    with pytest.raises(TypeError, match=r"expected a mapping with 'kind' or a generator object, got 'fixed'"):
+        make_generator("fixed")  # type: ignore[arg-type]
