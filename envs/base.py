@@ -48,6 +48,8 @@ class EnvConfig:
         max_edges: edge columns of the observation (default: ``8 * max_nodes``).
         max_devices: device rows of the observation (random topologies have at most 48 GPUs).
         cost_model: the simulator's cost model (default: :data:`placement_rl.simulator.DEFAULT_COST_MODEL`).
+        node2vec_dim: if positive, the observation gets ``node_structure``: a Node2vec embedding
+            of each group in the group graph (Trinity's structure feature), computed once per instance.
     """
 
     generator: Any = None
@@ -58,6 +60,7 @@ class EnvConfig:
     max_edges: int | None = None
     max_devices: int = 64
     cost_model: CostModel | None = None
+    node2vec_dim: int = 0
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Fields that must be positive integers, and those that may also be null.
@@ -127,7 +130,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self.generator: InstanceGenerator = make_generator(self.config.generator)
         self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
         self.cost = self.config.cost_model or DEFAULT_COST_MODEL
-        self.layout = Layout(self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions())
+        if not isinstance(self.config.node2vec_dim, int) or self.config.node2vec_dim < 0:
+            raise ValueError(f"{type(self.config).__name__}: node2vec_dim = {self.config.node2vec_dim!r}; expected an integer >= 0")
+        self.layout = Layout(self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions(),
+                             self.config.node2vec_dim)  # fmt: skip
         self.observation_space = self.layout.space()
         self.action_space = self._make_action_space()
         self._cache: OrderedDict[str, InstanceData] = OrderedDict()

@@ -16,6 +16,8 @@ field                 dtype, shape                          contents
 ``device_bandwidth``  float32 ``(max_devices, max_devices)`` widest-route bandwidth, GB/s (0 on the
                                                             diagonal and in padding)
 ``action_mask``       int8 ``(num_actions,)``               1 for allowed actions (see each env)
+``node_structure``    float32 ``(max_nodes, node2vec_dim)`` Node2vec embedding of each group (only
+                                                            when ``node2vec_dim > 0``; any sign)
 ===================== ===================================== =========================================
 
 Node features, in order: ``compute_ms`` (forward + backward on the topology's fastest device),
@@ -82,6 +84,7 @@ class Layout:
     max_edges: int
     max_devices: int
     num_actions: int
+    structure_dim: int = 0
 
     def space(self) -> gym.spaces.Dict:
         n, e, d = self.max_nodes, self.max_edges, self.max_devices
@@ -93,7 +96,7 @@ class Layout:
         def mask(shape: tuple[int, ...]) -> gym.spaces.Box:
             return gym.spaces.Box(0, 1, shape, i8)
 
-        return gym.spaces.Dict({
+        spaces = {
             "node_features": box((n, NODE_DIM)),
             "node_mask": mask((n,)),
             "edge_index": gym.spaces.Box(0, max(n - 1, 0), (2, e), np.int64),
@@ -103,7 +106,10 @@ class Layout:
             "device_mask": mask((d,)),
             "device_bandwidth": box((d, d)),
             "action_mask": mask((self.num_actions,)),
-        })  # fmt: skip
+        }  # fmt: skip
+        if self.structure_dim:
+            spaces["node_structure"] = gym.spaces.Box(-np.inf, np.inf, (n, self.structure_dim), f32)
+        return gym.spaces.Dict(spaces)
 
 
 def group_compute_s(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel) -> np.ndarray:
@@ -161,7 +167,14 @@ def static_arrays(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost
     bw = topology.bandwidth_matrix() / 1e9
     np.fill_diagonal(bw, 0.0)
     bandwidth[:D, :D] = bw
-    return {
+    arrays = {
         "node_features": node, "node_mask": node_mask, "edge_index": edge_index, "edge_features": edge_features,
         "edge_mask": edge_mask, "device_features": device, "device_mask": device_mask, "device_bandwidth": bandwidth,
     }  # fmt: skip
+    if layout.structure_dim:
+        from placement_rl.policies.node2vec import node2vec_embedding
+
+        structure = np.zeros((layout.max_nodes, layout.structure_dim), np.float32)
+        structure[:G] = node2vec_embedding(G, edge_index[:, : len(tensors)], dim=layout.structure_dim, seed=0)
+        arrays["node_structure"] = structure
+    return arrays

@@ -199,6 +199,19 @@ def _write_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: str)
     return paths
 
 
+def _policy_plan(checkpoint: str, model: str, topology: str, batch_size: int | None) -> Any:
+    """The plan a trained policy makes for a zoo model on a topology (greedy decoding)."""
+    import gymnasium as gym
+
+    from placement_rl.rl.trinity import load_policy, policy_plan
+
+    module, cfg = load_policy(checkpoint)
+    env_config = {k: v for k, v in cfg.env.items() if k != "generator"}
+    generator = {"kind": "fixed", "model": model, "topology": topology, "batch_size": batch_size}
+    env = gym.make("placement_rl/Placement-v0", config={**env_config, "generator": generator})
+    return policy_plan(module, env)["plan"]
+
+
 def _cmd_plan(args: argparse.Namespace) -> None:
     import time
 
@@ -211,6 +224,8 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     ctx = SimContext(graph, topology, _cost_model(args))
     rows, results = [], {}
     methods = args.methods.split(",") if args.methods else [*constructors(), "mcmc"]
+    if args.checkpoint:
+        methods.append("policy")
     ctx.simulate(constructors()["single"](graph, topology))  # compile the kernels outside the timed methods
     for method in ["dp", *[m for m in methods if m != "dp"]]:
         start = time.perf_counter()
@@ -222,6 +237,9 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             found = mcmc(graph, topology, budget=args.mcmc_budget, chains=args.chains, seed=args.seed,
                          initial=EXTENDED_CANDIDATES, cost_model=ctx.cost, progress=not args.json)  # fmt: skip
             plan, result = found.plan, found.result
+        elif method == "policy":
+            plan = _policy_plan(args.checkpoint, args.model, args.topology, args.batch_size)
+            result = ctx.simulate(plan)
         else:
             plan = _plan_for(method, graph, topology)
             result = ctx.simulate(plan)
@@ -357,6 +375,67 @@ def _cmd_search(args: argparse.Namespace) -> None:
         print(f"  wrote {args.out}")
 
 
+def _cmd_train(args: argparse.Namespace) -> None:
+    from placement_rl.rl.config import load_train_config
+    from placement_rl.rl.trinity import train
+
+    cfg = load_train_config(args.config)
+    if args.iterations is not None:
+        import dataclasses
+
+        if args.iterations < 1:
+            raise ValueError(f"--iterations {args.iterations}; expected at least 1")
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, iterations=args.iterations))
+    run_dir = train(cfg, out_dir=args.out_dir)
+    print(f"wrote {run_dir} (checkpoint_final/, progress.csv, tb/, learning_curve.png)")
+
+
+def _cmd_tune(args: argparse.Namespace) -> None:
+    from placement_rl.rl.config import load_sweep_config
+    from placement_rl.rl.trinity import sweep
+
+    out = sweep(load_sweep_config(args.config))
+    print(f"wrote {out / 'results.csv'} and {out / 'best_config.yaml'}")
+
+
+def _topology_list(spec: str) -> list[str]:
+    from placement_rl.topology import topology_seeds
+
+    if spec in ("test", "train"):
+        return [f"random:{s}" for s in topology_seeds(spec, 10)]  # type: ignore[arg-type]
+    if spec.startswith(("test:", "train:")):
+        split, _, count = spec.partition(":")
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"--topologies {spec!r}: expected '{split}:COUNT' with a positive COUNT")
+        return [f"random:{s}" for s in topology_seeds(split, int(count))]  # type: ignore[arg-type]
+    return spec.split(",")
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
+    from placement_rl.rl.evaluate import evaluate
+
+    models = args.models.split(",") if args.models else None
+    budget = None if args.mcmc_budget in ("0", "none") else args.mcmc_budget
+    rows = evaluate(args.checkpoint, _topology_list(args.topologies), models, mcmc_budget=budget,
+                    progress=None if args.json else lambda line: print(line, file=sys.stderr))  # fmt: skip
+    instances = sorted({r.instance for r in rows})
+    wins = sum(
+        1 for i in instances
+        for p in rows if p.instance == i and p.method == "policy" and not p.oom and p.speedup > 1.0
+    )  # fmt: skip
+    if args.json:
+        _print_json({"rows": [asdict(r) for r in rows], "instances": len(instances), "policy_beats_dp": wins})
+        return
+    _print_table(
+        ["instance", "method", "ms/iter", "vs DP", "peak mem GiB", "comm GB", "OOM", "search s"],
+        [[r.instance, r.method, f"{r.makespan_s * 1e3:,.2f}", f"{r.speedup:.2f}x", f"{r.peak_memory_bytes / 2**30:.2f}",
+          f"{r.comm_bytes / 1e9:.3f}", "yes" if r.oom else "no", f"{r.search_s:.2f}"] for r in rows],
+    )  # fmt: skip
+    print(f"policy beats data parallel on {wins}/{len(instances)} instances (MCMC budget {budget or 'off'})")
+
+
 def _add_cost_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="global batch size (default: the paper's)")
     p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
@@ -398,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chains", type=int, default=1, help="MCMC chains; more than one run as Ray tasks")
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
     p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
+    p.add_argument("--checkpoint", default=None, help="also run a trained Trinity policy (a checkpoint_* folder)")
     _add_cost_arguments(p)
     p.set_defaults(func=_cmd_plan)
 
@@ -435,6 +515,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5, help="timed runs per op; the median is kept")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_profile)
+
+    p = sub.add_parser("train", help="train Trinity (PPO on RLlib) from a YAML config")
+    p.add_argument("config", help="training YAML, e.g. tune_configs/trinity_ppo.yaml")
+    p.add_argument("--iterations", type=int, default=None, help="override run.iterations")
+    p.add_argument("--out-dir", default=None, help="override run.output_dir")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("tune", help="sweep Trinity's hyperparameters with Ray Tune from a YAML config")
+    p.add_argument("config", help="sweep YAML, e.g. tune_configs/trinity_sweep.yaml")
+    p.set_defaults(func=_cmd_tune)
+
+    p = sub.add_parser("evaluate", help="run a trained policy on (unseen) topologies and models next to the baselines")
+    p.add_argument("--checkpoint", required=True, help="a checkpoint_* folder of a training run")
+    p.add_argument("--topologies", default="test",
+                   help="'test' / 'train' (10 random topologies of that split), 'test:N', or comma-separated specs")  # fmt: skip
+    p.add_argument("--models", default=None, help="comma-separated zoo models (default: the training model)")
+    p.add_argument("--mcmc-budget", default="2s", help="MCMC budget per instance ('2s', proposals, or 'none')")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("show-topology", help="describe a device topology")
     p.add_argument("topology", help="preset name (see 'placement-rl topologies'), 'random:SEED' or a .json file")

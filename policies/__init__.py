@@ -1,0 +1,1 @@
+"""RLlib policies (RLModules) and their feature encoders."""
