@@ -30,7 +30,6 @@ from placement_rl.topology import (
     TEST_SEEDS,
     TRAIN_SEEDS,
     DeviceTopology,
-    random_topology,
     resolve_topology,
 )
 

@@ -34,11 +34,11 @@ def _two_cliques(size: int) -> np.ndarray:
 
 
 def _random_graph(seed: int) -> tuple[int, np.ndarray]:
-    """30 nodes, 60 random directed edges among nodes 0..24 (25..29 isolated), with duplicates."""
+    """30 nodes, ~60 random edges among nodes 0..24 (25..29 isolated): duplicates, reversed
+    duplicates and self-loops included."""
     rng = np.random.default_rng(seed)
     edges = rng.integers(0, 25, size=(2, 60))
-    edges = edges[:, edges[0] != edges[1]]
-    return 30, np.concatenate([edges, edges[:, :5], edges[::-1, 5:10]], axis=1)
+    return 30, np.concatenate([edges, edges[:, :5], edges[::-1, 5:10], [[3, 7], [3, 7]]], axis=1)
 
 
 # --- walks ---------------------------------------------------------------------------------------
@@ -121,45 +121,64 @@ def test_small_q_makes_walks_move_outward() -> None:
     assert outward > 3 * unbiased
 
 
+@pytest.mark.parametrize("self_loops", [False, True])
 @pytest.mark.parametrize(("p", "q"), [(0.5, 2.0), (2.0, 0.5), (0.05, 1.0)])
 @pytest.mark.parametrize("sampler", ["rejection", "exact", "exact_chunked"])
 def test_transition_probabilities_match_node2vec(
-    monkeypatch: pytest.MonkeyPatch, sampler: str, p: float, q: float
+    monkeypatch: pytest.MonkeyPatch, sampler: str, p: float, q: float, self_loops: bool
 ) -> None:
     """From v=1 having come from t=0: x=0 (return, 1/p), x=2 (neighbour of t, 1), x=3 (else, 1/q).
 
-    Checked for rejection sampling (with the return edge proposed separately when ``1/p >
-    max(1, 1/q)``), the exact sampler alone, and the exact sampler in chunks of a few walks.
+    With self-loops at 0 and 1, x=1 is a candidate too (a neighbour of t, weight 1), and t's own
+    self-loop must not make t count as a common neighbour. Checked for rejection sampling (with the
+    return edge proposed separately when ``1/p > max(1, 1/q)``), the exact sampler alone, and the
+    exact sampler in chunks of a few walks.
     """
     if sampler != "rejection":
         monkeypatch.setattr(node2vec, "_REJECTION_ROUNDS", 0)
     if sampler == "exact_chunked":
-        monkeypatch.setattr(node2vec, "_MAX_CANDIDATES", 8)
+        monkeypatch.setattr(node2vec, "_MAX_CANDIDATES", 64)
     edges = np.array([[0, 1, 0, 1], [1, 2, 2, 3]])
+    candidates, weights = [0, 2, 3], [1 / p, 1.0, 1 / q]
+    if self_loops:
+        edges = np.concatenate([edges, [[0, 1], [0, 1]]], axis=1)
+        candidates, weights = [*candidates, 1], [*weights, 1.0]
     walks = node2vec_walks(4, edges, walk_length=20, walks_per_node=1000, p=p, q=q, rng=np.random.default_rng(5))
     prev, cur, nxt = walks[:, :-2].ravel(), walks[:, 1:-1].ravel(), walks[:, 2:].ravel()
     after = nxt[(prev == 0) & (cur == 1)]
     assert after.size > 2000
-    counts = np.array([(after == x).sum() for x in (0, 2, 3)])
+    counts = np.array([(after == x).sum() for x in candidates])
     assert counts.sum() == after.size
-    weights = np.array([1 / p, 1.0, 1 / q])
+    weights = np.array(weights)
     expected = weights / weights.sum()
     observed = counts / after.size
     sigma = np.sqrt(expected * (1 - expected) / after.size)
     assert (np.abs(observed - expected) < 5 * sigma).all(), (observed, expected)
 
 
-def test_small_p_at_a_hub_is_exact_and_fast() -> None:
-    """A star: from the hub, having come from a leaf, return with (1/p) / (1/p + (d - 1)/q)."""
+@pytest.mark.parametrize(("p", "q"), [(0.01, 1.0), (1.0, 100.0), (0.002, 0.5)])
+def test_extreme_bias_at_a_hub_is_exact_and_fast(p: float, q: float) -> None:
+    """A "book": hub 0 joined to 2000 leaves, leaves joined in pairs (1-2, 3-4, ...).
+
+    From the hub, having come from a leaf, the walk returns with weight 1/p, moves to the leaf's
+    partner (a common neighbour) with weight 1 and to each of the 1998 other leaves with 1/q. Plain
+    rejection sampling would accept ~1% of proposals for these p, q, and an exact scan of the hub's
+    2000 neighbours per walk would be slow; both must stay fast and exact.
+    """
     leaves = 2000
-    edges = np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, leaves + 1)])
-    p, q = 0.01, 1.0
+    leaf = np.arange(1, leaves + 1)
+    edges = np.concatenate(
+        [np.stack([np.zeros(leaves, dtype=np.int64), leaf]), np.stack([leaf[0::2], leaf[1::2]])], axis=1
+    )
     walks = node2vec_walks(leaves + 1, edges, walk_length=10, walks_per_node=2, p=p, q=q, rng=np.random.default_rng(6))
-    at_hub = walks[:, 1:-1] == 0
-    returned = (walks[:, 2:] == walks[:, :-2])[at_hub]
-    expected = (1 / p) / (1 / p + (leaves - 1) / q)  # ~0.048
-    sigma = np.sqrt(expected * (1 - expected) / returned.size)
-    assert abs(returned.mean() - expected) < 5 * sigma
+    prev, cur, nxt = walks[:, :-2].ravel(), walks[:, 1:-1].ravel(), walks[:, 2:].ravel()
+    from_leaf = (cur == 0) & (prev > 0)
+    partner = np.where(prev % 2 == 1, prev + 1, prev - 1)
+    weights = np.array([1 / p, 1.0, (leaves - 2) / q])
+    expected = weights[:2] / weights.sum()
+    observed = np.array([(nxt == prev)[from_leaf].mean(), (nxt == partner)[from_leaf].mean()])
+    sigma = np.sqrt(expected * (1 - expected) / from_leaf.sum())
+    assert (np.abs(observed - expected) < 5 * sigma + 1e-9).all(), (observed, expected)
 
 
 # --- embedding -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, tag_group_config, tag_strategy
 
-from ..base import InstanceData, PlanEnv, bytes_on_devices
+from ..base import PlanEnv, bytes_on_devices
 from .types import PlacementConfig
 
 

@@ -64,7 +64,7 @@ def evaluate(
             name = inst.name
             dp = env.unwrapped.data.baseline  # type: ignore[attr-defined]
 
-            def row(method: str, result: Any, search_s: float) -> MethodResult:
+            def row(method: str, result: Any, search_s: float, name: str = name, dp: Any = dp) -> MethodResult:
                 return MethodResult(name, method, result.makespan_s, dp.makespan_s / result.makespan_s,
                                     int(result.peak_memory_bytes.max()), result.comm_bytes, result.oom, search_s)  # fmt: skip
 

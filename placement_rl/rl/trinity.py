@@ -11,7 +11,6 @@ import csv
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -202,7 +201,6 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     import ray
     import yaml
     from ray import tune
-    from ray.rllib.algorithms.ppo import PPO
 
     _ensure_ray()
     out = Path(cfg.output_dir).resolve()
@@ -274,6 +272,3 @@ class _ProgressCallback:
 
         return Progress()
 
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
