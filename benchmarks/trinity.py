@@ -1,7 +1,7 @@
 """Trinity results (mirrors Trinity Table 4) and zero-shot evaluation on unseen topologies.
 
     python benchmarks/trinity.py table [--iterations 30]   # per model x preset: train, then compare
-    python benchmarks/trinity.py zero-shot [--iterations 40] [--topologies 10]
+    python benchmarks/trinity.py zero-shot [--iterations 20] [--topologies 10] [--model vgg19]
 
 ``table`` trains one policy per (model, preset) from ``tune_configs/trinity_ppo.yaml`` with the
 generator fixed to that instance, then prints the learned plan next to single GPU, data parallel,
@@ -68,11 +68,11 @@ def table(iterations: int, out: Path) -> None:
             print(_row(model, preset, method, result, dp.makespan_s, search_s), flush=True)
 
 
-def zero_shot(iterations: int, count: int, out: Path) -> None:
+def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None:
     from placement_rl.rl.evaluate import evaluate
 
     base = load_train_config(ROOT / "tune_configs" / "trinity_ppo.yaml")
-    model = base.env["generator"]["model"]
+    model = model or base.env["generator"]["model"]
     env_cfg = {**base.env, "generator": {"kind": "random", "models": [model], "topology_split": "train",
                                          "num_topologies": 200}}  # fmt: skip
     cfg = dataclasses.replace(base, name=f"trinity-{model}-random", env=env_cfg,
@@ -99,11 +99,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--topologies", type=int, default=10)
     parser.add_argument("--out", default="out/benchmarks")
+    parser.add_argument("--model", default=None, help="zero-shot: the zoo model (default: the shipped config's)")
     args = parser.parse_args()
     if args.what == "table":
         table(args.iterations, Path(args.out))
     else:
-        zero_shot(args.iterations, args.topologies, Path(args.out))
+        zero_shot(args.iterations, args.topologies, Path(args.out), args.model)
 
 
 if __name__ == "__main__":
