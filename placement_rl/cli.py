@@ -212,6 +212,17 @@ def _policy_plan(checkpoint: str, model: str, topology: str, batch_size: int | N
     return policy_plan(module, env)["plan"]
 
 
+def _ft_plan(graph: Any, topology: Any, cost_model: Any, max_configs: int, progress: bool) -> Any:
+    """FT's mini-time plan under the device memory (the least-memory point when nothing fits)."""
+    from placement_rl.progress import step_progress
+    from placement_rl.search.ft import device_memory_bytes, run_ft
+
+    with step_progress(graph.num_ops, "FT", progress) as report:
+        result = run_ft(graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report)
+    point = result.fastest_within(device_memory_bytes(topology)) or result.points[0]
+    return point.plan
+
+
 def _cmd_plan(args: argparse.Namespace) -> None:
     import time
 
@@ -223,7 +234,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     topology = resolve_topology(args.topology)
     ctx = SimContext(graph, topology, _cost_model(args))
     rows, results = [], {}
-    methods = args.methods.split(",") if args.methods else [*constructors(), "mcmc"]
+    methods = args.methods.split(",") if args.methods else [*constructors(), "mcmc", "ft"]
     if args.checkpoint:
         methods.append("policy")
     ctx.simulate(constructors()["single"](graph, topology))  # compile the kernels outside the timed methods
@@ -231,7 +242,6 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         if method == "mcmc":
             from placement_rl.search import mcmc
-
             from placement_rl.search.mcmc import EXTENDED_CANDIDATES
 
             found = mcmc(graph, topology, budget=args.mcmc_budget, chains=args.chains, seed=args.seed,
@@ -239,6 +249,9 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             plan, result = found.plan, found.result
         elif method == "policy":
             plan = _policy_plan(args.checkpoint, args.model, args.topology, args.batch_size)
+            result = ctx.simulate(plan)
+        elif method == "ft":
+            plan = _ft_plan(graph, topology, ctx.cost, args.ft_max_configs, progress=not args.json)
             result = ctx.simulate(plan)
         else:
             plan = _plan_for(method, graph, topology)
@@ -375,6 +388,164 @@ def _cmd_search(args: argparse.Namespace) -> None:
         print(f"  wrote {args.out}")
 
 
+def _memory_limit(text: str | None) -> float | None:
+    """``--memory-limit``: GiB as a number (``16``) or with a unit (``16GiB``, ``512MiB``)."""
+    if text is None:
+        return None
+    units = {"gib": 2**30, "mib": 2**20, "gb": 1e9, "mb": 1e6}
+    lowered = text.strip().lower()
+    scale = next((v for k, v in units.items() if lowered.endswith(k)), None)
+    number = lowered[: -len(next(k for k in units if lowered.endswith(k)))] if scale else lowered
+    try:
+        value = float(number) * (scale or 2**30)
+    except ValueError:
+        raise ValueError(f"--memory-limit {text!r}; expected GiB as a number or with a unit, e.g. 16, 16GiB, 512MiB") from None
+    if value <= 0:
+        raise ValueError(f"--memory-limit {text!r}; expected a positive amount")
+    return value
+
+
+def _ft_run(args: argparse.Namespace, graph: Any, topology: Any, devices: int | None, cost_model: Any) -> Any:
+    from placement_rl.progress import step_progress
+    from placement_rl.search.ft import run_ft
+
+    if args.ray:
+        from placement_rl.ray_search import ft_frontier
+
+        return ft_frontier(graph, topology, devices, method=args.method, cost_model=cost_model,
+                           max_configs=args.max_configs, progress=not args.json, tolerance=args.tolerance)  # fmt: skip
+    desc = f"FT-{args.method} {graph.name} x {devices or topology.num_devices}"
+    with step_progress(graph.num_ops, desc, not args.json) as report:
+        return run_ft(graph, topology, devices, method=args.method, cost_model=cost_model, max_configs=args.max_configs,
+                      progress=report, tolerance=args.tolerance)  # fmt: skip
+
+
+def _cmd_frontier(args: argparse.Namespace) -> None:
+    from placement_rl.io import write_json
+    from placement_rl.plan import data_parallel, expert
+    from placement_rl.plots import frontier_png, profiling_png
+    from placement_rl.search.ft import default_device_counts, device_memory_bytes
+    from placement_rl.simulator import SimContext
+    from placement_rl.topology import resolve_topology
+
+    graph = load_graph(args.model, args.batch_size)
+    topology = resolve_topology(args.topology)
+    cost_model = _cost_model(args)
+    limit = _memory_limit(args.memory_limit)
+    if args.max_configs < 0:
+        raise ValueError(f"--max-configs {args.max_configs}; expected a positive count, or 0 for all")
+    args.max_configs = args.max_configs or None
+    out_dir = Path(args.out_dir or f"out/frontier-{graph.name}-{topology.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = SimContext(graph, topology, cost_model)
+    if args.devices is not None and not 1 <= args.devices <= topology.num_devices:
+        raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
+    if args.mode == "profiling" or args.mode == "mini-parallelism":
+        counts = [int(x) for x in args.device_counts.split(",")] if args.device_counts else default_device_counts(topology.num_devices)
+        bad = [n for n in counts if not 1 <= n <= topology.num_devices]
+        if bad:
+            raise ValueError(f"--device-counts {bad}; topology {topology.name!r} has 1..{topology.num_devices} devices")
+        rows = []
+        for n in sorted(counts):
+            result = _ft_run(args, graph, topology, n, cost_model)
+            cap = device_memory_bytes(topology, n) if limit is None else limit
+            point = result.fastest_within(cap)
+            sim = ctx.simulate(point.plan) if point is not None else None
+            rows.append({"devices": n, "memory_limit_bytes": cap, "frontier_points": len(result.points),
+                         "search_s": result.search_s, "exact": result.stats.exact,
+                         "time_s": point.time_s if point else None, "memory_bytes": point.memory_bytes if point else None,
+                         "simulated_makespan_s": sim.makespan_s if sim else None,
+                         "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()) if sim else None,
+                         "plan": point.plan.to_dict() if point else None})  # fmt: skip
+            if args.mode == "mini-parallelism" and point is not None:
+                break
+        document = {"format": "placement_rl.ft_profile", "schema_version": 1, "model": graph.name, "topology": topology.name,
+                    "mode": args.mode, "method": args.method, "rows": rows}  # fmt: skip
+        write_json(out_dir / f"{args.mode}.json", document)
+        png = None
+        if args.mode == "profiling":
+            png = profiling_png([(r["devices"], r["time_s"]) for r in rows], out_dir / "profiling.png",
+                                title=f"FT profiling: {graph.name} on {topology.name}")  # fmt: skip
+        if args.json:
+            _print_json({**document, "files": [str(out_dir / f"{args.mode}.json")] + ([str(png)] if png else [])})
+            return
+        print(f"FT-{args.method} {args.mode} for {graph.name} on {topology.name}")
+        _print_table(
+            ["GPUs", "FT time ms", "FT memory GiB", "simulated ms", "simulated GiB", "points", "search s"],
+            [[r["devices"], _ms(r["time_s"]), _gib(r["memory_bytes"]), _ms(r["simulated_makespan_s"]),
+              _gib(r["simulated_peak_memory_bytes"]), r["frontier_points"], f"{r['search_s']:.2f}"] for r in rows],
+        )  # fmt: skip
+        if args.mode == "mini-parallelism":
+            found = next((r for r in rows if r["time_s"] is not None), None)
+            print(f"  fewest GPUs that fit: {found['devices'] if found else 'none (every count is out of memory)'}")
+        print(f"  wrote {out_dir / f'{args.mode}.json'}" + (f" and {png}" if png else ""))
+        return
+
+    result = _ft_run(args, graph, topology, args.devices, cost_model)
+    cap = device_memory_bytes(topology, args.devices) if limit is None else limit
+    best = result.fastest_within(cap)
+    points = []
+    for k, p in enumerate(result.points):
+        sim = ctx.simulate(p.plan)
+        points.append({"memory_bytes": p.memory_bytes, "time_s": p.time_s, "simulated_makespan_s": sim.makespan_s,
+                       "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()), "simulated_oom": sim.oom,
+                       "fits": p.memory_bytes <= cap, "plan": p.plan.to_dict(), "reuse": p.reuse})  # fmt: skip
+    baselines = {}
+    for name, make in (("data parallel", data_parallel), ("expert", expert)):
+        r = ctx.simulate(make(graph, topology))
+        baselines[name] = (float(r.peak_memory_bytes.max()), r.makespan_s)
+    if args.mcmc_budget not in ("0", "none"):
+        from placement_rl.search import mcmc
+
+        found = mcmc(graph, topology, budget=args.mcmc_budget, cost_model=cost_model, progress=not args.json)
+        baselines["MCMC"] = (float(found.result.peak_memory_bytes.max()), found.result.makespan_s)
+    document = {"format": "placement_rl.frontier", "schema_version": 1, "model": graph.name, "topology": topology.name,
+                "method": args.method, "devices": result.points[0].num_devices if result.points else None,
+                "memory_limit_bytes": cap, "exact": result.stats.exact, "search_s": result.search_s,
+                "eliminations": {"node": result.stats.node, "edge": result.stats.edge, "branch": result.stats.branch,
+                                 "heuristic": result.stats.heuristic, "ldp_steps": result.stats.ldp_steps},
+                "baselines": {k: {"simulated_peak_memory_bytes": m, "simulated_makespan_s": t}
+                              for k, (m, t) in baselines.items()},
+                "points": points}  # fmt: skip
+    write_json(out_dir / "frontier.json", document)
+    png = frontier_png([(p.memory_bytes, p.time_s) for p in result.points], out_dir / "frontier.png",
+                       simulated=[(q["simulated_peak_memory_bytes"], q["simulated_makespan_s"]) for q in points],
+                       baselines=baselines, memory_limit_bytes=cap,
+                       title=f"FT-{args.method}: {graph.name} on {topology.name}")  # fmt: skip
+    if best is not None:
+        best.plan.to_json(out_dir / "mini_time_plan.json")
+    if args.json:
+        _print_json({k: v for k, v in document.items() if k != "points"} | {
+            "frontier": [{k: v for k, v in q.items() if k != "plan"} for q in points],
+            "files": [str(out_dir / "frontier.json"), str(png)]})  # fmt: skip
+        return
+    s = result.stats
+    print(f"FT-{args.method} frontier for {graph.name} on {topology.name} ({document['devices']} GPUs): "
+          f"{len(points)} points in {result.search_s:.2f} s ({'exact' if s.exact else f'{s.heuristic} heuristic eliminations'}; "
+          f"node {s.node}, edge {s.edge}, branch {s.branch}, LDP steps {s.ldp_steps})")  # fmt: skip
+    _print_table(
+        ["memory GiB", "time ms", "simulated ms", "simulated GiB", "fits"],
+        [[_gib(q["memory_bytes"]), _ms(q["time_s"]), _ms(q["simulated_makespan_s"]), _gib(q["simulated_peak_memory_bytes"]),
+          "yes" if q["fits"] else "no"] for q in points],
+    )  # fmt: skip
+    for name, (m, t) in baselines.items():
+        print(f"  {name}: {t * 1e3:.2f} ms, {m / 2**30:.2f} GiB (simulated)")
+    if best is None:
+        print(f"  mini-time: no strategy fits in {cap / 2**30:.2f} GiB per device (out of memory)")
+    else:
+        print(f"  mini-time under {cap / 2**30:.2f} GiB: {best.time_s * 1e3:.2f} ms (FT estimate); "
+              f"wrote {out_dir / 'mini_time_plan.json'}")  # fmt: skip
+    print(f"  wrote {out_dir / 'frontier.json'} and {png}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.2f}"
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.2f}"
+
+
 def _cmd_train(args: argparse.Namespace) -> None:
     from placement_rl.rl.config import load_train_config
     from placement_rl.rl.trinity import train
@@ -472,7 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="run every placement method on a model and topology; keep the best plan")
     p.add_argument("--model", default="inception_v3", help="zoo model or graph .json (default inception_v3)")
     p.add_argument("--topology", default="tag-testbed", help="preset, random:SEED or .json (default tag-testbed)")
-    p.add_argument("--methods", default=None, help="comma-separated subset of: single,dp,expert,layerwise,mcmc")
+    p.add_argument("--methods", default=None, help="comma-separated subset of: single,dp,expert,layerwise,mcmc,ft")
+    p.add_argument("--ft-max-configs", type=int, default=8, help="FT: configurations per op (default 8)")
     p.add_argument("--mcmc-budget", default="10s", help="MCMC budget per chain: seconds ('10s') or proposals")
     p.add_argument("--chains", type=int, default=1, help="MCMC chains; more than one run as Ray tasks")
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
@@ -495,6 +667,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write the best plan (JSON) here")
     _add_cost_arguments(p)
     p.set_defaults(func=_cmd_search)
+
+    p = sub.add_parser("frontier", help="TensorOpt's FT: the memory vs time cost frontier and its modes")
+    p.add_argument("--model", default="transformer", help="zoo model or graph .json (default transformer)")
+    p.add_argument("--topology", default="tensoropt", help="preset, random:SEED or .json (default tensoropt)")
+    p.add_argument("--mode", default="frontier", choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
+                   help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling")  # fmt: skip
+    p.add_argument("--devices", type=int, default=None, help="devices in use: the first N (default all)")
+    p.add_argument("--device-counts", default=None, help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,..)")
+    p.add_argument("--memory-limit", default=None, help="per-device memory limit, GiB or with a unit (default: device memory)")
+    p.add_argument("--method", default="ldp", choices=["ldp", "elimination"], help="FT-LDP (default) or FT-Elimination")
+    p.add_argument("--max-configs", type=int, default=16,
+                   help="configurations per op (default 16, replication and data parallelism always kept; 0 = all)")  # fmt: skip
+    p.add_argument("--tolerance", type=float, default=0.01,
+                   help="relative time resolution of the frontier (default 0.01; 0 = exact, slow on large graphs)")  # fmt: skip
+    p.add_argument("--mcmc-budget", default="5s", help="MCMC baseline budget for the frontier plot ('none' to skip)")
+    p.add_argument("--ray", action="store_true", help="split large frontier products over Ray tasks")
+    p.add_argument("--out-dir", default=None, help="where frontier.json, the PNG and the mini-time plan go")
+    _add_cost_arguments(p)
+    p.set_defaults(func=_cmd_frontier)
 
     p = sub.add_parser("simulate", help="simulate one plan and report time, memory and communication")
     p.add_argument("--model", required=True, help="zoo model or graph .json")

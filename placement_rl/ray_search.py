@@ -104,3 +104,55 @@ def run_chains(
         bar.close()
     ray.kill(tracker)
     return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
+
+
+# ------------------------------------------------------------------------------------------ FT
+@ray.remote(num_cpus=1)
+def _ft_chunk(parts: Any, cells: Any, keep_cells: int, sum_cells: int, tolerance: float) -> Any:
+    from placement_rl.search.frontier import _combine_chunk
+
+    return _combine_chunk(parts, cells, keep_cells, sum_cells, tolerance)
+
+
+class RayChunks:
+    """``map_chunks`` for FT: the kept cells of one large combine split over Ray tasks.
+
+    TensorOpt's multithreading (the cumulative frontiers of different configurations of one op are
+    independent) as Ray tasks. A combine small enough for one chunk runs in the driver.
+
+    Attributes:
+        chunk_points: candidate points per task (smaller than the serial default, so that large
+            combines spread over the cluster's CPUs).
+        tasks: Ray tasks submitted so far.
+    """
+
+    def __init__(self, chunk_points: int = 500_000) -> None:
+        self.chunk_points = chunk_points
+        self.tasks = 0
+
+    def __call__(self, fn: Any, args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if len(args) == 1:
+            return [fn(*args[0])]
+        if not ray.is_initialized():
+            ray.init()
+        self.tasks += len(args)
+        return list(ray.get([_ft_chunk.remote(*a) for a in args]))
+
+
+def ft_frontier(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    devices: Sequence[str] | int | None = None,
+    *,
+    progress: bool = False,
+    chunk_points: int = 500_000,
+    **options: Any,
+) -> Any:
+    """:func:`placement_rl.search.ft.run_ft` (``options`` are its keyword arguments) with large
+    combines as Ray tasks of at most ``chunk_points`` candidates, and a progress bar over the ops."""
+    from placement_rl.progress import step_progress
+    from placement_rl.search.ft import run_ft
+
+    desc = f"FT-{options.get('method', 'ldp')} {graph.name}"
+    with step_progress(graph.num_ops, desc, progress) as report:
+        return run_ft(graph, topology, devices, map_chunks=RayChunks(chunk_points), progress=report, **options)

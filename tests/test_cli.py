@@ -94,7 +94,8 @@ def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in report["methods"]}
-    assert set(methods) == {"single", "dp", "expert", "layerwise", "mcmc"}
+    assert set(methods) == {"single", "dp", "expert", "layerwise", "mcmc", "ft"}
+    assert methods["ft"]["makespan_s"] > 0 and methods["ft"]["search_s"] > 0
     assert methods["mcmc"]["makespan_s"] <= methods["dp"]["makespan_s"]  # MCMC starts from data parallelism
     assert methods["dp"]["speedup_over_dp"] == 1.0
     best = min((r for r in report["methods"] if not r["oom"]), key=lambda r: r["makespan_s"])

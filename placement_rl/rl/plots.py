@@ -9,11 +9,9 @@ from pathlib import Path
 
 def learning_curve_png(rows: Sequence[Mapping[str, float]], path: str | Path, title: str = "") -> Path:
     """Mean episode return and mean / best speedup over data parallelism per training iteration."""
-    import matplotlib
+    from placement_rl.plots import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = [r["env_steps"] for r in rows]
     fig, (ax_r, ax_s) = plt.subplots(1, 2, figsize=(10, 3.6))
     ax_r.plot(steps, [r["episode_return_mean"] for r in rows], color="tab:blue")
@@ -29,10 +27,4 @@ def learning_curve_png(rows: Sequence[Mapping[str, float]], path: str | Path, ti
     ax_s.set_ylabel("speedup over data parallel")
     ax_s.legend(loc="best", fontsize=8)
     ax_s.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_png(fig, path, title)

@@ -4,6 +4,9 @@
 * :func:`exhaustive`: branch-and-bound over the same configuration space, for exact optima of
   small instances (FlexFlow sec. 8.3).
 * :class:`SearchSpace`: the SOAP configuration sets both search over.
+* :mod:`placement_rl.search.ft`: TensorOpt's Frontier-Tracking (the memory vs time cost frontier),
+  built on :mod:`placement_rl.search.ft_costs` (configurations and additive costs) and
+  :mod:`placement_rl.search.frontier` (frontier algebra, eliminations, Linear DP).
 """
 
 from placement_rl.search.delta import DeltaSimulator

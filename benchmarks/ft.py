@@ -1,0 +1,123 @@
+"""TensorOpt's FT: running time (mirrors Table 3) and estimate vs simulator (mirrors Table 2).
+
+    python benchmarks/ft.py time [--models rnnlm,transformer,wideresnet] [--max-configs 16] [--timeout 300]
+    python benchmarks/ft.py estimate [--models ...] [--max-configs 16]
+
+``time`` runs FT-LDP and FT-Elimination for each model on the tensoropt preset (16 GPUs), each in its
+own process with a wall-clock limit, and prints the FT time (cost tables included), the number of
+configurations per op, the frontier size and the eliminations. ``estimate`` compares FT's additive
+estimate with the simulator for data parallelism and for FT's mini-time plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def _one(model: str, method: str, max_configs: int | None, tolerance: float) -> dict[str, object]:
+    from placement_rl import zoo
+    from placement_rl.search.ft import run_ft
+    from placement_rl.topology import load_preset
+
+    graph = zoo.load(model)
+    topology = load_preset("tensoropt")
+    run_ft(zoo.load("lenet"), topology, 2, max_configs=2)  # compile the numba kernel outside the timing
+    start = time.perf_counter()
+    result = run_ft(graph, topology, method=method, max_configs=max_configs, tolerance=tolerance)
+    s = result.stats
+    return {
+        "model": model, "method": method, "ops": graph.num_ops, "seconds": time.perf_counter() - start,
+        "cost_graph_s": result.cost_graph_s, "K_median": float(np.median(result.configs_per_op)),
+        "K_max": int(result.configs_per_op.max()), "points": len(result.points), "node": s.node, "edge": s.edge,
+        "branch": s.branch, "heuristic": s.heuristic, "ldp_steps": s.ldp_steps,
+    }  # fmt: skip
+
+
+def time_table(models: list[str], max_configs: int | None, timeout_s: float, tolerance: float) -> None:
+    paper = {"rnnlm": (0.28, 1.78), "rnntc": (0.28, 1.78), "transformer": (201, 3030), "wideresnet": (1292, 19666)}
+    print(f"FT on tensoropt (16 GPUs), max {max_configs or 'all'} configurations per op, tolerance {tolerance}, "
+          f"limit {timeout_s:.0f} s per run")  # fmt: skip
+    print("| model | ops | K median / max | FT-LDP s | FT-Elimination s | Elim / LDP | points | heuristic elims | paper LDP / Elim s (48 cores) |")  # noqa: E501
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in models:
+        rows = {}
+        for method in ("ldp", "elimination"):
+            cmd = [sys.executable, __file__, "_one", model, method, str(max_configs or 0), str(tolerance)]
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
+                rows[method] = json.loads(done.stdout.strip().splitlines()[-1])
+            except subprocess.TimeoutExpired:
+                rows[method] = None
+        ldp, elim = rows["ldp"], rows["elimination"]
+        ref = ldp or elim
+        ldp_s = f"{ldp['seconds']:.2f}" if ldp else f"> {timeout_s:.0f}"
+        elim_s = f"{elim['seconds']:.2f}" if elim else f"> {timeout_s:.0f}"
+        ratio = f"{elim['seconds'] / ldp['seconds']:.1f}x" if ldp and elim else "-"
+        p = paper.get(model, ("-", "-"))
+        k = f"{ref['K_median']:.0f} / {ref['K_max']}" if ref else "-"
+        print(f"| {model} | {ref['ops'] if ref else '-'} | {k} | {ldp_s} | {elim_s} | {ratio} | "
+              f"{ldp['points'] if ldp else '-'} | {ldp['heuristic'] if ldp else '-'} | {p[0]} / {p[1]} |", flush=True)  # fmt: skip
+
+
+def estimate_table(models: list[str], max_configs: int | None, tolerance: float) -> None:
+    from placement_rl import simulate, zoo
+    from placement_rl.plan import data_parallel
+    from placement_rl.search.ft import device_memory_bytes, run_ft
+    from placement_rl.search.ft_costs import build_cost_graph
+    from placement_rl.topology import load_preset
+
+    topology = load_preset("tensoropt")
+    print("| model | plan | FT estimate ms | simulated ms | error | FT memory GiB | simulated peak GiB |")
+    print("|---|---|---|---|---|---|---|")
+    for model in models:
+        graph = zoo.load(model)
+        costs, configs = build_cost_graph(graph, topology, max_configs=max_configs)
+        dp_plan = data_parallel(graph, topology)
+        dp_index = [next((s for s, c in enumerate(cs) if c == dp_plan.configs[op.name]), 0) for op, cs in zip(graph.ops, configs)]
+        dp_time = sum(costs.node_time_s[v][s] for v, s in enumerate(dp_index)) + sum(
+            costs.edge_time_s[e][dp_index[u], dp_index[v]][np.isfinite(costs.edge_time_s[e][dp_index[u], dp_index[v]])].min()
+            for e, (u, v) in enumerate(costs.edges))  # fmt: skip
+        dp_mem = sum(costs.node_memory_bytes[v][s] for v, s in enumerate(dp_index)) + sum(
+            costs.edge_memory_bytes[e][dp_index[u], dp_index[v], 0] for e, (u, v) in enumerate(costs.edges))  # fmt: skip
+        dp = simulate(graph, topology, dp_plan)
+        rows = [("data parallel", dp_time, dp_mem, dp)]
+        result = run_ft(graph, topology, max_configs=max_configs, tolerance=tolerance)
+        best = result.fastest_within(device_memory_bytes(topology))
+        if best is not None:
+            rows.append(("FT mini-time", best.time_s, best.memory_bytes, simulate(graph, topology, best.plan)))
+        else:
+            least = result.points[0]
+            rows.append(("FT least memory (none fits)", least.time_s, least.memory_bytes, simulate(graph, topology, least.plan)))
+        for name, est_s, est_b, sim in rows:
+            err = (est_s - sim.makespan_s) / sim.makespan_s
+            print(f"| {model} | {name} | {est_s * 1e3:,.1f} | {sim.makespan_s * 1e3:,.1f} | {err:+.0%} | "
+                  f"{est_b / 2**30:.2f} | {sim.peak_memory_bytes.max() / 2**30:.2f} |", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_one":
+        _, _, model, method, mc, tol = sys.argv
+        print(json.dumps(_one(model, method, int(mc) or None, float(tol))))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["time", "estimate"])
+    parser.add_argument("--models", default="rnnlm,transformer,wideresnet")
+    parser.add_argument("--max-configs", type=int, default=16)
+    parser.add_argument("--tolerance", type=float, default=0.01)
+    parser.add_argument("--timeout", type=float, default=300.0, help="time: seconds per FT run")
+    args = parser.parse_args()
+    models = args.models.split(",")
+    if args.what == "time":
+        time_table(models, args.max_configs, args.timeout, args.tolerance)
+    else:
+        estimate_table(models, args.max_configs, args.tolerance)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Plots of search results (PNG): FT's cost frontier (TensorOpt Fig. 6) and profiling curve (Fig. 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Any, path: str | Path, title: str = "") -> Path:
+    """Title the figure (if given), lay it out, write it as PNG at 110 dpi and close it."""
+    if title and len(fig.axes) > 1:
+        fig.suptitle(title)
+    elif title:
+        fig.axes[0].set_title(title)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    pyplot().close(fig)
+    return out
+
+
+def frontier_png(
+    estimate: Sequence[tuple[float, float]],
+    path: str | Path,
+    *,
+    simulated: Sequence[tuple[float, float]] = (),
+    baselines: Mapping[str, tuple[float, float]] | None = None,
+    memory_limit_bytes: float | None = None,
+    title: str = "",
+) -> Path:
+    """The cost frontier: memory per device (GiB) against time per iteration (ms).
+
+    Args:
+        estimate: FT's (memory_bytes, time_s) points, sorted by memory (drawn as a step line).
+        simulated: the same plans re-evaluated by the simulator (peak memory, makespan).
+        baselines: name -> simulated (peak memory bytes, makespan s), e.g. data parallel, expert, MCMC.
+        memory_limit_bytes: a vertical line at the device memory.
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    mem = [m / GIB for m, _ in estimate]
+    time = [t * 1e3 for _, t in estimate]
+    ax.step(mem, time, where="post", color="tab:blue", label="FT frontier (estimate)")
+    ax.scatter(mem, time, color="tab:blue", s=10)
+    if simulated:
+        ax.scatter([m / GIB for m, _ in simulated], [t * 1e3 for _, t in simulated], marker="x", color="tab:cyan",
+                   s=18, label="frontier plans, simulated")  # fmt: skip
+    markers = iter(["o", "s", "^", "D", "v", "P"])
+    for name, (m, t) in (baselines or {}).items():
+        ax.scatter([m / GIB], [t * 1e3], marker=next(markers, "o"), s=50, label=f"{name} (simulated)", zorder=3)
+    if memory_limit_bytes is not None:
+        ax.axvline(memory_limit_bytes / GIB, color="gray", linestyle="--", linewidth=1, label="device memory")
+    ax.set_xlabel("memory per device (GiB)")
+    ax.set_ylabel("time per iteration (ms)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="best")
+    return save_png(fig, path, title)
+
+
+def profiling_png(rows: Sequence[tuple[int, float | None]], path: str | Path, title: str = "") -> Path:
+    """Best time per iteration (ms) against the number of GPUs (None: nothing fits)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    fits = [(n, t) for n, t in rows if t is not None]
+    ax.plot([n for n, _ in fits], [t * 1e3 for _, t in fits], marker="o", color="tab:blue", label="FT mini-time")
+    oom = [n for n, t in rows if t is None]
+    if oom:
+        ax.scatter(oom, [min((t for _, t in fits), default=1.0) * 1e3] * len(oom), marker="x", color="tab:red",
+                   label="no strategy fits")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([n for n, _ in rows], [str(n) for n, _ in rows])
+    ax.set_xlabel("number of GPUs")
+    ax.set_ylabel("best time per iteration (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_png(fig, path, title)

@@ -1,0 +1,243 @@
+"""TensorOpt's Frontier-Tracking (FT): the cost frontier of per-device memory vs per-iteration time.
+
+``frontier(graph, topology)`` returns every Pareto-optimal strategy of TensorOpt's search space
+(seed 000, sec. 2-4): each op gets a device mesh over the devices in use and a tensor map
+(:func:`placement_rl.search.ft_costs.op_configs`), each re-scheduled tensor a reuse option, and
+the costs are TensorOpt's additive estimates (:mod:`placement_rl.search.ft_costs`). The frontier
+algorithm (eliminations, Linear DP, unrolling) is :mod:`placement_rl.search.frontier`.
+
+Every point carries a shared :class:`~placement_rl.plan.Plan`, so it can be re-evaluated by the
+simulator (``simulate(graph, topology, point.plan)``); FT's own numbers are its additive estimate.
+
+Modes (sec. 4.1):
+
+* :func:`mini_time`: the fastest point whose memory fits the device memory (or a given limit);
+* :func:`mini_parallelism`: the fewest devices whose frontier has a point that fits;
+* :func:`profiling`: the best time that fits for each device count of a range.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_rl.cost import CostModel
+from placement_rl.graph import OpGraph
+from placement_rl.plan import Plan
+from placement_rl.search.frontier import Elimination, MapChunks, frontier_of
+from placement_rl.search.ft_costs import CostGraph, build_cost_graph
+from placement_rl.topology import DeviceTopology
+
+REUSE_OPTIONS: tuple[str, ...] = ("keep_both", "keep_before", "keep_after")
+
+#: default relative time resolution of the frontier (0 = exact; see ``frontier_of``).
+DEFAULT_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One Pareto-optimal strategy.
+
+    Attributes:
+        memory_bytes: FT's estimate of the peak memory per device.
+        time_s: FT's estimate of the per-iteration time.
+        plan: the strategy as a shared plan (one configuration per op).
+        reuse: ``"src->dst"`` -> reuse option (``keep_both``, ``keep_before``, ``keep_after``) for
+            every op pair whose tensor is re-scheduled.
+        num_devices: the devices in use.
+    """
+
+    memory_bytes: float
+    time_s: float
+    plan: Plan
+    reuse: dict[str, str]
+    num_devices: int
+
+
+@dataclass(frozen=True)
+class FTResult:
+    """A frontier with how it was found.
+
+    Attributes:
+        points: the frontier, sorted by memory (ascending; time descending).
+        stats: the eliminations performed (``stats.exact``: no heuristic elimination).
+        search_s: wall-clock seconds of the FT run (building costs included).
+        cost_graph_s: of which building the configurations and cost tables.
+        configs_per_op: (n,) configurations per op.
+        method: ``ldp`` or ``elimination``.
+    """
+
+    points: list[FrontierPoint]
+    stats: Elimination
+    search_s: float
+    cost_graph_s: float
+    configs_per_op: np.ndarray
+    method: str
+
+    def fastest_within(self, memory_limit_bytes: float) -> FrontierPoint | None:
+        """The fastest point whose memory is at most ``memory_limit_bytes`` (None if none fits)."""
+        fits = [p for p in self.points if p.memory_bytes <= memory_limit_bytes]
+        return fits[-1] if fits else None
+
+
+def run_ft(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    devices: Sequence[str] | int | None = None,
+    *,
+    method: str = "ldp",
+    cost_model: CostModel | None = None,
+    max_configs: int | None = None,
+    map_chunks: MapChunks | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> FTResult:
+    """Run FT and unroll every frontier point into a plan.
+
+    Args:
+        graph: the op graph.
+        topology: the cluster.
+        devices: the devices in use: names, a count (the first ``n`` devices) or None (all).
+        method: ``ldp`` (FT-LDP) or ``elimination`` (FT-Elimination).
+        cost_model: the shared cost model (default :class:`CostModel`).
+        max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft_costs.op_configs`).
+        map_chunks: maps independent chunks of work (serial by default; Ray tasks in
+            :func:`placement_rl.ray_search.ft_frontier`).
+        progress: called with (steps done, total) as the eliminations proceed.
+        tolerance: relative time resolution of every frontier reduce. 0 gives the exact frontier
+            (TensorOpt's algorithm as published). The default 0.01 keeps a point only when it is at
+            least 1% faster than a point with less memory. Without it, graphs with many parallel
+            paths (unrolled RNNs) grow thousands of points per configuration pair.
+    """
+    start = time.perf_counter()
+    costs, configs = build_cost_graph(graph, topology, devices, cost_model=cost_model, max_configs=max_configs)
+    built = time.perf_counter()
+    result = frontier_of(
+        costs.num_configs, costs.node_memory_bytes, costs.node_time_s, costs.edges, costs.edge_memory_bytes,
+        costs.edge_time_s, method=method, map_chunks=map_chunks, progress=progress,
+        tolerance=tolerance,
+    )  # fmt: skip
+    n_devices = len(configs[0][0].devices) if configs and configs[0] else 0
+    points = []
+    for p in range(len(result.memory_bytes)):
+        chosen, options = result.unroll(p)
+        points.append(
+            FrontierPoint(
+                float(result.memory_bytes[p]),
+                float(result.time_s[p]),
+                _plan(graph, configs, chosen, method, p),
+                _reuse(graph, costs, options),
+                n_devices,
+            )  # fmt: skip
+        )
+    return FTResult(
+        points, result.stats, time.perf_counter() - start, built - start, np.asarray(costs.num_configs), method
+    )
+
+
+def frontier(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    devices: Sequence[str] | int | None = None,
+    **kwargs: object,
+) -> list[FrontierPoint]:
+    """The cost frontier: Pareto-optimal (memory per device, time per iteration) points, sorted by memory.
+
+    Keyword arguments as in :func:`run_ft`.
+    """
+    return run_ft(graph, topology, devices, **kwargs).points  # type: ignore[arg-type]
+
+
+def _plan(graph: OpGraph, configs: list[list], chosen: np.ndarray, method: str, point: int) -> Plan:  # type: ignore[type-arg]
+    return Plan(
+        graph.name, {op.name: configs[i][int(chosen[i])] for i, op in enumerate(graph.ops)}, name="ft",
+        metadata={"method": f"FT-{method.upper() if method == 'ldp' else 'Elimination'}", "frontier_point": point},
+    )  # fmt: skip
+
+
+def _reuse(graph: OpGraph, costs: CostGraph, options: np.ndarray) -> dict[str, str]:
+    out = {}
+    for e, (u, v) in enumerate(costs.edges):
+        r = int(options[e])
+        # option 0 of an edge without re-scheduling is the single copy: only report real choices
+        if np.isfinite(costs.edge_time_s[e][..., 1:]).any():
+            out[f"{graph.ops[u].name}->{graph.ops[v].name}"] = REUSE_OPTIONS[r]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ modes
+def device_memory_bytes(topology: DeviceTopology, devices: Sequence[str] | int | None = None) -> float:
+    """The smallest device memory among the devices in use."""
+    used = _devices(topology, devices)
+    return float(min(topology.device(d).memory_bytes for d in used))
+
+
+def _devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
+    names = [d.name for d in topology.devices]
+    if devices is None:
+        return names
+    if isinstance(devices, int):
+        if not 1 <= devices <= len(names):
+            raise ValueError(f"devices = {devices}; topology {topology.name!r} has 1..{len(names)} devices")
+        return names[:devices]
+    return list(devices)
+
+
+def mini_time(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    devices: Sequence[str] | int | None = None,
+    memory_limit_bytes: float | None = None,
+    **kwargs: object,
+) -> tuple[FrontierPoint | None, FTResult]:
+    """Mini-time mode: the fastest frontier point within the memory limit (default: device memory).
+
+    Returns (the point, or None when no strategy fits; the whole FT result).
+    """
+    result = run_ft(graph, topology, devices, **kwargs)  # type: ignore[arg-type]
+    limit = device_memory_bytes(topology, devices) if memory_limit_bytes is None else memory_limit_bytes
+    return result.fastest_within(limit), result
+
+
+def profiling(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    device_counts: Sequence[int] | None = None,
+    memory_limit_bytes: float | None = None,
+    **kwargs: object,
+) -> list[tuple[int, FrontierPoint | None, FTResult]]:
+    """Profiling mode: for each device count (default 1, 2, 4, ... and the total), the best point that fits."""
+    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    out = []
+    for n in counts:
+        point, result = mini_time(graph, topology, n, memory_limit_bytes, **kwargs)
+        out.append((n, point, result))
+    return out
+
+
+def mini_parallelism(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    device_counts: Sequence[int] | None = None,
+    memory_limit_bytes: float | None = None,
+    **kwargs: object,
+) -> tuple[int, FrontierPoint, FTResult] | None:
+    """Mini-parallelism mode: the fewest devices (from ``device_counts``) with a strategy that fits.
+
+    Returns (device count, the fastest fitting point at that count, its FT result), or None.
+    """
+    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    for n in sorted(counts):
+        point, result = mini_time(graph, topology, n, memory_limit_bytes, **kwargs)
+        if point is not None:
+            return n, point, result
+    return None
+
+
+def default_device_counts(total: int) -> list[int]:
+    """1, 2, 4, ... up to ``total``, and ``total`` itself."""
+    counts = [1 << k for k in range(total.bit_length()) if 1 << k <= total]
+    return counts if counts[-1] == total else [*counts, total]
