@@ -213,12 +213,15 @@ def _policy_plan(checkpoint: str, model: str, topology: str, batch_size: int | N
 
 
 def _ft_plan(graph: Any, topology: Any, cost_model: Any, max_configs: int, progress: bool) -> Any:
-    """FT's mini-time plan under the device memory (the least-memory point when nothing fits)."""
+    """The frontier plan the simulator finds fastest and fitting (else FT's mini-time, else least memory)."""
     from placement_rl.progress import step_progress
-    from placement_rl.search.ft import device_memory_bytes, run_ft
+    from placement_rl.search.ft import device_memory_bytes, run_ft, simulated_best
 
     with step_progress(graph.num_ops, "FT", progress) as report:
         result = run_ft(graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report)
+    verified = simulated_best(result, graph, topology, cost_model)
+    if verified is not None:
+        return verified[0].plan
     point = result.fastest_within(device_memory_bytes(topology)) or result.points[0]
     return point.plan
 

@@ -187,6 +187,20 @@ def combine(
     if not tables:
         raise ValueError("combine needs at least one table")
     keep = tuple(keep)
+    tables = list(tables)
+    while len(tables) > 2:
+        # multiply the pair with the fewest joint cells first and reduce it before going on: the
+        # reduced partial product is usually far smaller than the raw one
+        pairs = [(i, j) for i in range(len(tables)) for j in range(i + 1, len(tables))]
+
+        def joint(pair: tuple[int, int]) -> tuple[int, ...]:
+            a, b = tables[pair[0]], tables[pair[1]]
+            return a.variables + tuple(v for v in b.variables if v not in a.variables)
+
+        i, j = min(pairs, key=lambda pair: math.prod(sizes[v] for v in joint(pair)))
+        merged = combine([tables[i], tables[j]], joint((i, j)), sizes, map_chunks=map_chunks,
+                         chunk_points=chunk_points, tolerance=tolerance)  # fmt: skip
+        tables = [t for k, t in enumerate(tables) if k not in (i, j)] + [merged]
     allvars = list(keep)
     for t in tables:
         allvars.extend(v for v in t.variables if v not in allvars)
@@ -276,35 +290,46 @@ def _reduce(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 1 per cell: (ptr (num_cells + 1,), indices of the kept points in cell order).
 
+    ``cells`` must be non-decreasing (every caller generates points cell by cell), so each cell's
+    points are one contiguous segment and are sorted on their own, not all together.
     With ``tolerance > 0`` a point is kept only when it is faster than the best point with less
     memory by more than that fraction (an epsilon-Pareto set; 0 keeps every Pareto point).
     """
-    order = np.lexsort((time, memory, cells))
-    keep = _frontier_mask(cells[order], time[order], 1.0 - tolerance)
-    kept = order[keep]
+    if len(cells) > 1 and (np.diff(cells) < 0).any():
+        raise ValueError("_reduce needs points grouped by cell (non-decreasing cell indices)")
+    seg = np.zeros(num_cells + 1, np.int64)
+    np.cumsum(np.bincount(cells, minlength=num_cells), out=seg[1:])
+    kept, counts = _reduce_segments(seg, memory, time, 1.0 - tolerance)
     ptr = np.zeros(num_cells + 1, np.int64)
-    np.cumsum(np.bincount(cells[kept], minlength=num_cells), out=ptr[1:])
+    np.cumsum(counts, out=ptr[1:])
     return ptr, kept
 
 
 @njit(cache=True)
-def _frontier_mask(cells, time, factor):  # type: ignore[no-untyped-def]
-    """Keep a point when its time is below ``factor`` x every earlier kept time in its cell.
-
-    The input is sorted by cell, then memory, then time; ``factor`` 1 is the exact reduce.
-    """
-    n = len(cells)
-    keep = np.zeros(n, np.bool_)
-    best = np.inf
-    prev = -1
-    for i in range(n):
-        if cells[i] != prev:
-            prev = cells[i]
-            best = np.inf
-        if time[i] < best:
-            keep[i] = True
-            best = time[i] * factor
-    return keep
+def _reduce_segments(seg, memory, time, factor):  # type: ignore[no-untyped-def]
+    """Per segment ``seg[c]:seg[c + 1]``: sort by (memory, time) and keep the points whose time is
+    below ``factor`` x every earlier kept time. Returns (kept indices in cell order, count per cell)."""
+    num_cells = len(seg) - 1
+    kept = np.empty(seg[-1], np.int64)
+    counts = np.zeros(num_cells, np.int64)
+    k = 0
+    for c in range(num_cells):
+        lo, hi = seg[c], seg[c + 1]
+        if hi - lo == 1:
+            kept[k] = lo
+            k += 1
+            counts[c] = 1
+            continue
+        by_time = np.argsort(time[lo:hi], kind="mergesort")
+        order = by_time[np.argsort(memory[lo:hi][by_time], kind="mergesort")]
+        best = np.inf
+        for j in order:
+            if time[lo + j] < best:
+                kept[k] = lo + j
+                k += 1
+                counts[c] += 1
+                best = time[lo + j] * factor
+    return kept[:k], counts
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -14,6 +14,9 @@ Modes (sec. 4.1):
 * :func:`mini_time`: the fastest point whose memory fits the device memory (or a given limit);
 * :func:`mini_parallelism`: the fewest devices whose frontier has a point that fits;
 * :func:`profiling`: the best time that fits for each device count of a range.
+
+:func:`simulated_best` re-evaluates the frontier with the simulator and keeps its fastest plan that
+fits (``placement-rl plan`` uses it: there every method is judged by the simulator).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from placement_rl.graph import OpGraph
 from placement_rl.plan import Plan
 from placement_rl.search.frontier import Elimination, MapChunks, frontier_of
 from placement_rl.search.ft_costs import CostGraph, build_cost_graph
+from placement_rl.sim_result import SimResult
+from placement_rl.simulator import SimContext
 from placement_rl.topology import DeviceTopology
 
 REUSE_OPTIONS: tuple[str, ...] = ("keep_both", "keep_before", "keep_after")
@@ -200,6 +205,24 @@ def mini_time(
     result = run_ft(graph, topology, devices, **kwargs)  # type: ignore[arg-type]
     limit = device_memory_bytes(topology, devices) if memory_limit_bytes is None else memory_limit_bytes
     return result.fastest_within(limit), result
+
+
+def simulated_best(
+    result: FTResult, graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None
+) -> tuple[FrontierPoint, SimResult] | None:
+    """The frontier point the simulator finds fastest among those it says fit in memory.
+
+    FT ranks plans by its additive estimate. The simulator overlaps computation with communication
+    and moves re-scheduled tensors point to point, so the two can disagree on which plan is faster.
+    This re-evaluates every frontier point and keeps the simulator's choice (None if none fits).
+    """
+    ctx = SimContext(graph, topology, cost_model)
+    best: tuple[FrontierPoint, SimResult] | None = None
+    for point in result.points:
+        sim = ctx.simulate(point.plan)
+        if not sim.oom and (best is None or sim.makespan_s < best[1].makespan_s):
+            best = (point, sim)
+    return best
 
 
 def profiling(

@@ -11,7 +11,15 @@ import pytest
 from placement_rl import simulate
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
-from placement_rl.search.ft import default_device_counts, frontier, mini_parallelism, mini_time, profiling, run_ft
+from placement_rl.search.ft import (
+    default_device_counts,
+    frontier,
+    mini_parallelism,
+    mini_time,
+    profiling,
+    run_ft,
+    simulated_best,
+)
 from placement_rl.search.ft_costs import build_cost_graph
 from placement_rl.topology import load_preset
 
@@ -83,6 +91,10 @@ def test_modes(zoo_graph) -> None:  # type: ignore[no-untyped-def]
     graph, topo = zoo_graph("lenet"), load_preset("tensoropt")
     best, result = mini_time(graph, topo, 4)
     assert best is not None and best is result.points[-1]  # lenet fits easily: the fastest point
+    verified = simulated_best(result, graph, topo)
+    assert verified is not None and verified[0] in result.points and not verified[1].oom
+    assert verified[1].makespan_s <= simulate(graph, topo, best.plan).makespan_s
+    assert verified[1].makespan_s == min(simulate(graph, topo, p.plan).makespan_s for p in result.points)
     limit = (result.points[0].memory_bytes + result.points[1].memory_bytes) / 2
     tight, _ = mini_time(graph, topo, 4, memory_limit_bytes=limit)
     assert tight is not None and (tight.memory_bytes, tight.time_s) == (
