@@ -416,11 +416,12 @@ def _ft_run(args: argparse.Namespace, graph: Any, topology: Any, devices: int | 
         from placement_rl.ray_search import ft_frontier
 
         return ft_frontier(graph, topology, devices, method=args.method, cost_model=cost_model,
-                           max_configs=args.max_configs, progress=not args.json, tolerance=args.tolerance)  # fmt: skip
+                           max_configs=args.max_configs, progress=not args.json, tolerance=args.tolerance,
+                           rescheduling=args.rescheduling)  # fmt: skip
     desc = f"FT-{args.method} {graph.name} x {devices or topology.num_devices}"
     with step_progress(graph.num_ops, desc, not args.json) as report:
         return run_ft(graph, topology, devices, method=args.method, cost_model=cost_model, max_configs=args.max_configs,
-                      progress=report, tolerance=args.tolerance)  # fmt: skip
+                      progress=report, tolerance=args.tolerance, rescheduling=args.rescheduling)  # fmt: skip
 
 
 def _cmd_frontier(args: argparse.Namespace) -> None:
@@ -684,6 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="configurations per op (default 16, replication and data parallelism always kept; 0 = all)")  # fmt: skip
     p.add_argument("--tolerance", type=float, default=0.01,
                    help="relative time resolution of the frontier (default 0.01; 0 = exact, slow on large graphs)")  # fmt: skip
+    p.add_argument("--rescheduling", default="collectives", choices=["collectives", "point_to_point"],
+                   help="price layout changes as collectives (TensorOpt, default) or point to point (the simulator)")  # fmt: skip
     p.add_argument("--mcmc-budget", default="5s", help="MCMC baseline budget for the frontier plot ('none' to skip)")
     p.add_argument("--ray", action="store_true", help="split large frontier products over Ray tasks")
     p.add_argument("--out-dir", default=None, help="where frontier.json, the PNG and the mini-time plan go")

@@ -99,6 +99,7 @@ def run_ft(
     map_chunks: MapChunks | None = None,
     progress: Callable[[int, int], None] | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
+    rescheduling: str = "collectives",
 ) -> FTResult:
     """Run FT and unroll every frontier point into a plan.
 
@@ -116,9 +117,13 @@ def run_ft(
             (TensorOpt's algorithm as published). The default 0.01 keeps a point only when it is at
             least 1% faster than a point with less memory. Without it, graphs with many parallel
             paths (unrolled RNNs) grow thousands of points per configuration pair.
+        rescheduling: ``collectives`` (TensorOpt) or ``point_to_point`` (the simulator's data
+            movement), see :func:`~placement_rl.search.ft_costs.build_cost_graph`.
     """
     start = time.perf_counter()
-    costs, configs = build_cost_graph(graph, topology, devices, cost_model=cost_model, max_configs=max_configs)
+    costs, configs = build_cost_graph(
+        graph, topology, devices, cost_model=cost_model, max_configs=max_configs, rescheduling=rescheduling
+    )
     built = time.perf_counter()
     result = frontier_of(
         costs.num_configs, costs.node_memory_bytes, costs.node_time_s, costs.edges, costs.edge_memory_bytes,

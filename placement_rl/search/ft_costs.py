@@ -171,6 +171,10 @@ class CostGraph:
                 raise ValueError(f"CostGraph: edge {e} ({u}, {v}) arrays do not have shape {shape}")
 
 
+#: how layout changes are priced (see :func:`build_cost_graph`).
+RESCHEDULING: tuple[str, ...] = ("collectives", "point_to_point")
+
+
 # ------------------------------------------------------------------------------------ configurations
 def mesh_shapes(num_devices: int) -> list[tuple[int, ...]]:
     """The device meshes TensorOpt considers for ``num_devices`` devices.
@@ -396,7 +400,12 @@ def _split_degree(layout: _Layout) -> int:
 class _Comm:
     """Collective and re-scheduling times over one ordered device set (all caches live here)."""
 
-    def __init__(self, topology: DeviceTopology, names: Sequence[str], cost: CostModel) -> None:
+    def __init__(
+        self, topology: DeviceTopology, names: Sequence[str], cost: CostModel, rescheduling: str = "collectives"
+    ) -> None:
+        if rescheduling not in RESCHEDULING:
+            raise ValueError(f"rescheduling {rescheduling!r}; expected one of {list(RESCHEDULING)}")
+        self.rescheduling = rescheduling
         self.topology = topology
         self.names = list(names)
         self.n = len(names)
@@ -490,6 +499,8 @@ class _Comm:
     def _shortest(self, src: _Layout, dst: _Layout, num_bytes: float, shape: tuple[int, ...]) -> float:
         if num_bytes <= 0:
             return 0.0
+        if self.rescheduling == "point_to_point":
+            return self._p2p_time_s(src, dst, num_bytes)
         sizes = _common_refinement(src, dst)
         if sizes is not None:
             time_s, peak_bytes = self._dijkstra(sizes, _refine(src, sizes), _refine(dst, sizes), num_bytes, shape)
@@ -754,6 +765,7 @@ def build_cost_graph(
     *,
     cost_model: CostModel | None = None,
     max_configs: int | None = None,
+    rescheduling: str = "collectives",
 ) -> tuple[CostGraph, list[list[OpConfig]]]:
     """TensorOpt's per-op configurations and additive node and edge costs (module docstring).
 
@@ -764,6 +776,10 @@ def build_cost_graph(
             ``topology.devices``, or ``None`` for all of them.
         cost_model: compute/communication/memory costs (default ``CostModel()``, the simulator's).
         max_configs: cap on configurations per op (:func:`op_configs`).
+        rescheduling: ``collectives`` (TensorOpt: the shortest path over single collectives, with
+            the point-to-point redistribution as a fallback) or ``point_to_point`` (every layout
+            change is the direct redistribution, which is how the shared simulator moves tensors
+            between differently split ops; FT's estimate then agrees with ``simulate`` better).
 
     Returns:
         ``(cost_graph, configs)`` with ``configs[v][s]`` the OpConfig of op ``v``'s config ``s``: a
@@ -776,7 +792,7 @@ def build_cost_graph(
     names = _resolve_devices(topology, devices)
     cost = cost_model or CostModel()
     n = len(names)
-    comm = _Comm(topology, names, cost)
+    comm = _Comm(topology, names, cost, rescheduling)
     cands = [_op_candidates(op, n, None, max_configs) for op in graph.ops]
     configs = [[_to_config(c, names) for c in cs] for cs in cands]
 

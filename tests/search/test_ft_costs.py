@@ -192,6 +192,20 @@ def test_data_parallel_to_replicated_costs_an_all_gather() -> None:
     assert cg_input.edge_time_s[0][dp_in, _index(configs_input[1], {"channel": 4}), 0] == pytest.approx(all_gather_s)
 
 
+
+def test_point_to_point_rescheduling_prices_the_simulators_direct_transfers() -> None:
+    num_bytes = 4 * 2**20
+    ops = [_linear("a", 64), _linear("b", 64)]
+    graph = OpGraph("pair", ops, [Tensor("a", "b", (8, 16), num_bytes)])
+    cg, configs = build_cost_graph(graph, _star(4), cost_model=EXACT, rescheduling="point_to_point")
+    dp, repl = _index(configs[0], {"sample": 4}), _index(configs[1], {})
+    # Every device fetches the 3 quarters it lacks: 3/4 of the tensor on its link, 3 route latencies.
+    direct_s = 0.75 * num_bytes / LINK_BW + 3 * RING_LAT
+    assert cg.edge_time_s[0][dp, repl, 0] == pytest.approx(direct_s)  # backward: a free local slice
+    assert cg.edge_time_s[0][dp, dp].tolist()[0] == 0.0
+    with pytest.raises(ValueError, match="rescheduling 'nccl'"):
+        build_cost_graph(graph, _star(4), rescheduling="nccl")
+
 def test_parallel_tensors_merge_option_wise() -> None:
     # An LSTM-like cell with two outputs (h, c) both read by the next one: one merged edge.
     cell = Op("a", "lstm_cell", ((8, 16), (8, 16)), forward_flops=1e6, param_bytes=64, param_key="a",
