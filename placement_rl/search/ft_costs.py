@@ -67,15 +67,19 @@ latency (as the simulator's ring all-reduce). Cached per factor subset.
 **Node costs** of op ``v`` under configuration ``c`` with ``P`` partitions (Eq. 1)::
 
     time_s   = max_{device d} sum(cost.task_times_s(op, 1 / P, task_output_shape, param_bytes // shards, d))
-             + cost.all_reduce_time_s(param_bytes / shards, f_sync, beta, alpha, kind)    (owner only)
-    memory   = param_bytes / shards * cost.state_bytes_per_param_byte                     (owner only)
+             + cost.all_reduce_time_s(param_bytes / shards, f_sync, beta, alpha, kind) / k
+    memory   = param_bytes / shards * cost.state_bytes_per_param_byte / k
              + bytes_written / P                            (temporary / backward workspace)
              + output_bytes / P_out                         (only for ops without consumers)
 
 ``shards`` is the product of the parameter-kind degrees; ``f_sync = n / shards`` devices hold each
-shard. Ops sharing a ``param_key`` (an unrolled RNN) count parameters and synchronization only on
-the first op of the key (its owner), as the simulator does. ``P_out`` is the product of the
-non-reduction degrees.
+shard. ``k`` ops share a ``param_key`` (an unrolled RNN: one parameter set, stored and synchronized
+once, as in the simulator). Each of them carries ``1/k`` of the state and of the synchronization
+under its *own* configuration: the sum is exact when the ``k`` ops agree, and when they do not
+(where the simulator synchronizes the whole set over every device that runs any of them) it
+still charges the replicated ones. Charging only the first op would let a strategy split that
+op's parameters, pay no synchronization, and run the other ``k - 1`` steps data parallel.
+``P_out`` is the product of the non-reduction degrees.
 
 **Edge costs** (Eq. 2, with TensorOpt's tensor reuse, sec. 4.2). With ``r_f`` = path(producer ->
 consumer layout), ``r_b`` = path(consumer gradient -> producer gradient layout), ``r_rebuild`` =
@@ -820,14 +824,18 @@ def _node_costs(
     specs = sorted(
         {(d.device_type, d.peak_flops, d.memory_bandwidth_bytes_per_s) for d in (topology.device(x) for x in names)}
     )
-    owners: dict[str, int] = {}
-    for i, op in enumerate(graph.ops):
-        owners.setdefault(op.param_key or f"\0{op.name}", i)
+    # ops sharing a param_key (an unrolled RNN) share one parameter set: each carries 1/k of its
+    # state and synchronization under its own configuration, so the sum is exact when all k agree
+    sharers: dict[str, int] = {}
+    for op in graph.ops:
+        if op.param_bytes > 0:
+            key = op.param_key or f"\0{op.name}"
+            sharers[key] = sharers.get(key, 0) + 1
     has_consumer = [bool(s) for s in graph.successors]
     state_factor = cost.state_bytes_per_param_byte
     memory, time = [], []
     for i, op in enumerate(graph.ops):
-        owner = owners[op.param_key or f"\0{op.name}"] == i and op.param_bytes > 0
+        share = 1.0 / sharers[op.param_key or f"\0{op.name}"] if op.param_bytes > 0 else 0.0
         mem = np.empty(len(cands[i]))
         tim = np.empty(len(cands[i]))
         for s, c in enumerate(cands[i]):
@@ -850,9 +858,9 @@ def _node_costs(
             m = op.bytes_written / partitions
             if not has_consumer[i]:
                 m += op.output_bytes / out_parts
-            if owner:
+            if share:
                 shard_bytes = op.param_bytes / shards
-                m += shard_bytes * state_factor
+                m += shard_bytes * state_factor * share
                 replicas = tuple(
                     (stride, size)
                     for stride, size, k in c.factors()
@@ -860,7 +868,7 @@ def _node_costs(
                 )
                 if replicas:
                     bw, lat, kind = comm.group(replicas)
-                    sync = cost.all_reduce_time_s(shard_bytes, len(names) // shards, bw, lat, kind)
+                    sync = cost.all_reduce_time_s(shard_bytes, len(names) // shards, bw, lat, kind) * share
             mem[s] = m
             tim[s] = compute + sync
         mem.setflags(write=False)

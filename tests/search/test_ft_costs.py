@@ -130,14 +130,25 @@ def test_node_costs_by_hand() -> None:
     assert cg.node_memory_bytes[1][0] == pytest.approx(512 + 512)
 
 
-def test_shared_parameters_are_counted_on_the_first_op_only() -> None:
+def test_shared_parameters_are_split_over_the_ops_that_share_them() -> None:
     ops = [_linear("step0", 10**6, key="cell"), _linear("step1", 10**6, key="cell")]
     cg, configs = build_cost_graph(
         OpGraph("rnn", ops, [Tensor("step0", "step1", (8, 16), 512)]), _star(4), cost_model=EXACT
     )
+    single, _ = build_cost_graph(OpGraph("one", [_linear("step0", 10**6, key="cell")], []), _star(4), cost_model=EXACT)
     dp = _index(configs[0], {"sample": 4})
-    assert cg.node_time_s[0][dp] > cg.node_time_s[1][dp] == pytest.approx(12e9 / 4 / 1e12)
-    assert cg.node_memory_bytes[1][dp] == pytest.approx(512 / 4 + 512 / 4)  # workspace + its (graph) output
+    compute_s = 12e9 / 4 / 1e12
+    sync_s = single.node_time_s[0][dp] - compute_s
+    assert sync_s > 0
+    # each step carries half of the one synchronization and half of the one parameter state
+    assert cg.node_time_s[0][dp] == pytest.approx(compute_s + sync_s / 2)
+    assert cg.node_time_s[1][dp] == pytest.approx(compute_s + sync_s / 2)
+    state = 10**6 * EXACT.state_bytes_per_param_byte
+    assert cg.node_memory_bytes[0][dp] == pytest.approx(512 / 4 + state / 2)
+    assert cg.node_memory_bytes[1][dp] == pytest.approx(512 / 4 + 512 / 4 + state / 2)  # + its (graph) output
+    # a parameter split over all 4 devices needs no synchronization: only the replicated step pays
+    split = _index(configs[1], {"channel": 4})
+    assert cg.node_time_s[1][split] < cg.node_time_s[1][dp]
 
 
 # -------------------------------------------------------------------------------------------- edges
