@@ -4,11 +4,14 @@
     python benchmarks/ft.py estimate [--models ...] [--max-configs 16]
 
 ``time`` runs FT-LDP and FT-Elimination for each model on the tensoropt preset (16 GPUs), each in its
-own process with a wall-clock limit, and prints the FT time (cost tables included), the number of
-configurations per op, the frontier size and the eliminations. ``estimate`` compares FT's additive
-estimate with the simulator for data parallelism, FT's mini-time plan and the simulator's pick of the
-frontier (:func:`~placement_rl.search.ft.simulated_best`), with re-scheduling priced as collectives
-(TensorOpt) and as point-to-point transfers (the simulator's model).
+own process with a wall-clock limit. It prints the FT time (cost tables included), the number of
+configurations per op, the frontier size, the eliminations, and the time spent on the final path
+(Linear DP vs eliminating it down to two nodes), which is where the two methods differ.
+
+``estimate`` compares FT's additive estimate with the simulator for data parallelism, FT's
+mini-time plan and the simulator's pick of the frontier (:func:`~placement_rl.search.ft.simulated_best`),
+with re-scheduling priced as collectives (TensorOpt) and as point-to-point transfers (the
+simulator's model).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def _one(model: str, method: str, max_configs: int | None, tolerance: float) -> 
         "model": model, "method": method, "ops": graph.num_ops, "seconds": time.perf_counter() - start,
         "cost_graph_s": result.cost_graph_s, "K_median": float(np.median(result.configs_per_op)),
         "K_max": int(result.configs_per_op.max()), "points": len(result.points), "node": s.node, "edge": s.edge,
-        "branch": s.branch, "heuristic": s.heuristic, "ldp_steps": s.ldp_steps,
+        "branch": s.branch, "heuristic": s.heuristic, "ldp_steps": s.ldp_steps, "to_path_s": s.to_path_s,
+        "path_s": s.path_s, "path_length": s.path_length,
     }  # fmt: skip
 
 
@@ -45,8 +49,8 @@ def time_table(models: list[str], max_configs: int | None, timeout_s: float, tol
     paper = {"rnnlm": (0.28, 1.78), "rnntc": (0.28, 1.78), "transformer": (201, 3030), "wideresnet": (1292, 19666)}
     print(f"FT on tensoropt (16 GPUs), max {max_configs or 'all'} configurations per op, tolerance {tolerance}, "
           f"limit {timeout_s:.0f} s per run")  # fmt: skip
-    print("| model | ops | K median / max | FT-LDP s | FT-Elimination s | Elim / LDP | points | heuristic elims | paper LDP / Elim s (48 cores) |")  # noqa: E501
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | ops | K median / max | FT-LDP s | FT-Elimination s | Elim / LDP | path nodes | on the path: LDP / Elim s | points | heuristic elims | paper LDP / Elim s (48 cores) |")  # noqa: E501
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model in models:
         rows = {}
         for method in ("ldp", "elimination"):
@@ -63,7 +67,9 @@ def time_table(models: list[str], max_configs: int | None, timeout_s: float, tol
         ratio = f"{elim['seconds'] / ldp['seconds']:.1f}x" if ldp and elim else "-"
         p = paper.get(model, ("-", "-"))
         k = f"{ref['K_median']:.0f} / {ref['K_max']}" if ref else "-"
+        path = f"{ldp['path_s']:.2f} / {elim['path_s']:.2f}" if ldp and elim else "-"
         print(f"| {model} | {ref['ops'] if ref else '-'} | {k} | {ldp_s} | {elim_s} | {ratio} | "
+              f"{ldp['path_length'] if ldp else '-'} | {path} | "
               f"{ldp['points'] if ldp else '-'} | {ldp['heuristic'] if ldp else '-'} | {p[0]} / {p[1]} |", flush=True)  # fmt: skip
 
 

@@ -49,6 +49,7 @@ tasks). This module does not import Ray.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -352,6 +353,11 @@ class Elimination:
     heuristic: int = 0
     ldp_steps: int = 0
     backbone: tuple[int, ...] = ()
+    #: seconds spent reducing the graph to a path (the same for FT-LDP and FT-Elimination)
+    to_path_s: float = 0.0
+    #: seconds spent on the path: Linear DP, or FT-Elimination's eliminations down to two nodes
+    path_s: float = 0.0
+    path_length: int = 0
 
     @property
     def exact(self) -> bool:
@@ -467,13 +473,18 @@ def frontier_of(
         if progress is not None:
             progress(done, n)
 
+    start = time.perf_counter()
     path = state.eliminate_to_path(backbone, tick)
+    state.stats.path_length = len(path)
+    middle = time.perf_counter()
     if method == "elimination":
         while len(path) > 2:
             v = path.pop(len(path) // 2)
             state.eliminate_node(v)
             tick()
     final = state.linear_dp(path, tick)
+    state.stats.to_path_s = middle - start
+    state.stats.path_s = time.perf_counter() - middle
     return FrontierResult(final, n, len(edges), state.stats)
 
 
