@@ -213,17 +213,16 @@ def _policy_plan(checkpoint: str, model: str, topology: str, batch_size: int | N
 
 
 def _ft_plan(graph: Any, topology: Any, cost_model: Any, max_configs: int, progress: bool) -> Any:
-    """The frontier plan the simulator finds fastest and fitting (else FT's mini-time, else least memory)."""
+    """FT for 1, 2, 4, ... and all devices; the frontier plan the simulator finds fastest and fitting
+    (else FT's least-memory point over all devices, which the table then reports as OOM)."""
     from placement_rl.progress import step_progress
-    from placement_rl.search.ft import device_memory_bytes, run_ft, simulated_best
+    from placement_rl.search.ft import best_over_device_counts, run_ft
 
     with step_progress(graph.num_ops, "FT", progress) as report:
-        result = run_ft(graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report)
-    verified = simulated_best(result, graph, topology, cost_model)
-    if verified is not None:
-        return verified[0].plan
-    point = result.fastest_within(device_memory_bytes(topology)) or result.points[0]
-    return point.plan
+        found = best_over_device_counts(graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report)
+        if found is not None:
+            return found[1].plan
+        return run_ft(graph, topology, cost_model=cost_model, max_configs=max_configs).points[0].plan
 
 
 def _cmd_plan(args: argparse.Namespace) -> None:

@@ -12,6 +12,7 @@ from placement_rl import simulate
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
 from placement_rl.search.ft import (
+    best_over_device_counts,
     default_device_counts,
     frontier,
     mini_parallelism,
@@ -109,6 +110,9 @@ def test_modes(zoo_graph) -> None:  # type: ignore[no-untyped-def]
     found = mini_parallelism(graph, topo, [4, 2, 1])
     assert found is not None and found[0] == 1
     assert default_device_counts(16) == [1, 2, 4, 8, 16] and default_device_counts(12) == [1, 2, 4, 8, 12]
+    n, point, sim = best_over_device_counts(graph, topo, [1, 2, 4])  # type: ignore[misc]
+    per_count = {k: simulated_best(r, graph, topo)[1].makespan_s for k, _, r in rows}  # type: ignore[index]
+    assert sim.makespan_s == min(per_count.values()) == per_count[n] and point.num_devices == n
 
 
 def test_cli_frontier_and_profiling(zoo_graph, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
