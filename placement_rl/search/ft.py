@@ -32,7 +32,7 @@ from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
 from placement_rl.plan import Plan
 from placement_rl.search.frontier import Elimination, MapChunks, frontier_of
-from placement_rl.search.ft_costs import CostGraph, build_cost_graph
+from placement_rl.search.ft_costs import CostGraph, build_cost_graph, resolve_devices
 from placement_rl.sim_result import SimResult
 from placement_rl.simulator import SimContext
 from placement_rl.topology import DeviceTopology
@@ -140,7 +140,7 @@ def run_ft(
                 float(result.memory_bytes[p]),
                 float(result.time_s[p]),
                 _plan(graph, configs, chosen, method, p),
-                _reuse(graph, costs, options),
+                _reuse(graph, costs, chosen, options),
                 n_devices,
             )  # fmt: skip
         )
@@ -169,32 +169,21 @@ def _plan(graph: OpGraph, configs: list[list], chosen: np.ndarray, method: str, 
     )  # fmt: skip
 
 
-def _reuse(graph: OpGraph, costs: CostGraph, options: np.ndarray) -> dict[str, str]:
+def _reuse(graph: OpGraph, costs: CostGraph, chosen: np.ndarray, options: np.ndarray) -> dict[str, str]:
+    """Reuse option per tensor that the chosen configurations re-schedule (a tensor whose two ends
+    agree has one copy and no choice: only option 0 is finite for that pair)."""
     out = {}
     for e, (u, v) in enumerate(costs.edges):
-        r = int(options[e])
-        # option 0 of an edge without re-scheduling is the single copy: only report real choices
-        if np.isfinite(costs.edge_time_s[e][..., 1:]).any():
-            out[f"{graph.ops[u].name}->{graph.ops[v].name}"] = REUSE_OPTIONS[r]
+        if np.isfinite(costs.edge_time_s[e][chosen[u], chosen[v], 1:]).any():
+            out[f"{graph.ops[u].name}->{graph.ops[v].name}"] = REUSE_OPTIONS[int(options[e])]
     return out
 
 
 # ------------------------------------------------------------------------------------------ modes
 def device_memory_bytes(topology: DeviceTopology, devices: Sequence[str] | int | None = None) -> float:
     """The smallest device memory among the devices in use."""
-    used = _devices(topology, devices)
+    used = resolve_devices(topology, devices)
     return float(min(topology.device(d).memory_bytes for d in used))
-
-
-def _devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
-    names = [d.name for d in topology.devices]
-    if devices is None:
-        return names
-    if isinstance(devices, int):
-        if not 1 <= devices <= len(names):
-            raise ValueError(f"devices = {devices}; topology {topology.name!r} has 1..{len(names)} devices")
-        return names[:devices]
-    return list(devices)
 
 
 def mini_time(

@@ -746,7 +746,8 @@ def _plain_sample_axis(op: Op) -> int:
     return dim.axis if dim is not None and not dim.reduction else -1
 
 
-def _resolve_devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
+def resolve_devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
+    """The device names in use: ``None`` for all, a count ``n`` for the first ``n``, or names (checked)."""
     all_names = [d.name for d in topology.devices]
     if devices is None:
         return all_names
@@ -793,7 +794,7 @@ def build_cost_graph(
         ValueError: for an unknown or repeated device name, a device count outside
             ``1..len(topology.devices)``, or ``max_configs < 1``.
     """
-    names = _resolve_devices(topology, devices)
+    names = resolve_devices(topology, devices)
     cost = cost_model or CostModel()
     n = len(names)
     comm = _Comm(topology, names, cost, rescheduling)
