@@ -60,8 +60,11 @@ def agents(seeds: int) -> None:
                 rewards = [r["reward"] for r in runs]
                 speedups = [r["speedup"] for r in runs]
                 ooms = sum(r["oom"] for r in runs)
-                print(f"| {model} | sequential/{label} | {name} | {np.mean(rewards):.3f} | {np.mean(speedups):.2f}x | "
-                      f"{max(speedups):.2f}x | {ooms}/{len(runs)} |", flush=True)  # fmt: skip
+                print(
+                    f"| {model} | sequential/{label} | {name} | {np.mean(rewards):.3f} | {np.mean(speedups):.2f}x | "
+                    f"{max(speedups):.2f}x | {ooms}/{len(runs)} |",
+                    flush=True,
+                )
 
 
 def main() -> None:

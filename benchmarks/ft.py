@@ -37,19 +37,34 @@ def _one(model: str, method: str, max_configs: int | None, tolerance: float) -> 
     result = run_ft(graph, topology, method=method, max_configs=max_configs, tolerance=tolerance)
     s = result.stats
     return {
-        "model": model, "method": method, "ops": graph.num_ops, "seconds": time.perf_counter() - start,
-        "cost_graph_s": result.cost_graph_s, "K_median": float(np.median(result.configs_per_op)),
-        "K_max": int(result.configs_per_op.max()), "points": len(result.points), "node": s.node, "edge": s.edge,
-        "branch": s.branch, "heuristic": s.heuristic, "ldp_steps": s.ldp_steps, "to_path_s": s.to_path_s,
-        "path_s": s.path_s, "path_length": s.path_length,
-    }  # fmt: skip
+        "model": model,
+        "method": method,
+        "ops": graph.num_ops,
+        "seconds": time.perf_counter() - start,
+        "cost_graph_s": result.cost_graph_s,
+        "K_median": float(np.median(result.configs_per_op)),
+        "K_max": int(result.configs_per_op.max()),
+        "points": len(result.points),
+        "node": s.node,
+        "edge": s.edge,
+        "branch": s.branch,
+        "heuristic": s.heuristic,
+        "ldp_steps": s.ldp_steps,
+        "to_path_s": s.to_path_s,
+        "path_s": s.path_s,
+        "path_length": s.path_length,
+    }
 
 
 def time_table(models: list[str], max_configs: int | None, timeout_s: float, tolerance: float) -> None:
     paper = {"rnnlm": (0.28, 1.78), "rnntc": (0.28, 1.78), "transformer": (201, 3030), "wideresnet": (1292, 19666)}
-    print(f"FT on tensoropt (16 GPUs), max {max_configs or 'all'} configurations per op, tolerance {tolerance}, "
-          f"limit {timeout_s:.0f} s per run")  # fmt: skip
-    print("| model | ops | K median / max | FT-LDP s | FT-Elimination s | Elim / LDP | path nodes | on the path: LDP / Elim s | points | heuristic elims | paper LDP / Elim s (48 cores) |")  # noqa: E501
+    print(
+        f"FT on tensoropt (16 GPUs), max {max_configs or 'all'} configurations per op, tolerance {tolerance}, "
+        f"limit {timeout_s:.0f} s per run"
+    )
+    print(
+        "| model | ops | K median / max | FT-LDP s | FT-Elimination s | Elim / LDP | path nodes | on the path: LDP / Elim s | points | heuristic elims | paper LDP / Elim s (48 cores) |"
+    )  # noqa: E501
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model in models:
         rows = {}
@@ -68,9 +83,12 @@ def time_table(models: list[str], max_configs: int | None, timeout_s: float, tol
         p = paper.get(model, ("-", "-"))
         k = f"{ref['K_median']:.0f} / {ref['K_max']}" if ref else "-"
         path = f"{ldp['path_s']:.2f} / {elim['path_s']:.2f}" if ldp and elim else "-"
-        print(f"| {model} | {ref['ops'] if ref else '-'} | {k} | {ldp_s} | {elim_s} | {ratio} | "
-              f"{ldp['path_length'] if ldp else '-'} | {path} | "
-              f"{ldp['points'] if ldp else '-'} | {ldp['heuristic'] if ldp else '-'} | {p[0]} / {p[1]} |", flush=True)  # fmt: skip
+        print(
+            f"| {model} | {ref['ops'] if ref else '-'} | {k} | {ldp_s} | {elim_s} | {ratio} | "
+            f"{ldp['path_length'] if ldp else '-'} | {path} | "
+            f"{ldp['points'] if ldp else '-'} | {ldp['heuristic'] if ldp else '-'} | {p[0]} / {p[1]} |",
+            flush=True,
+        )
 
 
 def estimate_table(models: list[str], max_configs: int | None, tolerance: float) -> None:
@@ -81,18 +99,27 @@ def estimate_table(models: list[str], max_configs: int | None, tolerance: float)
     from placement_rl.topology import load_preset
 
     topology = load_preset("tensoropt")
-    print("| model | plan | FT estimate ms | simulated ms | error | vs DP (simulated) | FT memory GiB | simulated peak GiB |")
+    print(
+        "| model | plan | FT estimate ms | simulated ms | error | vs DP (simulated) | FT memory GiB | simulated peak GiB |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for model in models:
         graph = zoo.load(model)
         costs, configs = build_cost_graph(graph, topology, max_configs=max_configs)
         dp_plan = data_parallel(graph, topology)
-        dp_index = [next((s for s, c in enumerate(cs) if c == dp_plan.configs[op.name]), 0) for op, cs in zip(graph.ops, configs)]
+        dp_index = [
+            next((s for s, c in enumerate(cs) if c == dp_plan.configs[op.name]), 0)
+            for op, cs in zip(graph.ops, configs)
+        ]
         dp_time = sum(costs.node_time_s[v][s] for v, s in enumerate(dp_index)) + sum(
-            costs.edge_time_s[e][dp_index[u], dp_index[v]][np.isfinite(costs.edge_time_s[e][dp_index[u], dp_index[v]])].min()
-            for e, (u, v) in enumerate(costs.edges))  # fmt: skip
+            costs.edge_time_s[e][dp_index[u], dp_index[v]][
+                np.isfinite(costs.edge_time_s[e][dp_index[u], dp_index[v]])
+            ].min()
+            for e, (u, v) in enumerate(costs.edges)
+        )
         dp_mem = sum(costs.node_memory_bytes[v][s] for v, s in enumerate(dp_index)) + sum(
-            costs.edge_memory_bytes[e][dp_index[u], dp_index[v], 0] for e, (u, v) in enumerate(costs.edges))  # fmt: skip
+            costs.edge_memory_bytes[e][dp_index[u], dp_index[v], 0] for e, (u, v) in enumerate(costs.edges)
+        )
         dp = simulate(graph, topology, dp_plan)
         rows = [("data parallel", dp_time, dp_mem, dp)]
         for mode in ("collectives", "point_to_point"):
@@ -100,19 +127,32 @@ def estimate_table(models: list[str], max_configs: int | None, tolerance: float)
             best = result.fastest_within(device_memory_bytes(topology))
             label = "collectives" if mode == "collectives" else "point to point"
             if best is not None:
-                rows.append((f"FT mini-time ({label})", best.time_s, best.memory_bytes, simulate(graph, topology, best.plan)))
+                rows.append(
+                    (f"FT mini-time ({label})", best.time_s, best.memory_bytes, simulate(graph, topology, best.plan))
+                )
             else:
                 least = result.points[0]
-                rows.append((f"FT least memory ({label}; none fits)", least.time_s, least.memory_bytes,
-                             simulate(graph, topology, least.plan)))  # fmt: skip
+                rows.append(
+                    (
+                        f"FT least memory ({label}; none fits)",
+                        least.time_s,
+                        least.memory_bytes,
+                        simulate(graph, topology, least.plan),
+                    )
+                )
             picked = simulated_best(result, graph, topology)
             if picked is not None:
-                rows.append((f"simulator's pick of the frontier ({label})", picked[0].time_s, picked[0].memory_bytes, picked[1]))
+                rows.append(
+                    (f"simulator's pick of the frontier ({label})", picked[0].time_s, picked[0].memory_bytes, picked[1])
+                )
         for name, est_s, est_b, sim in rows:
             err = (est_s - sim.makespan_s) / sim.makespan_s
             speedup = dp.makespan_s / sim.makespan_s
-            print(f"| {model} | {name} | {est_s * 1e3:,.1f} | {sim.makespan_s * 1e3:,.1f} | {err:+.0%} | {speedup:.2f}x | "
-                  f"{est_b / 2**30:.2f} | {sim.peak_memory_bytes.max() / 2**30:.2f} |", flush=True)  # fmt: skip
+            print(
+                f"| {model} | {name} | {est_s * 1e3:,.1f} | {sim.makespan_s * 1e3:,.1f} | {err:+.0%} | {speedup:.2f}x | "
+                f"{est_b / 2**30:.2f} | {sim.peak_memory_bytes.max() / 2**30:.2f} |",
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -48,15 +48,22 @@ def delta_table(proposals: int) -> None:
             times = {}
             for delta in (False, True):
                 start = time.perf_counter()
-                found = mcmc(graph, topo, budget=proposals, initial=("data_parallel",), seed=0, delta=delta, devices=devices)
+                found = mcmc(
+                    graph, topo, budget=proposals, initial=("data_parallel",), seed=0, delta=delta, devices=devices
+                )
                 times[delta] = (time.perf_counter() - start) / found.proposals
-            print(f"| {model} | {gpus} | {tasks:,} | {times[False] * 1e3:.2f} | {times[True] * 1e3:.2f} | "
-                  f"{times[False] / times[True]:.1f}x |", flush=True)  # fmt: skip
+            print(
+                f"| {model} | {gpus} | {tasks:,} | {times[False] * 1e3:.2f} | {times[True] * 1e3:.2f} | "
+                f"{times[False] / times[True]:.1f}x |",
+                flush=True,
+            )
 
 
 def speedup_table(budget: str) -> None:
-    print(f"| model | cluster | DP ms | expert ms | MCMC ms ({budget}) | vs DP | vs expert | proposals "
-          f"| MCMC + subset-DP start ms | vs DP |")  # fmt: skip
+    print(
+        f"| model | cluster | DP ms | expert ms | MCMC ms ({budget}) | vs DP | vs expert | proposals "
+        f"| MCMC + subset-DP start ms | vs DP |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for preset in ("flexflow-p100", "flexflow-k80", "tag-testbed"):
         topo = load_preset(preset)
@@ -67,8 +74,11 @@ def speedup_table(budget: str) -> None:
             found = mcmc(graph, topo, budget=budget, seed=0)
             extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES)
             ms, xs = found.result.makespan_s, extended.result.makespan_s
-            print(f"| {model} | {preset} | {dp * 1e3:.1f} | {ex * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | "
-                  f"{ex / ms:.2f}x | {found.proposals:,} | {xs * 1e3:.1f} | {dp / xs:.2f}x |", flush=True)  # fmt: skip
+            print(
+                f"| {model} | {preset} | {dp * 1e3:.1f} | {ex * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | "
+                f"{ex / ms:.2f}x | {found.proposals:,} | {xs * 1e3:.1f} | {dp / xs:.2f}x |",
+                flush=True,
+            )
 
 
 def goal(proposals: int) -> None:
@@ -77,8 +87,10 @@ def goal(proposals: int) -> None:
     start = time.perf_counter()
     found = mcmc(graph, topo, budget=proposals, seed=0, initial=("data_parallel",))
     elapsed = time.perf_counter() - start
-    print(f"inception_v3 x flexflow-p100 (16 GPUs): {found.proposals:,} proposals in {elapsed:.1f} s "
-          f"({found.proposals / elapsed:,.0f}/s); projected for {proposals:,}: {proposals / (found.proposals / elapsed):.0f} s")  # fmt: skip
+    print(
+        f"inception_v3 x flexflow-p100 (16 GPUs): {found.proposals:,} proposals in {elapsed:.1f} s "
+        f"({found.proposals / elapsed:,.0f}/s); projected for {proposals:,}: {proposals / (found.proposals / elapsed):.0f} s"
+    )
 
 
 def main() -> None:

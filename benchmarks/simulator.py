@@ -64,7 +64,9 @@ def main() -> None:
     for preset in ("tensoropt", "flexflow-p100"):
         topo = load_preset(preset)
         row = _measure(SimContext(graph, topo), data_parallel(graph, topo), args.repeats)
-        print(f"| inception_v3 data parallel, {preset} (16 GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |")
+        print(
+            f"| inception_v3 data parallel, {preset} (16 GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |"
+        )
     testbed = load_preset("tag-testbed")
     ctx = SimContext(coarse, testbed)
     names = [d.name for d in testbed.devices]
@@ -79,10 +81,14 @@ def main() -> None:
         start = time.perf_counter()
         tasks.append(ctx.simulate(p, validate=False).num_tasks)
         times.append(time.perf_counter() - start)
-    print(f"| inception_v3 60 groups, random single-device placements, tag-testbed | {int(np.median(tasks)):,} | "
-          f"{statistics.median(times) * 1e3:.2f} | {sum(tasks) / sum(times):,.0f} | - |")  # fmt: skip
+    print(
+        f"| inception_v3 60 groups, random single-device placements, tag-testbed | {int(np.median(tasks)):,} | "
+        f"{statistics.median(times) * 1e3:.2f} | {sum(tasks) / sum(times):,.0f} | - |"
+    )
     row = _measure(ctx, data_parallel(coarse, testbed), args.repeats)
-    print(f"| inception_v3 60 groups, data parallel, tag-testbed | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |")
+    print(
+        f"| inception_v3 60 groups, data parallel, tag-testbed | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |"
+    )
 
 
 if __name__ == "__main__":

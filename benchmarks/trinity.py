@@ -28,15 +28,23 @@ from placement_rl.search import mcmc
 from placement_rl.topology import load_preset
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = [("inception_v3", "trinity"), ("gnmt", "trinity"), ("vgg19", "trinity"),
-         ("inception_v3", "tag-testbed"), ("gnmt", "tag-testbed"), ("vgg19", "tag-testbed")]  # fmt: skip
+CASES = [
+    ("inception_v3", "trinity"),
+    ("gnmt", "trinity"),
+    ("vgg19", "trinity"),
+    ("inception_v3", "tag-testbed"),
+    ("gnmt", "tag-testbed"),
+    ("vgg19", "tag-testbed"),
+]
 
 
 def _row(model: str, preset: str, method: str, result, dp_s: float, search_s: float) -> str:  # type: ignore[no-untyped-def]
     comm_gb = float(result.link_bytes.max()) / 1e9 if result.link_bytes.size else 0.0
     oom = " (OOM)" if result.oom else ""
-    return (f"| {model} | {preset} | {method} | {result.makespan_s * 1e3:,.1f}{oom} | {dp_s / result.makespan_s:.2f}x | "
-            f"{comm_gb:.2f} | {result.peak_memory_bytes.max() / 2**30:.2f} | {search_s:.1f} |")  # fmt: skip
+    return (
+        f"| {model} | {preset} | {method} | {result.makespan_s * 1e3:,.1f}{oom} | {dp_s / result.makespan_s:.2f}x | "
+        f"{comm_gb:.2f} | {result.peak_memory_bytes.max() / 2**30:.2f} | {search_s:.1f} |"
+    )
 
 
 def table(iterations: int, out: Path) -> None:
@@ -48,8 +56,12 @@ def table(iterations: int, out: Path) -> None:
     for model, preset in CASES:
         topo = load_preset(preset)
         env_cfg = {**base.env, "generator": {"kind": "fixed", "model": model, "topology": preset}}
-        cfg = dataclasses.replace(base, name=f"trinity-{model}-{preset}", env=env_cfg,
-                                  run=dataclasses.replace(base.run, iterations=iterations))  # fmt: skip
+        cfg = dataclasses.replace(
+            base,
+            name=f"trinity-{model}-{preset}",
+            env=env_cfg,
+            run=dataclasses.replace(base.run, iterations=iterations),
+        )
         start = time.perf_counter()
         run_dir = train(cfg, out_dir=out / cfg.name, progress=None)
         train_s = time.perf_counter() - start
@@ -58,8 +70,11 @@ def table(iterations: int, out: Path) -> None:
         info = policy_plan(module, env)
         graph = zoo.load(model)
         dp = simulate(graph, topo, data_parallel(graph, topo))
-        rows = [("single GPU", simulate(graph, topo, single_device(graph, topo)), 0.0), ("data parallel", dp, 0.0),
-                ("expert", simulate(graph, topo, expert(graph, topo)), 0.0)]  # fmt: skip
+        rows = [
+            ("single GPU", simulate(graph, topo, single_device(graph, topo)), 0.0),
+            ("data parallel", dp, 0.0),
+            ("expert", simulate(graph, topo, expert(graph, topo)), 0.0),
+        ]
         t = time.perf_counter()
         found = mcmc(graph, topo, budget=f"{train_s:.0f}s", seed=0, progress=False)
         rows.append((f"MCMC ({train_s:.0f} s)", found.result, time.perf_counter() - t))
@@ -73,10 +88,13 @@ def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None
 
     base = load_train_config(ROOT / "tune_configs" / "trinity_ppo.yaml")
     model = model or base.env["generator"]["model"]
-    env_cfg = {**base.env, "generator": {"kind": "random", "models": [model], "topology_split": "train",
-                                         "num_topologies": 200}}  # fmt: skip
-    cfg = dataclasses.replace(base, name=f"trinity-{model}-random", env=env_cfg,
-                              run=dataclasses.replace(base.run, iterations=iterations))  # fmt: skip
+    env_cfg = {
+        **base.env,
+        "generator": {"kind": "random", "models": [model], "topology_split": "train", "num_topologies": 200},
+    }
+    cfg = dataclasses.replace(
+        base, name=f"trinity-{model}-random", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
+    )
     run_dir = train(cfg, out_dir=out / cfg.name, progress=print)
     from placement_rl.topology import topology_seeds
 
@@ -89,7 +107,9 @@ def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None
         by = {r.method: r for r in rows if r.instance == inst}
         p = by["policy"]
         wins += p.speedup > 1 and not p.oom
-        print(f"| {inst} | {p.speedup:.2f}x | {by['expert'].speedup:.2f}x | {by['mcmc'].speedup:.2f}x | {'yes' if p.oom else 'no'} |")
+        print(
+            f"| {inst} | {p.speedup:.2f}x | {by['expert'].speedup:.2f}x | {by['mcmc'].speedup:.2f}x | {'yes' if p.oom else 'no'} |"
+        )
     print(f"policy beats data parallel on {wins}/{count} unseen topologies")
 
 

@@ -19,7 +19,28 @@ from .sharding import ShardingConfig, ShardingEnv
 register_envs()
 
 __all__ = [
-    "ENV_IDS", "REWARDS", "DenseReward", "GreedyAgent", "RandomAgent", "run_episode", "EnvConfig", "FixedGenerator", "Instance", "MDPEReward", "Outcome",
-    "PlacementConfig", "PlacementEnv", "PlanEnv", "RandomGenerator", "Reward", "ShardingConfig", "ShardingEnv",
-    "SpeedupReward", "make_generator", "make_instance", "make_reward", "register_envs", "register_rllib_envs",
-]  # fmt: skip
+    "ENV_IDS",
+    "REWARDS",
+    "DenseReward",
+    "GreedyAgent",
+    "RandomAgent",
+    "run_episode",
+    "EnvConfig",
+    "FixedGenerator",
+    "Instance",
+    "MDPEReward",
+    "Outcome",
+    "PlacementConfig",
+    "PlacementEnv",
+    "PlanEnv",
+    "RandomGenerator",
+    "Reward",
+    "ShardingConfig",
+    "ShardingEnv",
+    "SpeedupReward",
+    "make_generator",
+    "make_instance",
+    "make_reward",
+    "register_envs",
+    "register_rllib_envs",
+]

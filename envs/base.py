@@ -131,9 +131,12 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
         self.cost = self.config.cost_model or DEFAULT_COST_MODEL
         if not isinstance(self.config.node2vec_dim, int) or self.config.node2vec_dim < 0:
-            raise ValueError(f"{type(self.config).__name__}: node2vec_dim = {self.config.node2vec_dim!r}; expected an integer >= 0")
-        self.layout = Layout(self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions(),
-                             self.config.node2vec_dim)  # fmt: skip
+            raise ValueError(
+                f"{type(self.config).__name__}: node2vec_dim = {self.config.node2vec_dim!r}; expected an integer >= 0"
+            )
+        self.layout = Layout(
+            self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions(), self.config.node2vec_dim
+        )
         self.observation_space = self.layout.space()
         self.action_space = self._make_action_space()
         self._cache: OrderedDict[str, InstanceData] = OrderedDict()
@@ -218,9 +221,12 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         return self._simulator().feedback()
 
     def _observation(
-        self, feedback: tuple[float, np.ndarray, np.ndarray, np.ndarray], decided: np.ndarray, current: int,
+        self,
+        feedback: tuple[float, np.ndarray, np.ndarray, np.ndarray],
+        decided: np.ndarray,
+        current: int,
         memory_used_bytes: np.ndarray,
-    ) -> dict[str, np.ndarray]:  # fmt: skip
+    ) -> dict[str, np.ndarray]:
         assert self.data is not None
         static = self.data.static
         makespan_s, finish_s, idle_s, busy_s = feedback
@@ -262,7 +268,9 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         data = self.data
         result = data.fine_ctx.simulate(plan, validate=False)
         self._done = True
-        reward = self.reward_fn(Outcome(previous_partial_s, self._partial_s, data.baseline_partial[0], result, data.baseline))
+        reward = self.reward_fn(
+            Outcome(previous_partial_s, self._partial_s, data.baseline_partial[0], result, data.baseline)
+        )
         speedup = data.baseline.makespan_s / result.makespan_s if result.makespan_s > 0 else float("inf")
         info = {
             "instance": data.instance.name,
@@ -277,7 +285,9 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
 
     def _step_reward(self, previous_partial_s: float) -> float:
         assert self.data is not None
-        return self.reward_fn(Outcome(previous_partial_s, self._partial_s, self.data.baseline_partial[0], None, self.data.baseline))
+        return self.reward_fn(
+            Outcome(previous_partial_s, self._partial_s, self.data.baseline_partial[0], None, self.data.baseline)
+        )
 
     # ------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -43,31 +43,88 @@ from placement_rl.graph import OpGraph
 from placement_rl.topology import DeviceTopology
 
 OP_FAMILIES: tuple[str, ...] = (
-    "conv", "matmul", "recurrent", "attention", "norm", "activation", "pool", "elementwise", "shape", "embedding",
-    "loss", "input", "other",
-)  # fmt: skip
+    "conv",
+    "matmul",
+    "recurrent",
+    "attention",
+    "norm",
+    "activation",
+    "pool",
+    "elementwise",
+    "shape",
+    "embedding",
+    "loss",
+    "input",
+    "other",
+)
 _FAMILY_OF: dict[str, str] = {
-    "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "conv_transpose2d": "conv",
-    "linear": "matmul", "matmul": "matmul", "bmm": "matmul", "addmm": "matmul", "baddbmm": "matmul",
-    "lstm_cell": "recurrent", "gru_cell": "recurrent", "rnn_cell": "recurrent", "lstm": "recurrent", "gru": "recurrent",
-    "rnn": "recurrent", "multihead_attention": "attention", "scaled_dot_product_attention": "attention",
-    "batch_norm": "norm", "layer_norm": "norm", "group_norm": "norm",
-    "relu": "activation", "gelu": "activation", "tanh": "activation", "sigmoid": "activation", "softmax": "activation",
-    "log_softmax": "activation", "dropout": "activation",
-    "max_pool2d": "pool", "avg_pool2d": "pool", "adaptive_avg_pool2d": "pool",
-    "add": "elementwise", "mul": "elementwise", "sub": "elementwise", "div": "elementwise",
-    "transpose": "shape", "reshape": "shape", "view": "shape", "slice": "shape", "cat": "shape", "unsqueeze": "shape",
-    "squeeze": "shape", "flatten": "shape", "stack": "shape", "permute": "shape",
-    "embedding": "embedding", "cross_entropy": "loss", "mse_loss": "loss", "nll_loss": "loss",
-    "input": "input", "constant": "input", "fill": "input",
-}  # fmt: skip
+    "conv1d": "conv",
+    "conv2d": "conv",
+    "conv3d": "conv",
+    "conv_transpose2d": "conv",
+    "linear": "matmul",
+    "matmul": "matmul",
+    "bmm": "matmul",
+    "addmm": "matmul",
+    "baddbmm": "matmul",
+    "lstm_cell": "recurrent",
+    "gru_cell": "recurrent",
+    "rnn_cell": "recurrent",
+    "lstm": "recurrent",
+    "gru": "recurrent",
+    "rnn": "recurrent",
+    "multihead_attention": "attention",
+    "scaled_dot_product_attention": "attention",
+    "batch_norm": "norm",
+    "layer_norm": "norm",
+    "group_norm": "norm",
+    "relu": "activation",
+    "gelu": "activation",
+    "tanh": "activation",
+    "sigmoid": "activation",
+    "softmax": "activation",
+    "log_softmax": "activation",
+    "dropout": "activation",
+    "max_pool2d": "pool",
+    "avg_pool2d": "pool",
+    "adaptive_avg_pool2d": "pool",
+    "add": "elementwise",
+    "mul": "elementwise",
+    "sub": "elementwise",
+    "div": "elementwise",
+    "transpose": "shape",
+    "reshape": "shape",
+    "view": "shape",
+    "slice": "shape",
+    "cat": "shape",
+    "unsqueeze": "shape",
+    "squeeze": "shape",
+    "flatten": "shape",
+    "stack": "shape",
+    "permute": "shape",
+    "embedding": "embedding",
+    "cross_entropy": "loss",
+    "mse_loss": "loss",
+    "nll_loss": "loss",
+    "input": "input",
+    "constant": "input",
+    "fill": "input",
+}
 NODE_FEATURES: tuple[str, ...] = (
-    "compute_ms", "param_mib", "output_mib", *(f"type_{f}" for f in OP_FAMILIES), "decided", "current", "finish_ms",
+    "compute_ms",
+    "param_mib",
+    "output_mib",
+    *(f"type_{f}" for f in OP_FAMILIES),
+    "decided",
+    "current",
+    "finish_ms",
     "idle_ms",
-)  # fmt: skip
+)
 DEVICE_FEATURES: tuple[str, ...] = ("peak_tflops", "memory_gib", "memory_used_gib", "idle_fraction")
 NODE_DIM, DEVICE_DIM = len(NODE_FEATURES), len(DEVICE_FEATURES)
-COL_DECIDED, COL_CURRENT, COL_FINISH, COL_IDLE = (NODE_FEATURES.index(c) for c in ("decided", "current", "finish_ms", "idle_ms"))
+COL_DECIDED, COL_CURRENT, COL_FINISH, COL_IDLE = (
+    NODE_FEATURES.index(c) for c in ("decided", "current", "finish_ms", "idle_ms")
+)
 MIB, GIB = 2.0**20, 2.0**30
 
 
@@ -106,7 +163,7 @@ class Layout:
             "device_mask": mask((d,)),
             "device_bandwidth": box((d, d)),
             "action_mask": mask((self.num_actions,)),
-        }  # fmt: skip
+        }
         if self.structure_dim:
             spaces["node_structure"] = gym.spaces.Box(-np.inf, np.inf, (n, self.structure_dim), f32)
         return gym.spaces.Dict(spaces)
@@ -118,14 +175,23 @@ def group_compute_s(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, co
 
     def op_s(op_name: str) -> float:
         op = fine.op(op_name)
-        fwd, bwd = cost.task_times_s(op, 1.0, op.output_shapes[0], op.param_bytes, dev.device_type, dev.peak_flops,
-                                     dev.memory_bandwidth_bytes_per_s)  # fmt: skip
+        fwd, bwd = cost.task_times_s(
+            op,
+            1.0,
+            op.output_shapes[0],
+            op.param_bytes,
+            dev.device_type,
+            dev.peak_flops,
+            dev.memory_bandwidth_bytes_per_s,
+        )
         return fwd + bwd
 
     return np.array([sum(op_s(m) for m in (g.members or (g.name,))) for g in groups.ops])
 
 
-def static_arrays(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel, layout: Layout) -> dict[str, np.ndarray]:
+def static_arrays(
+    groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel, layout: Layout
+) -> dict[str, np.ndarray]:
     """The parts of the observation that do not change during an episode, padded to ``layout``.
 
     Raises:
@@ -133,8 +199,11 @@ def static_arrays(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost
     """
     G, D = groups.num_ops, topology.num_devices
     tensors = groups.tensors
-    for what, have, limit in (("op groups", G, layout.max_nodes), ("edges", len(tensors), layout.max_edges),
-                              ("devices", D, layout.max_devices)):  # fmt: skip
+    for what, have, limit in (
+        ("op groups", G, layout.max_nodes),
+        ("edges", len(tensors), layout.max_edges),
+        ("devices", D, layout.max_devices),
+    ):
         if have > limit:
             raise ValueError(
                 f"instance {groups.name!r} on {topology.name!r} has {have} {what}; the env config allows at most "
@@ -168,9 +237,15 @@ def static_arrays(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost
     np.fill_diagonal(bw, 0.0)
     bandwidth[:D, :D] = bw
     arrays = {
-        "node_features": node, "node_mask": node_mask, "edge_index": edge_index, "edge_features": edge_features,
-        "edge_mask": edge_mask, "device_features": device, "device_mask": device_mask, "device_bandwidth": bandwidth,
-    }  # fmt: skip
+        "node_features": node,
+        "node_mask": node_mask,
+        "edge_index": edge_index,
+        "edge_features": edge_features,
+        "edge_mask": edge_mask,
+        "device_features": device,
+        "device_mask": device_mask,
+        "device_bandwidth": bandwidth,
+    }
     if layout.structure_dim:
         from placement_rl.policies.node2vec import node2vec_embedding
 

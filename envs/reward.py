@@ -88,7 +88,9 @@ class MDPEReward(Reward):
         for f in fields(self):
             value = getattr(self, f.name)
             if value < 0 or (f.name in ("alpha", "c_hat_gb", "m_hat_gib") and value == 0):
-                raise ValueError(f"mdpe {f.name} = {value}; expected a positive number (>= 0 for beta, gamma, oom_penalty)")
+                raise ValueError(
+                    f"mdpe {f.name} = {value}; expected a positive number (>= 0 for beta, gamma, oom_penalty)"
+                )
 
     def terms(self, final: SimResult, baseline: SimResult) -> tuple[float, float, float]:
         """``(f, q_comm, q_mem)`` of a final plan."""

@@ -33,7 +33,9 @@ class _CheckoutSiblings(importlib.abc.MetaPathFinder):
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         head, _, rest = fullname.partition(".")
         if head != "placement_rl" or not rest:
             return None

@@ -43,9 +43,30 @@ def _consumer_box(j_part, e_rank, same_layout, prod_sample_axis, need_lo, need_h
 
 @njit(cache=True)
 def _edge(
-    i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
-    rank, same_layout, prod_box, sample_axis, nbytes, fill, dep_p, dep_q, com_p, com_q, com_b, kd, kc,
-):  # type: ignore[no-untyped-def]  # fmt: skip
+    i_dev,
+    i_replicas,
+    i_prod_lo,
+    i_prod_hi,
+    j_dev,
+    j_replicas,
+    j_need_lo,
+    j_need_hi,
+    j_samp_lo,
+    j_samp_hi,
+    rank,
+    same_layout,
+    prod_box,
+    sample_axis,
+    nbytes,
+    fill,
+    dep_p,
+    dep_q,
+    com_p,
+    com_q,
+    com_b,
+    kd,
+    kc,
+):  # type: ignore[no-untyped-def]
     """Transfers of one tensor: for each consumer task, each producer partition whose output overlaps
     what it reads. Same-device pairs are dependencies ``(dep_p, dep_q)``; the others transfers
     ``(com_p, com_q, com_b)``. Indices are local task indices of the producer and consumer ops.
@@ -57,7 +78,9 @@ def _edge(
     p_i = i_dev.shape[0] // i_replicas
     axis = sample_axis if prod_box else -1
     for q in range(j_dev.shape[0]):
-        _consumer_box(q // j_replicas, rank, same_layout, axis, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi, box_lo, box_hi)
+        _consumer_box(
+            q // j_replicas, rank, same_layout, axis, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi, box_lo, box_hi
+        )
         for p in range(p_i):
             if prod_box:
                 frac = _overlap(i_prod_lo[p], i_prod_hi[p], box_lo, box_hi, rank)
@@ -82,10 +105,24 @@ def _edge(
 
 @njit(cache=True)
 def build_transfers(
-    e_src, e_dst, e_bytes, e_rank, e_same, e_prod_box,
-    op_task_ptr, op_part_ptr, op_replicas, op_sample_axis,
-    task_dev, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi,
-):  # type: ignore[no-untyped-def]  # fmt: skip
+    e_src,
+    e_dst,
+    e_bytes,
+    e_rank,
+    e_same,
+    e_prod_box,
+    op_task_ptr,
+    op_part_ptr,
+    op_replicas,
+    op_sample_axis,
+    task_dev,
+    prod_lo,
+    prod_hi,
+    need_lo,
+    need_hi,
+    samp_lo,
+    samp_hi,
+):  # type: ignore[no-untyped-def]
     """:func:`_edge` for every tensor of the graph, in edge order.
 
     Returns ``(dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com)``: local task indices, bytes, and the
@@ -115,14 +152,30 @@ def build_transfers(
             j = e_dst[e]
             kd0, kc0 = kd, kc
             kd, kc = _edge(
-                task_dev[op_task_ptr[i] : op_task_ptr[i + 1]], op_replicas[i],
-                prod_lo[op_part_ptr[i] : op_part_ptr[i + 1]], prod_hi[op_part_ptr[i] : op_part_ptr[i + 1]],
-                task_dev[op_task_ptr[j] : op_task_ptr[j + 1]], op_replicas[j],
-                need_lo[op_part_ptr[j] : op_part_ptr[j + 1]], need_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
-                samp_lo[op_part_ptr[j] : op_part_ptr[j + 1]], samp_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
-                e_rank[e], e_same[e], e_prod_box[e], op_sample_axis[i], e_bytes[e], fill,
-                dep_p, dep_q, com_p, com_q, com_b, kd, kc,
-            )  # fmt: skip
+                task_dev[op_task_ptr[i] : op_task_ptr[i + 1]],
+                op_replicas[i],
+                prod_lo[op_part_ptr[i] : op_part_ptr[i + 1]],
+                prod_hi[op_part_ptr[i] : op_part_ptr[i + 1]],
+                task_dev[op_task_ptr[j] : op_task_ptr[j + 1]],
+                op_replicas[j],
+                need_lo[op_part_ptr[j] : op_part_ptr[j + 1]],
+                need_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
+                samp_lo[op_part_ptr[j] : op_part_ptr[j + 1]],
+                samp_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
+                e_rank[e],
+                e_same[e],
+                e_prod_box[e],
+                op_sample_axis[i],
+                e_bytes[e],
+                fill,
+                dep_p,
+                dep_q,
+                com_p,
+                com_q,
+                com_b,
+                kd,
+                kc,
+            )
             n_dep[e] = kd - kd0
             n_com[e] = kc - kc0
     return dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com
@@ -130,21 +183,79 @@ def build_transfers(
 
 @njit(cache=True)
 def edge_transfers(
-    i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
-    rank, same_layout, prod_box, sample_axis, nbytes,
-):  # type: ignore[no-untyped-def]  # fmt: skip
+    i_dev,
+    i_replicas,
+    i_prod_lo,
+    i_prod_hi,
+    j_dev,
+    j_replicas,
+    j_need_lo,
+    j_need_hi,
+    j_samp_lo,
+    j_samp_hi,
+    rank,
+    same_layout,
+    prod_box,
+    sample_axis,
+    nbytes,
+):  # type: ignore[no-untyped-def]
     """:func:`_edge` for one tensor (delta simulation), returning ``(dep_p, dep_q, com_p, com_q, com_b)``."""
     empty_i = np.zeros(0, np.int64)
-    kd, kc = _edge(i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo,
-                   j_samp_hi, rank, same_layout, prod_box, sample_axis, nbytes, False, empty_i, empty_i, empty_i,
-                   empty_i, np.zeros(0), 0, 0)  # fmt: skip
+    kd, kc = _edge(
+        i_dev,
+        i_replicas,
+        i_prod_lo,
+        i_prod_hi,
+        j_dev,
+        j_replicas,
+        j_need_lo,
+        j_need_hi,
+        j_samp_lo,
+        j_samp_hi,
+        rank,
+        same_layout,
+        prod_box,
+        sample_axis,
+        nbytes,
+        False,
+        empty_i,
+        empty_i,
+        empty_i,
+        empty_i,
+        np.zeros(0),
+        0,
+        0,
+    )
     dep_p = np.empty(kd, np.int64)
     dep_q = np.empty(kd, np.int64)
     com_p = np.empty(kc, np.int64)
     com_q = np.empty(kc, np.int64)
     com_b = np.empty(kc)
-    _edge(i_dev, i_replicas, i_prod_lo, i_prod_hi, j_dev, j_replicas, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi,
-          rank, same_layout, prod_box, sample_axis, nbytes, True, dep_p, dep_q, com_p, com_q, com_b, 0, 0)  # fmt: skip
+    _edge(
+        i_dev,
+        i_replicas,
+        i_prod_lo,
+        i_prod_hi,
+        j_dev,
+        j_replicas,
+        j_need_lo,
+        j_need_hi,
+        j_samp_lo,
+        j_samp_hi,
+        rank,
+        same_layout,
+        prod_box,
+        sample_axis,
+        nbytes,
+        True,
+        dep_p,
+        dep_q,
+        com_p,
+        com_q,
+        com_b,
+        0,
+        0,
+    )
     return dep_p, dep_q, com_p, com_q, com_b
 
 
@@ -188,14 +299,26 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
     n = duration.shape[0]
     none = np.zeros(n, np.bool_)
     zeros = np.zeros(n)
-    start, end, _, crit = schedule_from(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, none, zeros, zeros, zeros)
+    start, end, _, crit = schedule_from(
+        duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, none, zeros, zeros, zeros
+    )
     return start, end, crit
 
 
 @njit(cache=True)
 def schedule_from(
-    duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, prefix, prefix_ready, prefix_start, prefix_end,
-):  # type: ignore[no-untyped-def]  # fmt: skip
+    duration,
+    res_ptr,
+    res,
+    succ_ptr,
+    succ,
+    indegree,
+    num_resources,
+    prefix,
+    prefix_ready,
+    prefix_start,
+    prefix_end,
+):  # type: ignore[no-untyped-def]
     """:func:`schedule`, resumed after a known prefix (delta simulation).
 
     ``prefix[t]`` marks tasks whose times are already known (``prefix_*``): every task that becomes

@@ -86,7 +86,10 @@ def _cmd_topologies(args: argparse.Namespace) -> None:
         return
     _print_table(
         ["topology", "machines", "devices", "device types"],
-        [[t.name, len(t.machines()), t.num_devices, ", ".join(sorted({d.device_type for d in t.devices}))] for t in topologies],
+        [
+            [t.name, len(t.machines()), t.num_devices, ", ".join(sorted({d.device_type for d in t.devices}))]
+            for t in topologies
+        ],
     )
 
 
@@ -219,7 +222,9 @@ def _ft_plan(graph: Any, topology: Any, cost_model: Any, max_configs: int, progr
     from placement_rl.search.ft import best_over_device_counts, run_ft
 
     with step_progress(graph.num_ops, "FT", progress) as report:
-        found = best_over_device_counts(graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report)
+        found = best_over_device_counts(
+            graph, topology, cost_model=cost_model, max_configs=max_configs, progress=report
+        )
         if found is not None:
             return found[1].plan
         return run_ft(graph, topology, cost_model=cost_model, max_configs=max_configs).points[0].plan
@@ -246,8 +251,16 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             from placement_rl.search import mcmc
             from placement_rl.search.mcmc import EXTENDED_CANDIDATES
 
-            found = mcmc(graph, topology, budget=args.mcmc_budget, chains=args.chains, seed=args.seed,
-                         initial=EXTENDED_CANDIDATES, cost_model=ctx.cost, progress=not args.json)  # fmt: skip
+            found = mcmc(
+                graph,
+                topology,
+                budget=args.mcmc_budget,
+                chains=args.chains,
+                seed=args.seed,
+                initial=EXTENDED_CANDIDATES,
+                cost_model=ctx.cost,
+                progress=not args.json,
+            )
             plan, result = found.plan, found.result
         elif method == "policy":
             plan = _policy_plan(args.checkpoint, args.model, args.topology, args.batch_size)
@@ -270,10 +283,19 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     title = f"{graph.name} on {topology.name}: {best['method']} ({result.makespan_s * 1e3:.1f} ms/iter)"
     paths = _write_outputs(out_dir, "best_plan", plan, result, title)
     if args.json:
-        _print_json({"model": graph.name, "topology": topology.name, "best": best["method"], "methods": rows,
-                     "files": [str(p) for p in paths]})  # fmt: skip
+        _print_json(
+            {
+                "model": graph.name,
+                "topology": topology.name,
+                "best": best["method"],
+                "methods": rows,
+                "files": [str(p) for p in paths],
+            }
+        )
         return
-    print(f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)")
+    print(
+        f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)"
+    )
     _print_table(
         ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM", "search s"],
         [
@@ -313,21 +335,32 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
         from placement_rl.trace import gantt_png
 
         gantt_png(result, args.gantt, title=title)
-    summary = {"model": graph.name, "topology": topology.name, "plan": plan.name, **result.summary(),
-               "samples_per_s": result.samples_per_s(graph.batch_size or 1)}  # fmt: skip
+    summary = {
+        "model": graph.name,
+        "topology": topology.name,
+        "plan": plan.name,
+        **result.summary(),
+        "samples_per_s": result.samples_per_s(graph.batch_size or 1),
+    }
     if args.json:
         _print_json(summary)
         return
     print(title)
-    print(f"  samples/s {summary['samples_per_s']:,.1f}; {result.num_tasks:,} tasks; OOM: "
-          f"{', '.join(result.oom_devices) if result.oom else 'no'}")  # fmt: skip
+    print(
+        f"  samples/s {summary['samples_per_s']:,.1f}; {result.num_tasks:,} tasks; OOM: "
+        f"{', '.join(result.oom_devices) if result.oom else 'no'}"
+    )
     print(f"  communication {result.comm_bytes / 1e9:.3f} GB in {result.comm_time_s * 1e3:.2f} ms of transfers")
     _print_table(
         ["device", "busy ms", "idle ms", "peak GiB", "memory GiB"],
         [
             [d, f"{b * 1e3:.2f}", f"{i * 1e3:.2f}", f"{p / 2**30:.2f}", f"{c / 2**30:.0f}"]
             for d, b, i, p, c in zip(
-                result.device_names, result.busy_s, result.idle_s, result.peak_memory_bytes, result.memory_capacity_bytes
+                result.device_names,
+                result.busy_s,
+                result.idle_s,
+                result.peak_memory_bytes,
+                result.memory_capacity_bytes,
             )
         ],
     )
@@ -343,9 +376,14 @@ def _cmd_profile(args: argparse.Namespace) -> None:
     models = args.models.split(",") if args.models else zoo.names()
     splits = [int(k) for k in args.splits.split(",")]
     table = profile_models(
-        models, batch_size=args.batch_size, batch_splits=splits, device=args.device, device_type=args.device_type,
-        repeats=args.repeats, progress=not args.json,
-    )  # fmt: skip
+        models,
+        batch_size=args.batch_size,
+        batch_splits=splits,
+        device=args.device,
+        device_type=args.device_type,
+        repeats=args.repeats,
+        progress=not args.json,
+    )
     table.to_json(args.out)
     device_types = sorted({key[0] for key in table.entries})
     if args.json:
@@ -365,26 +403,44 @@ def _cmd_search(args: argparse.Namespace) -> None:
     topology = resolve_topology(args.topology)
     cost_model = _cost_model(args)
     found = mcmc(
-        graph, topology, budget=args.budget, chains=args.chains, seed=args.seed, beta=args.beta,
-        initial=args.initial.split(","), cost_model=cost_model, delta=not args.full_simulation,
+        graph,
+        topology,
+        budget=args.budget,
+        chains=args.chains,
+        seed=args.seed,
+        beta=args.beta,
+        initial=args.initial.split(","),
+        cost_model=cost_model,
+        delta=not args.full_simulation,
         progress=not args.json,
-    )  # fmt: skip
+    )
     dp = simulate(graph, topology, data_parallel(graph, topology), cost_model)
     if args.out:
         found.plan.to_json(args.out)
-    summary = {"model": graph.name, "topology": topology.name, **found.summary(),
-               "data_parallel_makespan_s": dp.makespan_s, "speedup_over_dp": dp.makespan_s / found.result.makespan_s,
-               "out": args.out}  # fmt: skip
+    summary = {
+        "model": graph.name,
+        "topology": topology.name,
+        **found.summary(),
+        "data_parallel_makespan_s": dp.makespan_s,
+        "speedup_over_dp": dp.makespan_s / found.result.makespan_s,
+        "out": args.out,
+    }
     if args.json:
         _print_json(summary)
         return
     r = found.result
-    print(f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
-          f"({summary['speedup_over_dp']:.2f}x over data parallel at {dp.makespan_s * 1e3:.3f} ms)")  # fmt: skip
-    print(f"  peak memory {r.peak_memory_bytes.max() / 2**30:.2f} GiB, OOM: {', '.join(r.oom_devices) if r.oom else 'no'}, "
-          f"communication {r.comm_bytes / 1e9:.3f} GB")  # fmt: skip
-    print(f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
-          f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}")  # fmt: skip
+    print(
+        f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
+        f"({summary['speedup_over_dp']:.2f}x over data parallel at {dp.makespan_s * 1e3:.3f} ms)"
+    )
+    print(
+        f"  peak memory {r.peak_memory_bytes.max() / 2**30:.2f} GiB, OOM: {', '.join(r.oom_devices) if r.oom else 'no'}, "
+        f"communication {r.comm_bytes / 1e9:.3f} GB"
+    )
+    print(
+        f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
+        f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}"
+    )
     print("  initial candidates: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found.initial_costs_s.items()))
     if args.out:
         print(f"  wrote {args.out}")
@@ -401,7 +457,9 @@ def _memory_limit(text: str | None) -> float | None:
     try:
         value = float(number) * (scale or 2**30)
     except ValueError:
-        raise ValueError(f"--memory-limit {text!r}; expected GiB as a number or with a unit, e.g. 16, 16GiB, 512MiB") from None
+        raise ValueError(
+            f"--memory-limit {text!r}; expected GiB as a number or with a unit, e.g. 16, 16GiB, 512MiB"
+        ) from None
     if value <= 0:
         raise ValueError(f"--memory-limit {text!r}; expected a positive amount")
     return value
@@ -414,13 +472,30 @@ def _ft_run(args: argparse.Namespace, graph: Any, topology: Any, devices: int | 
     if args.ray:
         from placement_rl.ray_search import ft_frontier
 
-        return ft_frontier(graph, topology, devices, method=args.method, cost_model=cost_model,
-                           max_configs=args.max_configs, progress=not args.json, tolerance=args.tolerance,
-                           rescheduling=args.rescheduling)  # fmt: skip
+        return ft_frontier(
+            graph,
+            topology,
+            devices,
+            method=args.method,
+            cost_model=cost_model,
+            max_configs=args.max_configs,
+            progress=not args.json,
+            tolerance=args.tolerance,
+            rescheduling=args.rescheduling,
+        )
     desc = f"FT-{args.method} {graph.name} x {devices or topology.num_devices}"
     with step_progress(graph.num_ops, desc, not args.json) as report:
-        return run_ft(graph, topology, devices, method=args.method, cost_model=cost_model, max_configs=args.max_configs,
-                      progress=report, tolerance=args.tolerance, rescheduling=args.rescheduling)  # fmt: skip
+        return run_ft(
+            graph,
+            topology,
+            devices,
+            method=args.method,
+            cost_model=cost_model,
+            max_configs=args.max_configs,
+            progress=report,
+            tolerance=args.tolerance,
+            rescheduling=args.rescheduling,
+        )
 
 
 def _cmd_frontier(args: argparse.Namespace) -> None:
@@ -444,7 +519,11 @@ def _cmd_frontier(args: argparse.Namespace) -> None:
     if args.devices is not None and not 1 <= args.devices <= topology.num_devices:
         raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
     if args.mode == "profiling" or args.mode == "mini-parallelism":
-        counts = [int(x) for x in args.device_counts.split(",")] if args.device_counts else default_device_counts(topology.num_devices)
+        counts = (
+            [int(x) for x in args.device_counts.split(",")]
+            if args.device_counts
+            else default_device_counts(topology.num_devices)
+        )
         bad = [n for n in counts if not 1 <= n <= topology.num_devices]
         if bad:
             raise ValueError(f"--device-counts {bad}; topology {topology.name!r} has 1..{topology.num_devices} devices")
@@ -454,30 +533,58 @@ def _cmd_frontier(args: argparse.Namespace) -> None:
             cap = device_memory_bytes(topology, n) if limit is None else limit
             point = result.fastest_within(cap)
             sim = ctx.simulate(point.plan) if point is not None else None
-            rows.append({"devices": n, "memory_limit_bytes": cap, "frontier_points": len(result.points),
-                         "search_s": result.search_s, "exact": result.stats.exact,
-                         "time_s": point.time_s if point else None, "memory_bytes": point.memory_bytes if point else None,
-                         "simulated_makespan_s": sim.makespan_s if sim else None,
-                         "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()) if sim else None,
-                         "plan": point.plan.to_dict() if point else None})  # fmt: skip
+            rows.append(
+                {
+                    "devices": n,
+                    "memory_limit_bytes": cap,
+                    "frontier_points": len(result.points),
+                    "search_s": result.search_s,
+                    "exact": result.stats.exact,
+                    "time_s": point.time_s if point else None,
+                    "memory_bytes": point.memory_bytes if point else None,
+                    "simulated_makespan_s": sim.makespan_s if sim else None,
+                    "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()) if sim else None,
+                    "plan": point.plan.to_dict() if point else None,
+                }
+            )
             if args.mode == "mini-parallelism" and point is not None:
                 break
-        document = {"format": "placement_rl.ft_profile", "schema_version": 1, "model": graph.name, "topology": topology.name,
-                    "mode": args.mode, "method": args.method, "rows": rows}  # fmt: skip
+        document = {
+            "format": "placement_rl.ft_profile",
+            "schema_version": 1,
+            "model": graph.name,
+            "topology": topology.name,
+            "mode": args.mode,
+            "method": args.method,
+            "rows": rows,
+        }
         write_json(out_dir / f"{args.mode}.json", document)
         png = None
         if args.mode == "profiling":
-            png = profiling_png([(r["devices"], r["time_s"]) for r in rows], out_dir / "profiling.png",
-                                title=f"FT profiling: {graph.name} on {topology.name}")  # fmt: skip
+            png = profiling_png(
+                [(r["devices"], r["time_s"]) for r in rows],
+                out_dir / "profiling.png",
+                title=f"FT profiling: {graph.name} on {topology.name}",
+            )
         if args.json:
             _print_json({**document, "files": [str(out_dir / f"{args.mode}.json")] + ([str(png)] if png else [])})
             return
         print(f"FT-{args.method} {args.mode} for {graph.name} on {topology.name}")
         _print_table(
             ["GPUs", "FT time ms", "FT memory GiB", "simulated ms", "simulated GiB", "points", "search s"],
-            [[r["devices"], _ms(r["time_s"]), _gib(r["memory_bytes"]), _ms(r["simulated_makespan_s"]),
-              _gib(r["simulated_peak_memory_bytes"]), r["frontier_points"], f"{r['search_s']:.2f}"] for r in rows],
-        )  # fmt: skip
+            [
+                [
+                    r["devices"],
+                    _ms(r["time_s"]),
+                    _gib(r["memory_bytes"]),
+                    _ms(r["simulated_makespan_s"]),
+                    _gib(r["simulated_peak_memory_bytes"]),
+                    r["frontier_points"],
+                    f"{r['search_s']:.2f}",
+                ]
+                for r in rows
+            ],
+        )
         if args.mode == "mini-parallelism":
             found = next((r for r in rows if r["time_s"] is not None), None)
             print(f"  fewest GPUs that fit: {found['devices'] if found else 'none (every count is out of memory)'}")
@@ -490,9 +597,18 @@ def _cmd_frontier(args: argparse.Namespace) -> None:
     points = []
     for k, p in enumerate(result.points):
         sim = ctx.simulate(p.plan)
-        points.append({"memory_bytes": p.memory_bytes, "time_s": p.time_s, "simulated_makespan_s": sim.makespan_s,
-                       "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()), "simulated_oom": sim.oom,
-                       "fits": p.memory_bytes <= cap, "plan": p.plan.to_dict(), "reuse": p.reuse})  # fmt: skip
+        points.append(
+            {
+                "memory_bytes": p.memory_bytes,
+                "time_s": p.time_s,
+                "simulated_makespan_s": sim.makespan_s,
+                "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()),
+                "simulated_oom": sim.oom,
+                "fits": p.memory_bytes <= cap,
+                "plan": p.plan.to_dict(),
+                "reuse": p.reuse,
+            }
+        )
     baselines = {}
     for name, make in (("data parallel", data_parallel), ("expert", expert)):
         r = ctx.simulate(make(graph, topology))
@@ -502,42 +618,76 @@ def _cmd_frontier(args: argparse.Namespace) -> None:
 
         found = mcmc(graph, topology, budget=args.mcmc_budget, cost_model=cost_model, progress=not args.json)
         baselines["MCMC"] = (float(found.result.peak_memory_bytes.max()), found.result.makespan_s)
-    document = {"format": "placement_rl.frontier", "schema_version": 1, "model": graph.name, "topology": topology.name,
-                "method": args.method, "devices": result.points[0].num_devices if result.points else None,
-                "memory_limit_bytes": cap, "exact": result.stats.exact, "search_s": result.search_s,
-                "eliminations": {"node": result.stats.node, "edge": result.stats.edge, "branch": result.stats.branch,
-                                 "heuristic": result.stats.heuristic, "ldp_steps": result.stats.ldp_steps},
-                "baselines": {k: {"simulated_peak_memory_bytes": m, "simulated_makespan_s": t}
-                              for k, (m, t) in baselines.items()},
-                "points": points}  # fmt: skip
+    document = {
+        "format": "placement_rl.frontier",
+        "schema_version": 1,
+        "model": graph.name,
+        "topology": topology.name,
+        "method": args.method,
+        "devices": result.points[0].num_devices if result.points else None,
+        "memory_limit_bytes": cap,
+        "exact": result.stats.exact,
+        "search_s": result.search_s,
+        "eliminations": {
+            "node": result.stats.node,
+            "edge": result.stats.edge,
+            "branch": result.stats.branch,
+            "heuristic": result.stats.heuristic,
+            "ldp_steps": result.stats.ldp_steps,
+        },
+        "baselines": {
+            k: {"simulated_peak_memory_bytes": m, "simulated_makespan_s": t} for k, (m, t) in baselines.items()
+        },
+        "points": points,
+    }
     write_json(out_dir / "frontier.json", document)
-    png = frontier_png([(p.memory_bytes, p.time_s) for p in result.points], out_dir / "frontier.png",
-                       simulated=[(q["simulated_peak_memory_bytes"], q["simulated_makespan_s"]) for q in points],
-                       baselines=baselines, memory_limit_bytes=cap,
-                       title=f"FT-{args.method}: {graph.name} on {topology.name}")  # fmt: skip
+    png = frontier_png(
+        [(p.memory_bytes, p.time_s) for p in result.points],
+        out_dir / "frontier.png",
+        simulated=[(q["simulated_peak_memory_bytes"], q["simulated_makespan_s"]) for q in points],
+        baselines=baselines,
+        memory_limit_bytes=cap,
+        title=f"FT-{args.method}: {graph.name} on {topology.name}",
+    )
     if best is not None:
         best.plan.to_json(out_dir / "mini_time_plan.json")
     if args.json:
-        _print_json({k: v for k, v in document.items() if k != "points"} | {
-            "frontier": [{k: v for k, v in q.items() if k != "plan"} for q in points],
-            "files": [str(out_dir / "frontier.json"), str(png)]})  # fmt: skip
+        _print_json(
+            {k: v for k, v in document.items() if k != "points"}
+            | {
+                "frontier": [{k: v for k, v in q.items() if k != "plan"} for q in points],
+                "files": [str(out_dir / "frontier.json"), str(png)],
+            }
+        )
         return
     s = result.stats
-    print(f"FT-{args.method} frontier for {graph.name} on {topology.name} ({document['devices']} GPUs): "
-          f"{len(points)} points in {result.search_s:.2f} s ({'exact' if s.exact else f'{s.heuristic} heuristic eliminations'}; "
-          f"node {s.node}, edge {s.edge}, branch {s.branch}, LDP steps {s.ldp_steps})")  # fmt: skip
+    print(
+        f"FT-{args.method} frontier for {graph.name} on {topology.name} ({document['devices']} GPUs): "
+        f"{len(points)} points in {result.search_s:.2f} s ({'exact' if s.exact else f'{s.heuristic} heuristic eliminations'}; "
+        f"node {s.node}, edge {s.edge}, branch {s.branch}, LDP steps {s.ldp_steps})"
+    )
     _print_table(
         ["memory GiB", "time ms", "simulated ms", "simulated GiB", "fits"],
-        [[_gib(q["memory_bytes"]), _ms(q["time_s"]), _ms(q["simulated_makespan_s"]), _gib(q["simulated_peak_memory_bytes"]),
-          "yes" if q["fits"] else "no"] for q in points],
-    )  # fmt: skip
+        [
+            [
+                _gib(q["memory_bytes"]),
+                _ms(q["time_s"]),
+                _ms(q["simulated_makespan_s"]),
+                _gib(q["simulated_peak_memory_bytes"]),
+                "yes" if q["fits"] else "no",
+            ]
+            for q in points
+        ],
+    )
     for name, (m, t) in baselines.items():
         print(f"  {name}: {t * 1e3:.2f} ms, {m / 2**30:.2f} GiB (simulated)")
     if best is None:
         print(f"  mini-time: no strategy fits in {cap / 2**30:.2f} GiB per device (out of memory)")
     else:
-        print(f"  mini-time under {cap / 2**30:.2f} GiB: {best.time_s * 1e3:.2f} ms (FT estimate); "
-              f"wrote {out_dir / 'mini_time_plan.json'}")  # fmt: skip
+        print(
+            f"  mini-time under {cap / 2**30:.2f} GiB: {best.time_s * 1e3:.2f} ms (FT estimate); "
+            f"wrote {out_dir / 'mini_time_plan.json'}"
+        )
     print(f"  wrote {out_dir / 'frontier.json'} and {png}")
 
 
@@ -592,21 +742,36 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
 
     models = args.models.split(",") if args.models else None
     budget = None if args.mcmc_budget in ("0", "none") else args.mcmc_budget
-    rows = evaluate(args.checkpoint, _topology_list(args.topologies), models, mcmc_budget=budget,
-                    progress=None if args.json else lambda line: print(line, file=sys.stderr))  # fmt: skip
+    rows = evaluate(
+        args.checkpoint,
+        _topology_list(args.topologies),
+        models,
+        mcmc_budget=budget,
+        progress=None if args.json else lambda line: print(line, file=sys.stderr),
+    )
     instances = sorted({r.instance for r in rows})
     wins = sum(
-        1 for i in instances
-        for p in rows if p.instance == i and p.method == "policy" and not p.oom and p.speedup > 1.0
-    )  # fmt: skip
+        1 for i in instances for p in rows if p.instance == i and p.method == "policy" and not p.oom and p.speedup > 1.0
+    )
     if args.json:
         _print_json({"rows": [asdict(r) for r in rows], "instances": len(instances), "policy_beats_dp": wins})
         return
     _print_table(
         ["instance", "method", "ms/iter", "vs DP", "peak mem GiB", "comm GB", "OOM", "search s"],
-        [[r.instance, r.method, f"{r.makespan_s * 1e3:,.2f}", f"{r.speedup:.2f}x", f"{r.peak_memory_bytes / 2**30:.2f}",
-          f"{r.comm_bytes / 1e9:.3f}", "yes" if r.oom else "no", f"{r.search_s:.2f}"] for r in rows],
-    )  # fmt: skip
+        [
+            [
+                r.instance,
+                r.method,
+                f"{r.makespan_s * 1e3:,.2f}",
+                f"{r.speedup:.2f}x",
+                f"{r.peak_memory_bytes / 2**30:.2f}",
+                f"{r.comm_bytes / 1e9:.3f}",
+                "yes" if r.oom else "no",
+                f"{r.search_s:.2f}",
+            ]
+            for r in rows
+        ],
+    )
     print(f"policy beats data parallel on {wins}/{len(instances)} instances (MCMC budget {budget or 'off'})")
 
 
@@ -665,8 +830,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--beta", type=float, default=50.0, help="scale-free inverse temperature")
     p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
-    p.add_argument("--initial", default="data_parallel,expert,random",
-                   help="initial candidates: data_parallel, expert, random (FlexFlow's) and subset_data_parallel")  # fmt: skip
+    p.add_argument(
+        "--initial",
+        default="data_parallel,expert,random",
+        help="initial candidates: data_parallel, expert, random (FlexFlow's) and subset_data_parallel",
+    )
     p.add_argument("--out", default=None, help="write the best plan (JSON) here")
     _add_cost_arguments(p)
     p.set_defaults(func=_cmd_search)
@@ -674,18 +842,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("frontier", help="TensorOpt's FT: the memory vs time cost frontier and its modes")
     p.add_argument("--model", default="transformer", help="zoo model or graph .json (default transformer)")
     p.add_argument("--topology", default="tensoropt", help="preset, random:SEED or .json (default tensoropt)")
-    p.add_argument("--mode", default="frontier", choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
-                   help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling")  # fmt: skip
+    p.add_argument(
+        "--mode",
+        default="frontier",
+        choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
+        help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling",
+    )
     p.add_argument("--devices", type=int, default=None, help="devices in use: the first N (default all)")
-    p.add_argument("--device-counts", default=None, help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,..)")
-    p.add_argument("--memory-limit", default=None, help="per-device memory limit, GiB or with a unit (default: device memory)")
+    p.add_argument(
+        "--device-counts", default=None, help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,..)"
+    )
+    p.add_argument(
+        "--memory-limit", default=None, help="per-device memory limit, GiB or with a unit (default: device memory)"
+    )
     p.add_argument("--method", default="ldp", choices=["ldp", "elimination"], help="FT-LDP (default) or FT-Elimination")
-    p.add_argument("--max-configs", type=int, default=16,
-                   help="configurations per op (default 16, replication and data parallelism always kept; 0 = all)")  # fmt: skip
-    p.add_argument("--tolerance", type=float, default=0.01,
-                   help="relative time resolution of the frontier (default 0.01; 0 = exact, slow on large graphs)")  # fmt: skip
-    p.add_argument("--rescheduling", default="collectives", choices=["collectives", "point_to_point"],
-                   help="price layout changes as collectives (TensorOpt, default) or point to point (the simulator)")  # fmt: skip
+    p.add_argument(
+        "--max-configs",
+        type=int,
+        default=16,
+        help="configurations per op (default 16, replication and data parallelism always kept; 0 = all)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.01,
+        help="relative time resolution of the frontier (default 0.01; 0 = exact, slow on large graphs)",
+    )
+    p.add_argument(
+        "--rescheduling",
+        default="collectives",
+        choices=["collectives", "point_to_point"],
+        help="price layout changes as collectives (TensorOpt, default) or point to point (the simulator)",
+    )
     p.add_argument("--mcmc-budget", default="5s", help="MCMC baseline budget for the frontier plot ('none' to skip)")
     p.add_argument("--ray", action="store_true", help="split large frontier products over Ray tasks")
     p.add_argument("--out-dir", default=None, help="where frontier.json, the PNG and the mini-time plan go")
@@ -705,7 +893,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="where to write the table (JSON)")
     p.add_argument("--models", default=None, help="comma-separated zoo models (default: the whole zoo)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default: each model's)")
-    p.add_argument("--splits", default="1", help="also profile at batch/k for these k (data-parallel shapes), e.g. 1,2,4")
+    p.add_argument(
+        "--splits", default="1", help="also profile at batch/k for these k (data-parallel shapes), e.g. 1,2,4"
+    )
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
     p.add_argument("--device-type", default=None, help="label for the entries (default: CPU or the CUDA device name)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per op; the median is kept")
@@ -724,8 +914,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="run a trained policy on (unseen) topologies and models next to the baselines")
     p.add_argument("--checkpoint", required=True, help="a checkpoint_* folder of a training run")
-    p.add_argument("--topologies", default="test",
-                   help="'test' / 'train' (10 random topologies of that split), 'test:N', or comma-separated specs")  # fmt: skip
+    p.add_argument(
+        "--topologies",
+        default="test",
+        help="'test' / 'train' (10 random topologies of that split), 'test:N', or comma-separated specs",
+    )
     p.add_argument("--models", default=None, help="comma-separated zoo models (default: the training model)")
     p.add_argument("--mcmc-budget", default="2s", help="MCMC budget per instance ('2s', proposals, or 'none')")
     p.add_argument("--json", action="store_true", help="print JSON")

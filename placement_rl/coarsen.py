@@ -173,7 +173,9 @@ def _merge_to(graph: OpGraph, assignment: list[int], max_groups: int, weights: n
     group_weight: dict[int, float] = {}
     for i, g in enumerate(assignment):
         group_weight[g] = group_weight.get(g, 0.0) + float(weights[i])
-    edges = {(assignment[s], assignment[d]) for s, d in zip(graph.arrays.edge_src.tolist(), graph.arrays.edge_dst.tolist())}
+    edges = {
+        (assignment[s], assignment[d]) for s, d in zip(graph.arrays.edge_src.tolist(), graph.arrays.edge_dst.tolist())
+    }
     edges = {(a, b) for a, b in edges if a != b}
     parent = {g: g for g in group_weight}
     while len(group_weight) > max_groups:
@@ -302,4 +304,6 @@ def _build_coarse(graph: OpGraph, assignment: list[int], max_groups: int, balanc
         "balance_factor": balance_factor,
         "seed": seed,
     }
-    return OpGraph(f"{graph.name}/coarse{max_groups}", groups, list(cut.values()), batch_size=graph.batch_size, metadata=metadata)
+    return OpGraph(
+        f"{graph.name}/coarse{max_groups}", groups, list(cut.values()), batch_size=graph.batch_size, metadata=metadata
+    )

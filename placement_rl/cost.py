@@ -47,10 +47,22 @@ from placement_rl.io import as_float, as_list, as_str, check_header, check_keys,
 
 #: Fraction of peak FLOP/s reached per op family (fp32, large shapes); others use ``default_efficiency``.
 DEFAULT_EFFICIENCY: dict[str, float] = {
-    "conv1d": 0.55, "conv2d": 0.55, "conv3d": 0.5, "conv_transpose2d": 0.5,
-    "linear": 0.7, "matmul": 0.7, "bmm": 0.65, "attention": 0.5, "multihead_attention": 0.55,
-    "lstm_cell": 0.45, "gru_cell": 0.45, "rnn_cell": 0.45, "lstm": 0.5, "gru": 0.5, "rnn": 0.5,
-}  # fmt: skip
+    "conv1d": 0.55,
+    "conv2d": 0.55,
+    "conv3d": 0.5,
+    "conv_transpose2d": 0.5,
+    "linear": 0.7,
+    "matmul": 0.7,
+    "bmm": 0.65,
+    "attention": 0.5,
+    "multihead_attention": 0.55,
+    "lstm_cell": 0.45,
+    "gru_cell": 0.45,
+    "rnn_cell": 0.45,
+    "lstm": 0.5,
+    "gru": 0.5,
+    "rnn": 0.5,
+}
 
 #: Optimizer state bytes per parameter byte.
 OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
@@ -116,8 +128,12 @@ class ProfileTable:
             times = [as_float(e[k], f"{where}.{k}") for k in ("forward_s", "backward_s")]
             if any(t < 0 or not math.isfinite(t) for t in times):
                 raise SchemaError(f"{where}: times must be finite and non-negative, got {times}")
-            key = (as_str(e["device_type"], f"{where}.device_type"), as_str(e["op_type"], f"{where}.op_type"), shape,
-                   int(e["param_bytes"]))  # fmt: skip
+            key = (
+                as_str(e["device_type"], f"{where}.device_type"),
+                as_str(e["op_type"], f"{where}.op_type"),
+                shape,
+                int(e["param_bytes"]),
+            )
             entries[key] = ProfileEntry(*times)
         return cls(entries, str(document.get("device", "")))
 
@@ -266,13 +282,17 @@ class CostModel:
                 return measured
         return bandwidth_bytes_per_s
 
-    def transfer_time_s(self, num_bytes: float, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str) -> float:
+    def transfer_time_s(
+        self, num_bytes: float, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str
+    ) -> float:
         """Point-to-point: ``latency + bytes / bandwidth`` (0 for no bytes)."""
         if num_bytes <= 0:
             return 0.0
         return latency_s + num_bytes / self.effective_bandwidth(f"p2p/{link_kind}", bandwidth_bytes_per_s, num_bytes)
 
-    def all_reduce_time_s(self, num_bytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str) -> float:
+    def all_reduce_time_s(
+        self, num_bytes: float, n: int, bandwidth_bytes_per_s: float, latency_s: float, link_kind: str
+    ) -> float:
         """Ring all-reduce of ``num_bytes`` over ``n`` devices (slowest hop ``bandwidth``, ``latency``)."""
         if n <= 1 or num_bytes <= 0:
             return 0.0

@@ -334,7 +334,13 @@ class OpGraph:
             "metadata": self.metadata,
             "ops": [_op_to_dict(op) for op in self.ops],
             "tensors": [
-                {"src": t.src, "dst": t.dst, "src_output": t.src_output, "shape": list(t.shape), "num_bytes": t.num_bytes}
+                {
+                    "src": t.src,
+                    "dst": t.dst,
+                    "src_output": t.src_output,
+                    "shape": list(t.shape),
+                    "num_bytes": t.num_bytes,
+                }
                 for t in self.tensors
             ],
         }
@@ -343,7 +349,9 @@ class OpGraph:
     def from_dict(cls, document: Any) -> OpGraph:
         """Rebuild a graph from :meth:`to_dict` output, validating the schema and the graph."""
         check_header(document, GRAPH_FORMAT, (GRAPH_SCHEMA_VERSION,))
-        check_keys(document, "graph", {"format", "schema_version", "name", "ops", "tensors"}, {"batch_size", "metadata"})
+        check_keys(
+            document, "graph", {"format", "schema_version", "name", "ops", "tensors"}, {"batch_size", "metadata"}
+        )
         ops = [_op_from_dict(d, f"graph.ops[{i}]") for i, d in enumerate(as_list(document["ops"], "graph.ops"))]
         tensors = []
         for i, d in enumerate(as_list(document["tensors"], "graph.tensors")):
@@ -397,14 +405,18 @@ def _validate_op(op: Op) -> None:
     names = set()
     for dim in op.parallel_dims:
         if dim.kind not in DIM_KINDS:
-            raise ValueError(f"{where}: parallel dim {dim.name!r} has kind {dim.kind!r}; expected one of {list(DIM_KINDS)}")
+            raise ValueError(
+                f"{where}: parallel dim {dim.name!r} has kind {dim.kind!r}; expected one of {list(DIM_KINDS)}"
+            )
         if dim.size <= 0:
             raise ValueError(f"{where}: parallel dim {dim.name!r} has size {dim.size}; expected a positive extent")
         if dim.reduction:
             if dim.axis < 0:
                 raise ValueError(f"{where}: reduction dim {dim.name!r} has negative axis {dim.axis}")
         elif not 0 <= dim.axis < len(op.output_shapes[0]):
-            raise ValueError(f"{where}: parallel dim {dim.name!r} axis {dim.axis} outside output shape {op.output_shapes[0]}")
+            raise ValueError(
+                f"{where}: parallel dim {dim.name!r} axis {dim.axis} outside output shape {op.output_shapes[0]}"
+            )
         elif dim.size != op.output_shapes[0][dim.axis]:
             raise ValueError(
                 f"{where}: parallel dim {dim.name!r} size {dim.size} != output extent {op.output_shapes[0][dim.axis]}"
@@ -492,9 +504,17 @@ def _dim_to_dict(dim: ParallelDim) -> dict[str, Any]:
 
 _OP_REQUIRED = {"name", "op_type", "output_shapes"}
 _OP_OPTIONAL = {
-    "dtype_bytes", "forward_flops", "backward_flops", "param_bytes", "param_key", "bytes_read",
-    "bytes_written", "parallel_dims", "split", "members",
-}  # fmt: skip
+    "dtype_bytes",
+    "forward_flops",
+    "backward_flops",
+    "param_bytes",
+    "param_key",
+    "bytes_read",
+    "bytes_written",
+    "parallel_dims",
+    "split",
+    "members",
+}
 
 
 def _op_from_dict(d: Any, where: str) -> Op:
@@ -508,14 +528,20 @@ def _op_from_dict(d: Any, where: str) -> Op:
             raise SchemaError(f"{w}.reduction: expected true or false, got {reduction!r}")
         dims.append(
             ParallelDim(
-                as_str(p["name"], f"{w}.name"), p["kind"], as_int(p["axis"], f"{w}.axis"), as_int(p["size"], f"{w}.size"), reduction
+                as_str(p["name"], f"{w}.name"),
+                p["kind"],
+                as_int(p["axis"], f"{w}.axis"),
+                as_int(p["size"], f"{w}.size"),
+                reduction,
             )
         )
     key = d.get("param_key")
     return Op(
         name=as_str(d["name"], f"{where}.name"),
         op_type=as_str(d["op_type"], f"{where}.op_type"),
-        output_shapes=tuple(_shape(s, f"{where}.output_shapes") for s in as_list(d["output_shapes"], f"{where}.output_shapes")),
+        output_shapes=tuple(
+            _shape(s, f"{where}.output_shapes") for s in as_list(d["output_shapes"], f"{where}.output_shapes")
+        ),
         dtype_bytes=as_int(d.get("dtype_bytes", 4), f"{where}.dtype_bytes"),
         forward_flops=as_float(d.get("forward_flops", 0.0), f"{where}.forward_flops"),
         backward_flops=as_float(d.get("backward_flops", 0.0), f"{where}.backward_flops"),
@@ -527,14 +553,6 @@ def _op_from_dict(d: Any, where: str) -> Op:
         split=d.get("split", "concat"),
         members=tuple(as_str(m, f"{where}.members") for m in as_list(d.get("members", []), f"{where}.members")),
     )
-
-
-
-
-
-
-
-
 
 
 def _shape(value: Any, where: str) -> Shape:

@@ -58,66 +58,216 @@ from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, Tensor
 
 #: forward FLOPs per output element of element-wise ops, by canonical op type.
 ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, float] = {
-    "add": 1, "sub": 1, "mul": 1, "div": 1, "neg": 1, "relu": 1, "relu6": 2, "leaky_relu": 2,
-    "hardtanh": 2, "abs": 1, "sqrt": 1, "rsqrt": 2, "pow": 1, "exp": 1, "log": 1, "sigmoid": 4,
-    "tanh": 5, "gelu": 8, "silu": 5, "elu": 3, "dropout": 2, "masked_fill": 1, "where": 1,
-    "clamp": 2, "scale": 1,
-}  # fmt: skip
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "neg": 1,
+    "relu": 1,
+    "relu6": 2,
+    "leaky_relu": 2,
+    "hardtanh": 2,
+    "abs": 1,
+    "sqrt": 1,
+    "rsqrt": 2,
+    "pow": 1,
+    "exp": 1,
+    "log": 1,
+    "sigmoid": 4,
+    "tanh": 5,
+    "gelu": 8,
+    "silu": 5,
+    "elu": 3,
+    "dropout": 2,
+    "masked_fill": 1,
+    "where": 1,
+    "clamp": 2,
+    "scale": 1,
+}
 
 #: op types that only re-describe memory (no FLOPs, no bytes moved).
-VIEW_OPS = frozenset({"view", "reshape", "flatten", "permute", "transpose", "unsqueeze", "squeeze", "expand", "identity"})
+VIEW_OPS = frozenset(
+    {"view", "reshape", "flatten", "permute", "transpose", "unsqueeze", "squeeze", "expand", "identity"}
+)
 #: op types that copy bytes without arithmetic.
 COPY_OPS = frozenset({"cat", "stack", "slice", "contiguous", "split", "chunk", "clone", "pad", "fill", "to"})
 #: reductions whose output loses the batch axis (TAG's "sum" class when they reduce over it).
 REDUCTION_OPS = frozenset({"mean", "sum", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"})
-MATMUL_FAMILY = frozenset({"conv1d", "conv2d", "conv3d", "linear", "matmul", "bmm", "lstm_cell", "gru_cell",
-                           "rnn_cell", "lstm", "gru", "rnn", "conv_transpose2d", "attention",
-                           "multihead_attention"})  # fmt: skip
+MATMUL_FAMILY = frozenset(
+    {
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "linear",
+        "matmul",
+        "bmm",
+        "lstm_cell",
+        "gru_cell",
+        "rnn_cell",
+        "lstm",
+        "gru",
+        "rnn",
+        "conv_transpose2d",
+        "attention",
+        "multihead_attention",
+    }
+)
 NORM_FAMILY = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
 
 _FUNCTION_TYPES: dict[Any, str] = {
-    operator.add: "add", operator.iadd: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
-    operator.mul: "mul", operator.imul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div",
-    operator.neg: "neg", operator.matmul: "matmul", torch.matmul: "matmul", torch.bmm: "bmm", torch.mm: "matmul",
-    torch.relu: "relu", F.relu: "relu", F.gelu: "gelu", torch.tanh: "tanh", F.tanh: "tanh", torch.sigmoid: "sigmoid",
-    F.sigmoid: "sigmoid", F.silu: "silu", torch.exp: "exp", torch.sqrt: "sqrt", torch.rsqrt: "rsqrt",
-    torch.softmax: "softmax", F.softmax: "softmax", F.log_softmax: "log_softmax", torch.log_softmax: "log_softmax",
-    F.dropout: "dropout", F.linear: "linear", F.conv2d: "conv2d", F.layer_norm: "layer_norm",
-    F.cross_entropy: "cross_entropy", F.nll_loss: "nll_loss", F.mse_loss: "mse_loss", torch.cat: "cat",
-    torch.stack: "stack", torch.flatten: "flatten", torch.reshape: "reshape", torch.transpose: "transpose",
-    torch.permute: "permute", torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze", torch.mean: "mean",
-    torch.sum: "sum", torch.zeros_like: "fill", torch.ones_like: "fill", torch.split: "split",
-    torch.chunk: "chunk", operator.getitem: "slice", torch.where: "where", torch.clamp: "clamp",
-    F.adaptive_avg_pool2d: "adaptive_avg_pool2d", F.max_pool2d: "max_pool2d", F.avg_pool2d: "avg_pool2d",
-    F.pad: "pad", torch.masked_fill: "masked_fill", F.scaled_dot_product_attention: "attention",
-}  # fmt: skip
+    operator.add: "add",
+    operator.iadd: "add",
+    torch.add: "add",
+    operator.sub: "sub",
+    torch.sub: "sub",
+    operator.mul: "mul",
+    operator.imul: "mul",
+    torch.mul: "mul",
+    operator.truediv: "div",
+    torch.div: "div",
+    operator.neg: "neg",
+    operator.matmul: "matmul",
+    torch.matmul: "matmul",
+    torch.bmm: "bmm",
+    torch.mm: "matmul",
+    torch.relu: "relu",
+    F.relu: "relu",
+    F.gelu: "gelu",
+    torch.tanh: "tanh",
+    F.tanh: "tanh",
+    torch.sigmoid: "sigmoid",
+    F.sigmoid: "sigmoid",
+    F.silu: "silu",
+    torch.exp: "exp",
+    torch.sqrt: "sqrt",
+    torch.rsqrt: "rsqrt",
+    torch.softmax: "softmax",
+    F.softmax: "softmax",
+    F.log_softmax: "log_softmax",
+    torch.log_softmax: "log_softmax",
+    F.dropout: "dropout",
+    F.linear: "linear",
+    F.conv2d: "conv2d",
+    F.layer_norm: "layer_norm",
+    F.cross_entropy: "cross_entropy",
+    F.nll_loss: "nll_loss",
+    F.mse_loss: "mse_loss",
+    torch.cat: "cat",
+    torch.stack: "stack",
+    torch.flatten: "flatten",
+    torch.reshape: "reshape",
+    torch.transpose: "transpose",
+    torch.permute: "permute",
+    torch.unsqueeze: "unsqueeze",
+    torch.squeeze: "squeeze",
+    torch.mean: "mean",
+    torch.sum: "sum",
+    torch.zeros_like: "fill",
+    torch.ones_like: "fill",
+    torch.split: "split",
+    torch.chunk: "chunk",
+    operator.getitem: "slice",
+    torch.where: "where",
+    torch.clamp: "clamp",
+    F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    F.max_pool2d: "max_pool2d",
+    F.avg_pool2d: "avg_pool2d",
+    F.pad: "pad",
+    torch.masked_fill: "masked_fill",
+    F.scaled_dot_product_attention: "attention",
+}
 
 _METHOD_TYPES: dict[str, str] = {
-    "view": "view", "reshape": "reshape", "flatten": "flatten", "permute": "permute", "transpose": "transpose",
-    "unsqueeze": "unsqueeze", "squeeze": "squeeze", "expand": "expand", "contiguous": "contiguous",
-    "softmax": "softmax", "log_softmax": "log_softmax", "mean": "mean", "sum": "sum", "add": "add",
-    "mul": "mul", "div": "div", "sub": "sub", "relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "exp": "exp",
-    "new_zeros": "fill", "new_ones": "fill", "new_full": "fill", "zero_": "fill", "masked_fill": "masked_fill",
-    "split": "split", "chunk": "chunk", "clone": "clone", "to": "to", "float": "to", "type_as": "to",
-    "matmul": "matmul", "bmm": "bmm", "pow": "pow", "sqrt": "sqrt", "clamp": "clamp", "t": "transpose",
-    "expand_as": "expand", "view_as": "view",
-}  # fmt: skip
+    "view": "view",
+    "reshape": "reshape",
+    "flatten": "flatten",
+    "permute": "permute",
+    "transpose": "transpose",
+    "unsqueeze": "unsqueeze",
+    "squeeze": "squeeze",
+    "expand": "expand",
+    "contiguous": "contiguous",
+    "softmax": "softmax",
+    "log_softmax": "log_softmax",
+    "mean": "mean",
+    "sum": "sum",
+    "add": "add",
+    "mul": "mul",
+    "div": "div",
+    "sub": "sub",
+    "relu": "relu",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "exp": "exp",
+    "new_zeros": "fill",
+    "new_ones": "fill",
+    "new_full": "fill",
+    "zero_": "fill",
+    "masked_fill": "masked_fill",
+    "split": "split",
+    "chunk": "chunk",
+    "clone": "clone",
+    "to": "to",
+    "float": "to",
+    "type_as": "to",
+    "matmul": "matmul",
+    "bmm": "bmm",
+    "pow": "pow",
+    "sqrt": "sqrt",
+    "clamp": "clamp",
+    "t": "transpose",
+    "expand_as": "expand",
+    "view_as": "view",
+}
 
 _MODULE_TYPES: dict[type[nn.Module], str] = {
-    nn.Conv1d: "conv1d", nn.Conv2d: "conv2d", nn.Conv3d: "conv3d", nn.ConvTranspose2d: "conv_transpose2d",
-    nn.Linear: "linear", nn.BatchNorm1d: "batch_norm", nn.BatchNorm2d: "batch_norm", nn.BatchNorm3d: "batch_norm",
-    nn.LayerNorm: "layer_norm", nn.GroupNorm: "group_norm", nn.InstanceNorm2d: "instance_norm",
-    nn.LocalResponseNorm: "local_response_norm", nn.Embedding: "embedding",
-    nn.LSTMCell: "lstm_cell", nn.GRUCell: "gru_cell", nn.RNNCell: "rnn_cell", nn.LSTM: "lstm", nn.GRU: "gru",
-    nn.RNN: "rnn", nn.MaxPool1d: "max_pool1d", nn.MaxPool2d: "max_pool2d", nn.AvgPool2d: "avg_pool2d",
-    nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d", nn.AdaptiveAvgPool1d: "adaptive_avg_pool1d",
-    nn.AdaptiveMaxPool2d: "adaptive_max_pool2d", nn.ReLU: "relu", nn.ReLU6: "relu6", nn.GELU: "gelu",
-    nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.ELU: "elu", nn.LeakyReLU: "leaky_relu",
-    nn.Hardtanh: "hardtanh", nn.Dropout: "dropout", nn.Dropout2d: "dropout", nn.Softmax: "softmax",
-    nn.LogSoftmax: "log_softmax", nn.CrossEntropyLoss: "cross_entropy", nn.NLLLoss: "nll_loss",
-    nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss", nn.BCEWithLogitsLoss: "bce_loss", nn.Identity: "identity",
-    nn.Flatten: "flatten", nn.MultiheadAttention: "multihead_attention",
-}  # fmt: skip
+    nn.Conv1d: "conv1d",
+    nn.Conv2d: "conv2d",
+    nn.Conv3d: "conv3d",
+    nn.ConvTranspose2d: "conv_transpose2d",
+    nn.Linear: "linear",
+    nn.BatchNorm1d: "batch_norm",
+    nn.BatchNorm2d: "batch_norm",
+    nn.BatchNorm3d: "batch_norm",
+    nn.LayerNorm: "layer_norm",
+    nn.GroupNorm: "group_norm",
+    nn.InstanceNorm2d: "instance_norm",
+    nn.LocalResponseNorm: "local_response_norm",
+    nn.Embedding: "embedding",
+    nn.LSTMCell: "lstm_cell",
+    nn.GRUCell: "gru_cell",
+    nn.RNNCell: "rnn_cell",
+    nn.LSTM: "lstm",
+    nn.GRU: "gru",
+    nn.RNN: "rnn",
+    nn.MaxPool1d: "max_pool1d",
+    nn.MaxPool2d: "max_pool2d",
+    nn.AvgPool2d: "avg_pool2d",
+    nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d",
+    nn.AdaptiveAvgPool1d: "adaptive_avg_pool1d",
+    nn.AdaptiveMaxPool2d: "adaptive_max_pool2d",
+    nn.ReLU: "relu",
+    nn.ReLU6: "relu6",
+    nn.GELU: "gelu",
+    nn.Tanh: "tanh",
+    nn.Sigmoid: "sigmoid",
+    nn.SiLU: "silu",
+    nn.ELU: "elu",
+    nn.LeakyReLU: "leaky_relu",
+    nn.Hardtanh: "hardtanh",
+    nn.Dropout: "dropout",
+    nn.Dropout2d: "dropout",
+    nn.Softmax: "softmax",
+    nn.LogSoftmax: "log_softmax",
+    nn.CrossEntropyLoss: "cross_entropy",
+    nn.NLLLoss: "nll_loss",
+    nn.MSELoss: "mse_loss",
+    nn.L1Loss: "l1_loss",
+    nn.BCEWithLogitsLoss: "bce_loss",
+    nn.Identity: "identity",
+    nn.Flatten: "flatten",
+    nn.MultiheadAttention: "multihead_attention",
+}
 
 
 @dataclass(frozen=True)
@@ -397,7 +547,9 @@ class _Builder:
         axes: list[int | None] = []
         for i, t in enumerate(flat):
             other = plus[i].shape if i < len(plus) else t.shape
-            changed = [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y] if len(other) == len(t.shape) else []
+            changed = (
+                [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y] if len(other) == len(t.shape) else []
+            )
             axes.append(changed[0] if changed else None)
         return axes
 
@@ -409,8 +561,12 @@ class _Builder:
         in_numel = math.prod(ins[0].shape) if ins else out_numel
         if op_type in ("input", "constant", "embedding") or op_type in VIEW_OPS or op_type in COPY_OPS:
             return 0.0
-        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d") and isinstance(module, nn.modules.conv._ConvNd):
-            flops = conv_flops(out.shape, module.in_channels, module.groups, module.kernel_size, module.bias is not None)
+        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d") and isinstance(
+            module, nn.modules.conv._ConvNd
+        ):
+            flops = conv_flops(
+                out.shape, module.in_channels, module.groups, module.kernel_size, module.bias is not None
+            )
             if op_type == "conv_transpose2d":  # same MACs, counted over the input instead of the output
                 flops = flops * in_numel / max(out_numel, 1)
             return flops
@@ -481,7 +637,9 @@ class _Builder:
 
         if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d"):
             add("channel", "parameter", 1)
-            for name, axis in zip(("length",) if len(shape) == 3 else ("height", "width", "depth"), range(2, len(shape))):
+            for name, axis in zip(
+                ("length",) if len(shape) == 3 else ("height", "width", "depth"), range(2, len(shape))
+            ):
                 add(name, "attribute", axis)
         elif op_type in ("max_pool1d", "max_pool2d", "avg_pool2d") or op_type.startswith("adaptive_"):
             for name, axis in zip(("length",) if len(shape) == 3 else ("height", "width"), range(2, len(shape))):
@@ -523,7 +681,9 @@ def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Mo
 
 
 # ----------------------------------------------------------------- formulas
-def conv_flops(out_shape: Sequence[int], in_channels: int, groups: int, kernel: Sequence[int] | int, bias: bool) -> float:
+def conv_flops(
+    out_shape: Sequence[int], in_channels: int, groups: int, kernel: Sequence[int] | int, bias: bool
+) -> float:
     """Forward FLOPs of a convolution: ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ bias)."""
     out_numel = math.prod(out_shape)
     flops = 2.0 * out_numel * (in_channels // groups) * _kernel_elems(kernel)

@@ -24,9 +24,7 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(
-            f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+        raise SchemaError(f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
 def write_json(path: str | os.PathLike[str], document: Any) -> None:

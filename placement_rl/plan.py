@@ -167,7 +167,9 @@ class Plan:
         valid_devices = {d.name for d in topology.devices}
         for op_name, cfg in self.configs.items():
             if op_name not in graph:
-                raise UnknownNameError(f"op (plan {self.name!r}, graph {graph.name!r})", op_name, [o.name for o in graph.ops])
+                raise UnknownNameError(
+                    f"op (plan {self.name!r}, graph {graph.name!r})", op_name, [o.name for o in graph.ops]
+                )
             _validate_config(graph.op(op_name), cfg, valid_devices)
 
     # -------------------------------------------------------------- expansion
@@ -249,7 +251,9 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
     if cfg.sync not in SYNC_MODES:
         raise ValueError(f"{where}: sync mode {cfg.sync!r}; expected one of {list(SYNC_MODES)}")
     if cfg.ps_device is not None and cfg.sync != "parameter_server":
-        raise ValueError(f"{where}: ps_device {cfg.ps_device!r} given with sync {cfg.sync!r}; it needs 'parameter_server'")
+        raise ValueError(
+            f"{where}: ps_device {cfg.ps_device!r} given with sync {cfg.sync!r}; it needs 'parameter_server'"
+        )
     dims = {d.name: d for d in op.parallel_dims}
     for name, degree in cfg.degrees:
         if name not in dims:
@@ -257,9 +261,7 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
         if degree < 1:
             raise ValueError(f"{where}: degree {degree} for dimension {name!r}; expected a positive integer")
         if dims[name].size % degree:
-            raise ValueError(
-                f"{where}: degree {degree} does not divide dimension {name!r} of size {dims[name].size}"
-            )
+            raise ValueError(f"{where}: degree {degree} does not divide dimension {name!r} of size {dims[name].size}")
         if cfg.sync == "duplicate" and degree > 1 and dims[name].kind != "parameter":
             raise ValueError(
                 f"{where}: sync 'duplicate' with {name!r} degree {degree}: replicas would compute different "
@@ -362,7 +364,9 @@ def _expert_recurrent(graph: OpGraph, topology: DeviceTopology, names: list[str]
         gpu = depth[i] % per_machine
         devs = [m[gpu] for m in machines]
         configs[op.name] = _split_config(op, "sample", devs)
-    return Plan(graph.name, configs, name="expert", metadata={"devices": names, "rule": "wu-2016", "layers": len(layer_of_key)})
+    return Plan(
+        graph.name, configs, name="expert", metadata={"devices": names, "rule": "wu-2016", "layers": len(layer_of_key)}
+    )
 
 
 def layerwise(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
@@ -455,6 +459,15 @@ def constructors() -> dict[str, Any]:
 
 
 __all__: Iterable[str] = [
-    "OpConfig", "Plan", "SYNC_MODES", "TAG_OPTIONS", "constructors", "data_parallel", "expert", "layerwise",
-    "single_device", "tag_group_config", "tag_strategy",
-]  # fmt: skip
+    "OpConfig",
+    "Plan",
+    "SYNC_MODES",
+    "TAG_OPTIONS",
+    "constructors",
+    "data_parallel",
+    "expert",
+    "layerwise",
+    "single_device",
+    "tag_group_config",
+    "tag_strategy",
+]

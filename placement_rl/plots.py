@@ -56,8 +56,14 @@ def frontier_png(
     ax.step(mem, time, where="post", color="tab:blue", label="FT frontier (estimate)")
     ax.scatter(mem, time, color="tab:blue", s=10)
     if simulated:
-        ax.scatter([m / GIB for m, _ in simulated], [t * 1e3 for _, t in simulated], marker="x", color="tab:cyan",
-                   s=18, label="frontier plans, simulated")  # fmt: skip
+        ax.scatter(
+            [m / GIB for m, _ in simulated],
+            [t * 1e3 for _, t in simulated],
+            marker="x",
+            color="tab:cyan",
+            s=18,
+            label="frontier plans, simulated",
+        )
     markers = iter(["o", "s", "^", "D", "v", "P"])
     for name, (m, t) in (baselines or {}).items():
         ax.scatter([m / GIB], [t * 1e3], marker=next(markers, "o"), s=50, label=f"{name} (simulated)", zorder=3)
@@ -79,8 +85,13 @@ def profiling_png(rows: Sequence[tuple[int, float | None]], path: str | Path, ti
     ax.plot([n for n, _ in fits], [t * 1e3 for _, t in fits], marker="o", color="tab:blue", label="FT mini-time")
     oom = [n for n, t in rows if t is None]
     if oom:
-        ax.scatter(oom, [min((t for _, t in fits), default=1.0) * 1e3] * len(oom), marker="x", color="tab:red",
-                   label="no strategy fits")  # fmt: skip
+        ax.scatter(
+            oom,
+            [min((t for _, t in fits), default=1.0) * 1e3] * len(oom),
+            marker="x",
+            color="tab:red",
+            label="no strategy fits",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks([n for n, _ in rows], [str(n) for n, _ in rows])
     ax.set_xlabel("number of GPUs")

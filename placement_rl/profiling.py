@@ -198,8 +198,9 @@ def _resolve_device(device: str) -> torch.device:
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"profile_models: device {device!r} is not a torch device; expected 'cpu' or 'cuda[:i]'") \
-            from exc
+        raise ValueError(
+            f"profile_models: device {device!r} is not a torch device; expected 'cpu' or 'cuda[:i]'"
+        ) from exc
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"profile_models: device {device!r} requested but CUDA is not available")
@@ -318,9 +319,11 @@ class _ImporterView:
             params, key = list(module.parameters()), str(node.target)
         else:  # a function reading parameters directly: F.linear(x, self.weight)
             attrs = sorted(
-                ((str(n.target), self.gm.get_parameter(str(n.target)))
-                 for n in node.all_input_nodes
-                 if n.op == "get_attr" and _is_parameter(self.gm, str(n.target))),
+                (
+                    (str(n.target), self.gm.get_parameter(str(n.target)))
+                    for n in node.all_input_nodes
+                    if n.op == "get_attr" and _is_parameter(self.gm, str(n.target))
+                ),
                 key=lambda attr: attr[0],
             )
             params, key = [p for _, p in attrs], "+".join(t for t, _ in attrs)

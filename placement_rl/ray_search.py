@@ -79,8 +79,13 @@ def run_chains(
     start = time.perf_counter()
     tracker = _Progress.remote(chains)
     graph_ref, topo_ref = ray.put(graph), ray.put(topology)
-    options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
-               "delta": delta}  # fmt: skip
+    options = {
+        "beta": beta,
+        "oom_penalty": oom_penalty,
+        "space_options": space_options,
+        "cost_model": cost_model,
+        "delta": delta,
+    }
     pending = [
         _chain.remote(graph_ref, topo_ref, k, budget, seed + k, cands, options, tracker)
         for k, cands in enumerate(chain_candidates(initial, chains))

@@ -118,8 +118,13 @@ class SimResult:
         """The critical path as readable steps (built on demand from ``critical_tasks``)."""
         t = self.tasks
         return tuple(
-            CriticalStep(TASK_KINDS[t.kind[k]], self.op_names[t.op[k]], t.lanes[t.lane[k]], float(t.start_s[k]),
-                         float(t.end_s[k]))  # fmt: skip
+            CriticalStep(
+                TASK_KINDS[t.kind[k]],
+                self.op_names[t.op[k]],
+                t.lanes[t.lane[k]],
+                float(t.start_s[k]),
+                float(t.end_s[k]),
+            )
             for k in self.critical_tasks.tolist()
         )
 

@@ -160,7 +160,9 @@ class OpArrays:
         ptr: dict[str, np.ndarray] = {}
         data: dict[str, np.ndarray] = {}
         for group, fields in _OP_FIELDS.items():
-            ptr[group] = np.concatenate(([0], np.cumsum([getattr(c, fields[0]).shape[0] for c in ops]))).astype(np.int64)
+            ptr[group] = np.concatenate(([0], np.cumsum([getattr(c, fields[0]).shape[0] for c in ops]))).astype(
+                np.int64
+            )
             for f in fields:
                 data[f] = np.concatenate([getattr(c, f) for c in ops])
         return cls(ptr, data)
@@ -201,11 +203,14 @@ class EdgeArrays:
 
     def replace(self, e: int, dep_p, dep_q, com_p, com_q, com_b) -> EdgeArrays:  # type: ignore[no-untyped-def]
         return EdgeArrays(
-            _reptr(self.dep_ptr, e, dep_p.shape[0]), _reptr(self.com_ptr, e, com_p.shape[0]),
-            _splice(self.dep_p, self.dep_ptr, e, dep_p), _splice(self.dep_q, self.dep_ptr, e, dep_q),
-            _splice(self.com_p, self.com_ptr, e, com_p), _splice(self.com_q, self.com_ptr, e, com_q),
+            _reptr(self.dep_ptr, e, dep_p.shape[0]),
+            _reptr(self.com_ptr, e, com_p.shape[0]),
+            _splice(self.dep_p, self.dep_ptr, e, dep_p),
+            _splice(self.dep_q, self.dep_ptr, e, dep_q),
+            _splice(self.com_p, self.com_ptr, e, com_p),
+            _splice(self.com_q, self.com_ptr, e, com_q),
             _splice(self.com_b, self.com_ptr, e, com_b),
-        )  # fmt: skip
+        )
 
 
 class SimContext:
@@ -291,7 +296,9 @@ class SimContext:
             src, dst = g.op(t.src), g.op(t.dst)
             rank = len(t.shape)
             if rank > MAX_RANK:
-                raise ValueError(f"tensor {t.src!r} -> {t.dst!r} has rank {rank}; the simulator supports up to {MAX_RANK}")
+                raise ValueError(
+                    f"tensor {t.src!r} -> {t.dst!r} has rank {rank}; the simulator supports up to {MAX_RANK}"
+                )
             ranks.append(rank)
             box = t.src_output == 0 or len(src.output_shapes[t.src_output]) == len(src.output_shapes[0])
             prod_box.append(box)
@@ -347,12 +354,18 @@ class SimContext:
         try:
             devices = np.array([self._device_index[d] for d in cfg.devices], dtype=np.int64)
         except KeyError as exc:
-            raise ValueError(f"op {op.name!r}: device {exc.args[0]!r} is not in topology {self.topology.name!r}") from None
+            raise ValueError(
+                f"op {op.name!r}: device {exc.args[0]!r} is not in topology {self.topology.name!r}"
+            ) from None
         degrees = cfg.degree_map
         split = [(d, degrees[d.name]) for d in op.parallel_dims if degrees.get(d.name, 1) > 1]
         P = math.prod(deg for _, deg in split)
         R = len(devices) // P
-        idx = np.array(np.unravel_index(np.arange(P), [deg for _, deg in split])).T if split else np.zeros((1, 0), np.int64)
+        idx = (
+            np.array(np.unravel_index(np.arange(P), [deg for _, deg in split])).T
+            if split
+            else np.zeros((1, 0), np.int64)
+        )
         prod_lo, prod_hi = np.zeros((P, MAX_RANK)), np.ones((P, MAX_RANK))
         need_lo, need_hi = np.zeros((P, MAX_RANK)), np.ones((P, MAX_RANK))
         samp_lo, samp_hi = np.zeros(P), np.ones(P)
@@ -379,12 +392,27 @@ class SimContext:
             if dev not in times:
                 d = self.topology.devices[dev]
                 times[dev] = self.cost.task_times_s(
-                    op, fraction, tuple(out_shape), task_param_bytes, d.device_type, d.peak_flops,
+                    op,
+                    fraction,
+                    tuple(out_shape),
+                    task_param_bytes,
+                    d.device_type,
+                    d.peak_flops,
                     d.memory_bandwidth_bytes_per_s,
-                )  # fmt: skip
+                )
             fwd[t], bwd[t] = times[dev]
         compiled = _CompiledOp(
-            devices, P, R, prod_lo, prod_hi, need_lo, need_hi, samp_lo, samp_hi, fwd, bwd,
+            devices,
+            P,
+            R,
+            prod_lo,
+            prod_hi,
+            need_lo,
+            need_hi,
+            samp_lo,
+            samp_hi,
+            fwd,
+            bwd,
             np.full(len(devices), op.bytes_written / P),
         )
         compiled.task_shard = shard[np.arange(len(devices)) // R]
@@ -394,7 +422,8 @@ class SimContext:
         key = self._op_key[index]
         if key is not None and self._owner[key] == index and op.param_bytes > 0:
             groups = [
-                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard) if sh == k)) for k in range(shards)
+                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard) if sh == k))
+                for k in range(shards)
             ]
             self._set_sync(compiled, self._sync_template(groups, op.param_bytes / shards, cfg.sync, compiled.ps_device))
         return compiled
@@ -435,7 +464,11 @@ class SimContext:
                     else:
                         pushes.append(len(kind))
                     kind.append(direction)
-                    duration.append(self.cost.transfer_time_s(shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]))
+                    duration.append(
+                        self.cost.transfer_time_s(
+                            shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]
+                        )
+                    )
                     nbytes.append(shard_bytes)
                     res.append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
                     after_backward.append(direction == _PS_PUSH)
@@ -475,8 +508,13 @@ class SimContext:
         users = self._key_ops[self._op_key[owner]]
         first = ops[owner]
         same = all(ops[u].shards == first.shards for u in users)
-        signature = (owner, same, first.sync_mode, first.ps_device,
-                     tuple((ops[u].devices.tobytes(), ops[u].task_shard.tobytes()) for u in users))  # fmt: skip
+        signature = (
+            owner,
+            same,
+            first.sync_mode,
+            first.ps_device,
+            tuple((ops[u].devices.tobytes(), ops[u].task_shard.tobytes()) for u in users),
+        )
         found = self._shared_cache.get(signature)
         if found is not None:
             return found
@@ -486,16 +524,22 @@ class SimContext:
             for d, sh in zip(ops[u].devices.tolist(), ops[u].task_shard.tolist()):
                 members[sh if same else 0][d] = None
         op = self.graph.ops[owner]
-        template = self._sync_template([tuple(m) for m in members], op.param_bytes / shards, first.sync_mode, first.ps_device)
+        template = self._sync_template(
+            [tuple(m) for m in members], op.param_bytes / shards, first.sync_mode, first.ps_device
+        )
         if len(self._shared_cache) >= self.CACHE_SIZE:
             self._shared_cache.clear()
         self._shared_cache[signature] = template
         return template
 
-    def with_shared(self, arrays: OpArrays, ops: Sequence[_CompiledOp], owners: Sequence[int] | None = None) -> OpArrays:
+    def with_shared(
+        self, arrays: OpArrays, ops: Sequence[_CompiledOp], owners: Sequence[int] | None = None
+    ) -> OpArrays:
         """``arrays`` with the owners' synchronization replaced by :meth:`shared_template` (default: all owners)."""
         for owner in self._shared_owners if owners is None else owners:
-            arrays = arrays.replace_groups(owner, self.shared_template(owner, ops), ("static", "sync", "sync_res", "pull"))
+            arrays = arrays.replace_groups(
+                owner, self.shared_template(owner, ops), ("static", "sync", "sync_res", "pull")
+            )
         return arrays
 
     # ------------------------------------------------------------ simulation
@@ -522,22 +566,45 @@ class SimContext:
         task_ptr = np.concatenate(([0], np.cumsum(n_tasks)))
         part_ptr = np.concatenate(([0], np.cumsum([c.partitions for c in ops])))
         return _kernels.build_transfers(
-            self.e_src, self.e_dst, self.e_bytes, self.e_rank, self.e_same, self.e_prod_box,
-            task_ptr, part_ptr, np.array([c.replicas for c in ops], dtype=np.int64), self.op_sample_axis,
+            self.e_src,
+            self.e_dst,
+            self.e_bytes,
+            self.e_rank,
+            self.e_same,
+            self.e_prod_box,
+            task_ptr,
+            part_ptr,
+            np.array([c.replicas for c in ops], dtype=np.int64),
+            self.op_sample_axis,
             np.concatenate([c.devices for c in ops]),
-            np.concatenate([c.prod_lo for c in ops]), np.concatenate([c.prod_hi for c in ops]),
-            np.concatenate([c.need_lo for c in ops]), np.concatenate([c.need_hi for c in ops]),
-            np.concatenate([c.samp_lo for c in ops]), np.concatenate([c.samp_hi for c in ops]),
-        )  # fmt: skip
+            np.concatenate([c.prod_lo for c in ops]),
+            np.concatenate([c.prod_hi for c in ops]),
+            np.concatenate([c.need_lo for c in ops]),
+            np.concatenate([c.need_hi for c in ops]),
+            np.concatenate([c.samp_lo for c in ops]),
+            np.concatenate([c.samp_hi for c in ops]),
+        )
 
     def edge_transfers(self, e: int, producer: _CompiledOp, consumer: _CompiledOp) -> tuple[np.ndarray, ...]:
         """The transfer segment of edge ``e`` alone (delta simulation)."""
         i = int(self.e_src[e])
         return _kernels.edge_transfers(
-            producer.devices, producer.replicas, producer.prod_lo, producer.prod_hi,
-            consumer.devices, consumer.replicas, consumer.need_lo, consumer.need_hi, consumer.samp_lo, consumer.samp_hi,
-            self.e_rank[e], self.e_same[e], self.e_prod_box[e], self.op_sample_axis[i], self.e_bytes[e],
-        )  # fmt: skip
+            producer.devices,
+            producer.replicas,
+            producer.prod_lo,
+            producer.prod_hi,
+            consumer.devices,
+            consumer.replicas,
+            consumer.need_lo,
+            consumer.need_hi,
+            consumer.samp_lo,
+            consumer.samp_hi,
+            self.e_rank[e],
+            self.e_same[e],
+            self.e_prod_box[e],
+            self.op_sample_axis[i],
+            self.e_bytes[e],
+        )
 
     def assemble(self, ops: OpArrays, edges: EdgeArrays) -> _Tasks:
         """The task graph: compute tasks, transfers (from per-edge local segments) and synchronization.
@@ -572,7 +639,9 @@ class SimContext:
         after = data["sync_after_backward"]
         waiting, waiting_owner = sync_ids[after], owner_of[after]
         # Each such task waits for every backward task of every op sharing the owner's parameters.
-        user_ops, counts = _ragged_gather(self._users_ptr[waiting_owner], np.diff(self._users_ptr)[waiting_owner], self._users)
+        user_ops, counts = _ragged_gather(
+            self._users_ptr[waiting_owner], np.diff(self._users_ptr)[waiting_owner], self._users
+        )
         sync_u = np.repeat(F + task_ptr[user_ops], n_tasks[user_ops]) + _ranges(n_tasks[user_ops])
         sync_v = np.repeat(np.repeat(waiting, counts), n_tasks[user_ops])
         pull_owner = np.repeat(np.arange(N), np.diff(ops.ptr["pull"]))
@@ -587,17 +656,39 @@ class SimContext:
             [data["forward_s"], data["backward_s"], self._transfer_times(pairs, comm_bytes), data["sync_duration"]]
         )
         kind = np.concatenate(
-            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER),
-             data["sync_kind"]]
-        ).astype(np.int8)  # fmt: skip
-        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], owner_of]).astype(np.int32)
+            [
+                np.full(F, _FORWARD),
+                np.full(F, _BACKWARD),
+                np.full(C, _TRANSFER),
+                np.full(C, _GRAD_TRANSFER),
+                data["sync_kind"],
+            ]
+        ).astype(np.int8)
+        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], owner_of]).astype(
+            np.int32
+        )
         num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, data["sync_bytes"]])
         comm_res, comm_len = _ragged_gather(self.route_ptr[pairs], self.route_len[pairs], self.route_res)
         res = np.concatenate([task_dev, task_dev, comm_res, data["sync_res"]]).astype(np.int64)
         res_len = np.concatenate([np.ones(2 * F, np.int64), comm_len, data["sync_res_len"]])
         res_ptr = np.concatenate(([0], np.cumsum(res_len)))
-        return _Tasks(duration, res, res_ptr, succ_ptr, succ, indegree, kind, task_op, num_bytes, task_dev, task_ptr,
-                      F, C, c_src, c_dst)  # fmt: skip
+        return _Tasks(
+            duration,
+            res,
+            res_ptr,
+            succ_ptr,
+            succ,
+            indegree,
+            kind,
+            task_op,
+            num_bytes,
+            task_dev,
+            task_ptr,
+            F,
+            C,
+            c_src,
+            c_dst,
+        )
 
     def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
         bw = self.route_bw[pairs]
@@ -636,8 +727,12 @@ class SimContext:
                 return bound
             keep = over[ev_dev]
             ev_dev, ev_from, ev_to, ev_bytes = ev_dev[keep], ev_from[keep], ev_to[keep], ev_bytes[keep]
-            swept = static + _peak_levels(np.concatenate([ev_dev, ev_dev]), np.concatenate([ev_from, ev_to]),
-                                          np.concatenate([ev_bytes, -ev_bytes]), D)  # fmt: skip
+            swept = static + _peak_levels(
+                np.concatenate([ev_dev, ev_dev]),
+                np.concatenate([ev_from, ev_to]),
+                np.concatenate([ev_bytes, -ev_bytes]),
+                D,
+            )
             return np.where(over, swept, bound)
         device = np.concatenate([ev_dev, ev_dev])
         time = np.concatenate([ev_from, ev_to])
@@ -665,7 +760,9 @@ class SimContext:
         comm_ids = np.arange(2 * F, T)
         lens = res_len[comm_ids]
         link_res = res[np.repeat(res_ptr[comm_ids], lens) + _ranges(lens)] if comm_ids.size else np.zeros(0, np.int64)
-        per_res_bytes = np.bincount(link_res, weights=np.repeat(tasks.num_bytes[comm_ids], lens), minlength=self.num_resources)
+        per_res_bytes = np.bincount(
+            link_res, weights=np.repeat(tasks.num_bytes[comm_ids], lens), minlength=self.num_resources
+        )
         per_res_busy = np.bincount(link_res, weights=np.repeat(duration[comm_ids], lens), minlength=self.num_resources)
         L = self.num_links
         link_bytes = per_res_bytes[D:].reshape(L, 2).sum(axis=1) if L else np.zeros(0)

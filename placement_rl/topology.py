@@ -624,14 +624,6 @@ def _check_number(value: Any, where: str, positive: bool) -> None:
         raise ValueError(f"{where} = {value!r}; expected {expected}")
 
 
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------- builders
 class _Builder:
     """Accumulates machines, switches and links; machines are named ``m0``, ``m1``, ... in order."""
@@ -915,9 +907,7 @@ def topology_seeds(split: Literal["train", "test"], count: int, start: int = 0) 
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"topology_seeds {label} = {value!r}; expected a non-negative integer")
     if start + count > len(seeds):
-        raise ValueError(
-            f"topology_seeds({split!r}, count={count}, start={start}) leaves the {split} range {seeds}"
-        )
+        raise ValueError(f"topology_seeds({split!r}, count={count}, start={start}) leaves the {split} range {seeds}")
     return list(seeds[start : start + count])
 
 

@@ -184,16 +184,18 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
         args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
         if k not in compute:
             args["bytes"] = b
-        events.append({
-            "ph": "X",
-            "name": f"{op_name} [{kind}]",
-            "cat": kind,
-            "pid": lane_pid[lane],
-            "tid": lane,
-            "ts": s * _US_PER_S,
-            "dur": (e - s) * _US_PER_S,
-            "args": args,
-        })
+        events.append(
+            {
+                "ph": "X",
+                "name": f"{op_name} [{kind}]",
+                "cat": kind,
+                "pid": lane_pid[lane],
+                "tid": lane,
+                "ts": s * _US_PER_S,
+                "dur": (e - s) * _US_PER_S,
+                "args": args,
+            }
+        )
 
     oom = _oom_device_indices(result)
     peak = np.asarray(result.peak_memory_bytes, dtype=np.float64)
@@ -227,9 +229,7 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
 
 
-def write_chrome_trace(
-    result: SimResult, path: str | os.PathLike[str], *, title: str = "placement-rl"
-) -> None:
+def write_chrome_trace(result: SimResult, path: str | os.PathLike[str], *, title: str = "placement-rl") -> None:
     """Write :func:`chrome_trace` as compact JSON to ``path``, creating parent directories.
 
     Args:
@@ -319,9 +319,7 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
     return labels
 
 
-def _gantt_figure(
-    result: SimResult, *, title: str = "", max_tasks: int = 200_000, dpi: int = 110
-) -> Figure:
+def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_000, dpi: int = 110) -> Figure:
     """Draw the Gantt chart on a new bare :class:`~matplotlib.figure.Figure` (see :func:`gantt_png`).
 
     The figure has an Agg canvas attached. Its first axes holds the bars; the left y tick labels are the
@@ -377,8 +375,11 @@ def _gantt_figure(
         if np.any(width_ms[group] > 0):  # zero-width bars are invisible: keep them out of the legend
             kinds_present.add(k)
         ax.broken_barh(
-            np.column_stack((start_ms[group], width_ms[group])), (y, bar_height),
-            facecolors=colour, edgecolors="none", linewidth=0,
+            np.column_stack((start_ms[group], width_ms[group])),
+            (y, bar_height),
+            facecolors=colour,
+            edgecolors="none",
+            linewidth=0,
         )
     if crit_sel.any():
         crit_idx = np.flatnonzero(crit_sel)
@@ -386,13 +387,18 @@ def _gantt_figure(
         for lane in np.unique(crit_lanes).tolist():
             sel = crit_idx[crit_lanes == lane]
             ax.broken_barh(
-                np.column_stack((start_ms[sel], width_ms[sel])), (row_of_lane[lane] - bar_height / 2, bar_height),
-                facecolors="none", edgecolors="black", linewidth=0.9,
+                np.column_stack((start_ms[sel], width_ms[sel])),
+                (row_of_lane[lane] - bar_height / 2, bar_height),
+                facecolors="none",
+                edgecolors="black",
+                linewidth=0.9,
             )
 
     handles: list[Any] = [
-        Patch(facecolor=_KIND_COLOURS[k] if 0 <= k < len(_KIND_COLOURS) else "#7f7f7f",
-              label=TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}")
+        Patch(
+            facecolor=_KIND_COLOURS[k] if 0 <= k < len(_KIND_COLOURS) else "#7f7f7f",
+            label=TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}",
+        )
         for k in sorted(kinds_present)
     ]
     if crit_sel.any():

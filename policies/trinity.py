@@ -209,7 +209,9 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         mask = obs["action_mask"][..., : N * k].reshape(B, N, k)
         return masked_logits(h, mask, self.c, self.temperature)
 
-    def _group_embeddings(self, obs: dict[str, torch.Tensor], types: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    def _group_embeddings(
+        self, obs: dict[str, torch.Tensor], types: torch.Tensor, groups: torch.Tensor
+    ) -> torch.Tensor:
         """(B, k, TYPE_DIM + 1 + 2k) embeddings of the groups the partition ``groups`` (B, N) forms."""
         k = self.num_groups
         node_mask = obs["node_mask"].float()
@@ -234,9 +236,13 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         return self.device_embedding.weight.unsqueeze(0) + self.device_projection(feats)
 
     def _schedule(
-        self, obs: dict[str, torch.Tensor], group_emb: torch.Tensor, devices: torch.Tensor | None, mode: str,
+        self,
+        obs: dict[str, torch.Tensor],
+        group_emb: torch.Tensor,
+        devices: torch.Tensor | None,
+        mode: str,
         noise: float,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Decode one device per group: (B, k, D) logits and the (B, k) devices (given or chosen)."""
         B, k = group_emb.shape[0], self.num_groups
         D = self.num_devices
@@ -280,10 +286,15 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         if train:
             actions = batch[Columns.ACTIONS].long()
             groups = actions[:, :N]
-            device_logits, devices = self._schedule(obs, self._group_embeddings(obs, types, groups), actions[:, N:], mode, 0.0)
+            device_logits, devices = self._schedule(
+                obs, self._group_embeddings(obs, types, groups), actions[:, N:], mode, 0.0
+            )
         else:
-            groups = (torch.distributions.Categorical(logits=group_logits).sample() if mode == "sample"
-                      else group_logits.argmax(-1))  # fmt: skip
+            groups = (
+                torch.distributions.Categorical(logits=group_logits).sample()
+                if mode == "sample"
+                else group_logits.argmax(-1)
+            )
             device_logits, devices = self._schedule(obs, self._group_embeddings(obs, types, groups), None, mode, noise)
         B = group_logits.shape[0]
         dist_inputs = torch.cat([group_logits.reshape(B, -1), device_logits.reshape(B, -1)], -1)

@@ -89,8 +89,18 @@ def test_console_script_is_installed() -> None:
 
 def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "plan"
-    argv = ["plan", "--model", "inception_v3", "--topology", "tag-testbed", "--out-dir", str(out), "--mcmc-budget", "150",
-            "--json"]  # fmt: skip
+    argv = [
+        "plan",
+        "--model",
+        "inception_v3",
+        "--topology",
+        "tag-testbed",
+        "--out-dir",
+        str(out),
+        "--mcmc-budget",
+        "150",
+        "--json",
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in report["methods"]}
@@ -112,7 +122,18 @@ def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  
 
 
 def test_plan_reports_oom_instead_of_crashing(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    argv = ["plan", "--model", "vgg16", "--topology", "trinity", "--methods", "single,dp", "--out-dir", str(tmp_path), "--json"]
+    argv = [
+        "plan",
+        "--model",
+        "vgg16",
+        "--topology",
+        "trinity",
+        "--methods",
+        "single,dp",
+        "--out-dir",
+        str(tmp_path),
+        "--json",
+    ]
     assert main(argv) == 0
     rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["methods"]}
     assert rows["single"]["oom"] and rows["single"]["oom_devices"] == ["m0/gpu0"]
@@ -124,8 +145,20 @@ def test_simulate_a_plan_file_with_trace_and_gantt(tmp_path, capsys) -> None:  #
     path = tmp_path / "dp.json"
     data_parallel(graph, topo).to_json(path)
     trace, gantt = tmp_path / "t.json", tmp_path / "g.png"
-    argv = ["simulate", "--model", "lenet", "--topology", "trinity", "--plan", str(path), "--trace", str(trace),
-            "--gantt", str(gantt), "--json"]  # fmt: skip
+    argv = [
+        "simulate",
+        "--model",
+        "lenet",
+        "--topology",
+        "trinity",
+        "--plan",
+        str(path),
+        "--trace",
+        str(trace),
+        "--gantt",
+        str(gantt),
+        "--json",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["makespan_s"] == pytest.approx(simulate(graph, topo, data_parallel(graph, topo)).makespan_s)
@@ -157,7 +190,19 @@ def test_profile_writes_a_table_the_simulator_uses(tmp_path, capsys) -> None:  #
 
 def test_search_mcmc_writes_the_best_plan(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "mcmc.json"
-    argv = ["search", "mcmc", "--model", "rnnlm", "--topology", "trinity", "--budget", "200", "--out", str(out), "--json"]
+    argv = [
+        "search",
+        "mcmc",
+        "--model",
+        "rnnlm",
+        "--topology",
+        "trinity",
+        "--budget",
+        "200",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     plan = Plan.from_json(out)

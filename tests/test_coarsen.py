@@ -8,7 +8,9 @@ from placement_rl.coarsen import coarsen
 from placement_rl.graph import OpGraph
 
 
-@pytest.mark.parametrize(("name", "max_groups"), [("inception_v3", 60), ("gnmt", 60), ("bert_small", 20), ("resnet50", 7)])
+@pytest.mark.parametrize(
+    ("name", "max_groups"), [("inception_v3", 60), ("gnmt", 60), ("bert_small", 20), ("resnet50", 7)]
+)
 def test_every_op_in_exactly_one_group(name: str, max_groups: int, zoo_graph) -> None:  # type: ignore[no-untyped-def]
     graph: OpGraph = zoo_graph(name)
     coarse = coarsen(graph, max_groups)

@@ -13,8 +13,16 @@ from placement_rl.topology import Device, DeviceTopology, Link
 
 
 def _op(flops: float, nbytes: int) -> Op:
-    return Op("x", "conv2d", ((8, 4),), forward_flops=flops, backward_flops=2 * flops, bytes_read=nbytes, bytes_written=0,
-              param_bytes=64)  # fmt: skip
+    return Op(
+        "x",
+        "conv2d",
+        ((8, 4),),
+        forward_flops=flops,
+        backward_flops=2 * flops,
+        bytes_read=nbytes,
+        bytes_written=0,
+        param_bytes=64,
+    )
 
 
 def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
@@ -28,8 +36,12 @@ def test_roofline_takes_the_slower_of_compute_and_memory() -> None:
 
 
 def test_profile_overrides_exact_shape_then_scaled_whole_op() -> None:
-    table = ProfileTable({("V100", "conv2d", (8, 4), 64): ProfileEntry(1e-3, 3e-3),
-                          ("V100", "conv2d", (4, 4), 64): ProfileEntry(0.7e-3, 2e-3)})  # fmt: skip
+    table = ProfileTable(
+        {
+            ("V100", "conv2d", (8, 4), 64): ProfileEntry(1e-3, 3e-3),
+            ("V100", "conv2d", (4, 4), 64): ProfileEntry(0.7e-3, 2e-3),
+        }
+    )
     cost = CostModel(profile=table)
     assert cost.task_times_s(_op(1e9, 0), 0.5, (4, 4), 64, "V100", 1e12, 1e12) == (0.7e-3, 2e-3)
     assert cost.task_times_s(_op(1e9, 0), 0.25, (2, 4), 64, "V100", 1e12, 1e12) == pytest.approx((0.25e-3, 0.75e-3))
@@ -48,8 +60,7 @@ def test_comm_table_interpolates_in_log_size() -> None:
 
 
 def test_comm_table_changes_simulated_transfers() -> None:
-    g = OpGraph("pair", [Op("a", "relu", ((4,),)), Op("b", "relu", ((4,),))],
-                [Tensor("a", "b", (4,), 2**20)])
+    g = OpGraph("pair", [Op("a", "relu", ((4,),)), Op("b", "relu", ((4,),))], [Tensor("a", "b", (4,), 2**20)])
     devs = [Device(n, "gpu", "m0", 1e12, 2**30, 1e12) for n in ("g0", "g1")]
     topo = DeviceTopology("pair", devs, [Link("g0", "g1", 1e10, 0.0, "pcie")])
     plan = Plan("pair", {"a": OpConfig.make("g0"), "b": OpConfig.make("g1")})

@@ -11,8 +11,15 @@ from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 
 
 def _op(name: str, flops: float = 1.0, shape: tuple[int, ...] = (4, 8), **kw: object) -> Op:
-    return Op(name=name, op_type="linear", output_shapes=(shape,), forward_flops=flops, backward_flops=2 * flops,
-              parallel_dims=(ParallelDim("sample", "sample", 0, shape[0]),), **kw)  # type: ignore[arg-type]
+    return Op(
+        name=name,
+        op_type="linear",
+        output_shapes=(shape,),
+        forward_flops=flops,
+        backward_flops=2 * flops,
+        parallel_dims=(ParallelDim("sample", "sample", 0, shape[0]),),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def _t(src: str, dst: str) -> Tensor:
@@ -46,7 +53,11 @@ def test_cycle_is_rejected_naming_ops() -> None:
         ([_op("a"), _op("b")], [Tensor("a", "b", (4,), -1)], "negative size"),
         ([_op("a"), _op("b")], [Tensor("a", "b", (4,), 16, src_output=1)], "src_output 1 but op 'a' has 1 output"),
         ([Op("a", "relu", ((2, -3),))], [], "negative dimension"),
-        ([Op("a", "relu", ((4, 8),), parallel_dims=(ParallelDim("s", "sample", 0, 5),))], [], "size 5 != output extent 4"),
+        (
+            [Op("a", "relu", ((4, 8),), parallel_dims=(ParallelDim("s", "sample", 0, 5),))],
+            [],
+            "size 5 != output extent 4",
+        ),
         ([Op("a", "relu", ((4, 8),), parallel_dims=(ParallelDim("s", "sample", 2, 4),))], [], "axis 2 outside"),
         ([Op("a", "relu", ((4, 8),), parallel_dims=(ParallelDim("s", "batch", 0, 4),))], [], "kind 'batch'"),  # type: ignore[arg-type]
         ([Op("a", "relu", ((4, 8),), split="split")], [], "split class 'split'"),  # type: ignore[arg-type]
@@ -58,8 +69,13 @@ def test_bad_graphs_raise_naming_the_culprit(ops: list[Op], tensors: list[Tensor
 
 
 def test_shared_parameters_are_counted_once() -> None:
-    ops = [_op("x"), _op("s1", param_bytes=100, param_key="cell"), _op("s2", param_bytes=100, param_key="cell"),
-           _op("fc", param_bytes=40, param_key="fc"), _op("free", param_bytes=8)]
+    ops = [
+        _op("x"),
+        _op("s1", param_bytes=100, param_key="cell"),
+        _op("s2", param_bytes=100, param_key="cell"),
+        _op("fc", param_bytes=40, param_key="fc"),
+        _op("free", param_bytes=8),
+    ]
     g = OpGraph("g", ops, [_t("x", "s1"), _t("s1", "s2"), _t("s2", "fc")])
     assert g.param_bytes == 100 + 40 + 8
 

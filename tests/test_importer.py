@@ -23,7 +23,10 @@ def test_linear_flops_by_hand() -> None:
     assert lin.backward_flops == 2 * lin.forward_flops
     assert lin.param_bytes == (100 * 50 + 50) * 4
     assert lin.output_shapes == ((32, 50),)
-    assert [(d.name, d.kind, d.axis) for d in lin.parallel_dims] == [("sample", "sample", 0), ("channel", "parameter", 1)]
+    assert [(d.name, d.kind, d.axis) for d in lin.parallel_dims] == [
+        ("sample", "sample", 0),
+        ("channel", "parameter", 1),
+    ]
 
 
 def test_conv2d_flops_by_hand() -> None:
@@ -34,8 +37,11 @@ def test_conv2d_flops_by_hand() -> None:
     out_numel = 8 * 16 * 32 * 32
     assert op.forward_flops == 2 * out_numel * 3 * 9 + out_numel == 7_208_960
     assert {d.name: d.kind for d in op.parallel_dims} == {
-        "sample": "sample", "channel": "parameter", "height": "attribute", "width": "attribute",
-    }  # fmt: skip
+        "sample": "sample",
+        "channel": "parameter",
+        "height": "attribute",
+        "width": "attribute",
+    }
     grouped = from_torch(nn.Conv2d(16, 16, 3, groups=4, bias=False), (_meta(2, 16, 10, 10),))
     (gop,) = [op for op in grouped.ops if op.op_type == "conv2d"]
     assert gop.forward_flops == 2 * (2 * 16 * 8 * 8) * 4 * 9

@@ -69,8 +69,9 @@ def test_walks_stay_on_edges(p: float, q: float) -> None:
 
 
 def test_graph_without_edges_walks_in_place() -> None:
-    walks = node2vec_walks(4, np.zeros((2, 0), dtype=np.int64), walk_length=3, walks_per_node=2,
-                           p=0.5, q=2.0, rng=np.random.default_rng(0))
+    walks = node2vec_walks(
+        4, np.zeros((2, 0), dtype=np.int64), walk_length=3, walks_per_node=2, p=0.5, q=2.0, rng=np.random.default_rng(0)
+    )
     np.testing.assert_array_equal(walks, np.repeat(np.arange(4), 2)[:, None].repeat(3, axis=1))
 
 
@@ -93,8 +94,9 @@ def test_small_p_makes_walks_return() -> None:
     # 4-regular, triangle-free: unbiased return probability 1/4; with p = 0.01 it is 100 / 103.
     edges = _torus(6)
     fractions = {
-        p: _return_fraction(node2vec_walks(36, edges, walk_length=20, walks_per_node=20, p=p, q=1.0,
-                                           rng=np.random.default_rng(3)))
+        p: _return_fraction(
+            node2vec_walks(36, edges, walk_length=20, walks_per_node=20, p=p, q=1.0, rng=np.random.default_rng(3))
+        )
         for p in (0.01, 1.0, 100.0)
     }
     assert fractions[0.01] > 0.9

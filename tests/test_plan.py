@@ -18,10 +18,22 @@ def testbed():  # type: ignore[no-untyped-def]
 
 
 def _tiny() -> OpGraph:
-    conv = Op("conv", "conv2d", ((8, 6, 4, 4),), param_bytes=100, param_key="conv",
-              parallel_dims=(ParallelDim("sample", "sample", 0, 8), ParallelDim("channel", "parameter", 1, 6)))
-    fc = Op("fc", "linear", ((8, 10),), param_bytes=400, param_key="fc",
-            parallel_dims=(ParallelDim("sample", "sample", 0, 8), ParallelDim("channel", "parameter", 1, 10)))
+    conv = Op(
+        "conv",
+        "conv2d",
+        ((8, 6, 4, 4),),
+        param_bytes=100,
+        param_key="conv",
+        parallel_dims=(ParallelDim("sample", "sample", 0, 8), ParallelDim("channel", "parameter", 1, 6)),
+    )
+    fc = Op(
+        "fc",
+        "linear",
+        ((8, 10),),
+        param_bytes=400,
+        param_key="fc",
+        parallel_dims=(ParallelDim("sample", "sample", 0, 8), ParallelDim("channel", "parameter", 1, 10)),
+    )
     return OpGraph("tiny", [conv, fc], [Tensor("conv", "fc", (8, 6, 4, 4), 3072)])
 
 
@@ -75,7 +87,11 @@ def test_layerwise_balances_by_device_speed(zoo_graph) -> None:  # type: ignore[
     ("cfg", "error", "message"),
     [
         (OpConfig.make("m9/gpu0"), UnknownNameError, "unknown device .*'m9/gpu0'; expected one of: m0/gpu0"),
-        (OpConfig.make(["m0/gpu0"] * 3, {"sample": 3}), ValueError, "degree 3 does not divide dimension 'sample' of size 8"),
+        (
+            OpConfig.make(["m0/gpu0"] * 3, {"sample": 3}),
+            ValueError,
+            "degree 3 does not divide dimension 'sample' of size 8",
+        ),
         (OpConfig.make(["m0/gpu0"] * 4, {"height": 4}), UnknownNameError, "unknown parallel dimension .*'height'"),
         (OpConfig.make(["m0/gpu0"] * 3, {"sample": 2}), ValueError, "3 device\\(s\\) for 2 partitions"),
         (OpConfig.make(["m0/gpu0", "m0/gpu1"], {"sample": 2}, "duplicate"), ValueError, "replicas would compute"),
@@ -108,8 +124,13 @@ def test_json_round_trip(tmp_path, zoo_graph, testbed) -> None:  # type: ignore[
         p.to_json(path)
         back = Plan.from_json(path)
         assert back == p
-    ps = Plan("tiny", {"conv": OpConfig.make(["m0/gpu0", "m0/gpu1"], {"sample": 2}, "parameter_server", "m0/gpu1"),
-                       "fc": OpConfig.make(["m0/gpu0", "m0/gpu1"], {}, "duplicate")})
+    ps = Plan(
+        "tiny",
+        {
+            "conv": OpConfig.make(["m0/gpu0", "m0/gpu1"], {"sample": 2}, "parameter_server", "m0/gpu1"),
+            "fc": OpConfig.make(["m0/gpu0", "m0/gpu1"], {}, "duplicate"),
+        },
+    )
     ps.to_json(tmp_path / "ps.json")
     assert Plan.from_json(tmp_path / "ps.json") == ps
 

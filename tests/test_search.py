@@ -42,7 +42,10 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
     plan.validate(graph, topo)
     assert all(space.contains(i, plan[op.name]) for i, op in enumerate(graph.ops))
     sample_only = SearchSpace(graph, topo, dim_kinds=("sample",), devices=[d.name for d in topo.devices[:4]])
-    assert all(set(c.degree_map) <= {"sample"} and set(c.devices) <= set(sample_only.devices) for c in sample_only.configs(conv))
+    assert all(
+        set(c.degree_map) <= {"sample"} and set(c.devices) <= set(sample_only.devices)
+        for c in sample_only.configs(conv)
+    )
     with pytest.raises(ValueError, match="dim_kinds"):
         SearchSpace(graph, topo, dim_kinds=("batch",))
 

@@ -29,9 +29,17 @@ def _two_gpus(bandwidth: float = 1e9, latency: float = 1e-4) -> DeviceTopology:
 
 def _op(name: str, fwd_ms: float, bwd_ms: float, batch: int = 4, param_bytes: int = 0, out_bytes: int = 0) -> Op:
     # Activation bytes (bytes_written) are kept out of the compute time: memory bandwidth is infinite.
-    return Op(name, "linear", ((batch, 8),), forward_flops=fwd_ms * 1e-3 * TFLOPS, backward_flops=bwd_ms * 1e-3 * TFLOPS,
-              param_bytes=param_bytes, param_key=name if param_bytes else None, bytes_written=out_bytes,
-              parallel_dims=(ParallelDim("sample", "sample", 0, batch),))  # fmt: skip
+    return Op(
+        name,
+        "linear",
+        ((batch, 8),),
+        forward_flops=fwd_ms * 1e-3 * TFLOPS,
+        backward_flops=bwd_ms * 1e-3 * TFLOPS,
+        param_bytes=param_bytes,
+        param_key=name if param_bytes else None,
+        bytes_written=out_bytes,
+        parallel_dims=(ParallelDim("sample", "sample", 0, batch),),
+    )
 
 
 def _chain() -> OpGraph:
@@ -50,8 +58,14 @@ def test_chain_on_one_device() -> None:
     assert r.comm_bytes == 0 and r.busy_s[0] == pytest.approx(r.makespan_s) and r.busy_s[1] == 0
     # Forward in order, then backward in reverse order.
     kinds = [(s.kind, s.op) for s in r.critical_path]
-    assert kinds == [("forward", "a"), ("forward", "b"), ("forward", "c"), ("backward", "c"), ("backward", "b"),
-                     ("backward", "a")]  # fmt: skip
+    assert kinds == [
+        ("forward", "a"),
+        ("forward", "b"),
+        ("forward", "c"),
+        ("backward", "c"),
+        ("backward", "b"),
+        ("backward", "a"),
+    ]
 
 
 def test_chain_on_two_devices_joined_by_one_link() -> None:
@@ -66,7 +80,12 @@ def test_chain_on_two_devices_joined_by_one_link() -> None:
 
 def test_diamond_runs_branches_in_parallel() -> None:
     ops = [_op("a", 1, 1), _op("b", 5, 5), _op("c", 3, 3), _op("d", 1, 1)]
-    t = [Tensor("a", "b", (4, 8), 0), Tensor("a", "c", (4, 8), 0), Tensor("b", "d", (4, 8), 0), Tensor("c", "d", (4, 8), 0)]
+    t = [
+        Tensor("a", "b", (4, 8), 0),
+        Tensor("a", "c", (4, 8), 0),
+        Tensor("b", "d", (4, 8), 0),
+        Tensor("c", "d", (4, 8), 0),
+    ]
     g = OpGraph("diamond", ops, t)
     topo = _two_gpus(latency=0.0)
     apart = simulate(g, topo, _place(g, {"a": "g0", "b": "g0", "c": "g1", "d": "g0"}), EXACT)
@@ -96,7 +115,11 @@ def test_data_parallel_with_ring_all_reduce() -> None:
 
 def test_memory_of_a_chain_by_hand() -> None:
     mib = 2**20
-    ops = [_op("a", 1, 1, out_bytes=1 * mib), _op("b", 1, 1, out_bytes=2 * mib), _op("c", 1, 1, out_bytes=4 * mib, param_bytes=mib)]
+    ops = [
+        _op("a", 1, 1, out_bytes=1 * mib),
+        _op("b", 1, 1, out_bytes=2 * mib),
+        _op("c", 1, 1, out_bytes=4 * mib, param_bytes=mib),
+    ]
     g = OpGraph("mem", ops, [Tensor("a", "b", (4, 8), 0), Tensor("b", "c", (4, 8), 0)])
     r = simulate(g, _two_gpus(), _place(g, {"a": "g0", "b": "g0", "c": "g0"}), EXACT)
     # All activations live at c's backward, plus its 4 MiB workspace, plus Adam state of c's weights.
@@ -123,13 +146,20 @@ def test_faster_links_are_never_slower(zoo_graph) -> None:  # type: ignore[no-un
             where = {op.name: f"g{int(rng.integers(4))}" for op in graph.ops}
             plan = _place(graph, where)
             assert simulate(graph, fast, plan).makespan_s <= simulate(graph, slow, plan).makespan_s + 1e-12
-        assert simulate(graph, fast, data_parallel(graph, fast)).makespan_s <= simulate(graph, slow, data_parallel(graph, slow)).makespan_s
+        assert (
+            simulate(graph, fast, data_parallel(graph, fast)).makespan_s
+            <= simulate(graph, slow, data_parallel(graph, slow)).makespan_s
+        )
 
 
 def _two_machines(bandwidth: float) -> DeviceTopology:
     devices = [_device(f"g{i}", f"m{i // 2}") for i in range(4)]
-    links = [Link("g0", "g1", 5e10, 1e-6, "nvlink"), Link("g2", "g3", 5e10, 1e-6, "nvlink"),
-             Link("g0", "sw", bandwidth, 1e-5, "ethernet"), Link("g2", "sw", bandwidth, 1e-5, "ethernet")]  # fmt: skip
+    links = [
+        Link("g0", "g1", 5e10, 1e-6, "nvlink"),
+        Link("g2", "g3", 5e10, 1e-6, "nvlink"),
+        Link("g0", "sw", bandwidth, 1e-5, "ethernet"),
+        Link("g2", "sw", bandwidth, 1e-5, "ethernet"),
+    ]
     return DeviceTopology("two-machines", devices, links, ["sw"])
 
 

@@ -33,8 +33,9 @@ TASKS = [
 MAKESPAN_S = 0.012
 
 
-def _result(tasks: list[tuple[str, str, int, float, float, float, bool]] = TASKS,
-            makespan_s: float = MAKESPAN_S) -> SimResult:
+def _result(
+    tasks: list[tuple[str, str, int, float, float, float, bool]] = TASKS, makespan_s: float = MAKESPAN_S
+) -> SimResult:
     lanes = (*DEVICES, LINK_LANE)
     table = TaskTable(
         kind=np.array([TASK_KINDS.index(t[0]) for t in tasks], dtype=np.int8),
@@ -93,8 +94,11 @@ def test_trace_is_strict_json() -> None:
 
 
 def test_non_finite_times_are_dropped_and_counted() -> None:
-    tasks = [*TASKS, ("ps_push", "fc", 2, 0.009, float("inf"), 1e6, False),
-             ("ps_pull", "fc", 2, float("nan"), 0.01, 1e6, False)]
+    tasks = [
+        *TASKS,
+        ("ps_push", "fc", 2, 0.009, float("inf"), 1e6, False),
+        ("ps_pull", "fc", 2, float("nan"), 0.01, 1e6, False),
+    ]
     doc = trace.chrome_trace(_result(tasks, makespan_s=float("inf")))
     json.dumps(doc, allow_nan=False)  # raises on NaN / inf
     assert doc["metadata"]["makespan_s"] is None
@@ -110,8 +114,11 @@ def test_every_positive_task_is_one_complete_event() -> None:
     thread_names = {(e["pid"], e["tid"]): e["args"]["name"] for e in _meta(doc, "thread_name")}
     lanes = (*DEVICES, LINK_LANE)
     for kind, op, lane, start_s, end_s, num_bytes, critical in positive:
-        matches = [e for e in events if e["cat"] == kind and e["args"]["op"] == op and e["tid"] == lane
-                   and e["args"]["start_s"] == start_s]
+        matches = [
+            e
+            for e in events
+            if e["cat"] == kind and e["args"]["op"] == op and e["tid"] == lane and e["args"]["start_s"] == start_s
+        ]
         assert len(matches) == 1, (kind, op, lane, start_s)
         e = matches[0]
         assert e["name"] == f"{op} [{kind}]"
@@ -155,9 +162,13 @@ def test_processes_group_devices_by_machine_and_links_into_network() -> None:
 def test_devices_without_machine_prefix_share_one_process() -> None:
     r = _result()
     lanes = ("gpu0", "gpu1", "link gpu0 -> gpu1")
-    r = dataclasses.replace(r, device_names=lanes[:2], oom_devices=("gpu1",),
-                            tasks=dataclasses.replace(r.tasks, lanes=lanes),
-                            critical_tasks=np.zeros(0, dtype=np.int64))
+    r = dataclasses.replace(
+        r,
+        device_names=lanes[:2],
+        oom_devices=("gpu1",),
+        tasks=dataclasses.replace(r.tasks, lanes=lanes),
+        critical_tasks=np.zeros(0, dtype=np.int64),
+    )
     doc = trace.chrome_trace(r)
     assert sorted(e["args"]["name"] for e in _meta(doc, "process_name")) == ["devices", "network"]
     assert not any(e["args"]["critical"] for e in _x_events(doc))
@@ -189,9 +200,11 @@ def test_write_chrome_trace_writes_a_loadable_file(tmp_path: Path) -> None:
 
 
 def test_importing_trace_pulls_in_neither_matplotlib_nor_ray_nor_torch() -> None:
-    code = ("import sys, placement_rl.trace; "
-            "bad = [m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, placement_rl.trace; "
+        "bad = [m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -233,8 +246,9 @@ def test_rows_skip_links_with_only_zero_duration_tasks_but_keep_oom_devices() ->
 def test_oom_detected_from_memory_even_if_not_listed() -> None:
     r = dataclasses.replace(_result(), oom_devices=())
     assert [lab.oom for lab in trace._lane_labels(r)] == [False, True, False]
-    r = dataclasses.replace(_result(), oom=False, oom_devices=(),
-                            peak_memory_bytes=np.array([GIB, GIB], dtype=np.int64))
+    r = dataclasses.replace(
+        _result(), oom=False, oom_devices=(), peak_memory_bytes=np.array([GIB, GIB], dtype=np.int64)
+    )
     assert not any(lab.oom for lab in trace._lane_labels(r))
 
 
@@ -250,8 +264,7 @@ def test_gantt_figure_colours_oom_tick_red_and_draws_critical_outlines() -> None
     assert "ms" in ax.get_xlabel()
     # the first row (lane 0) is on top
     assert ax.get_ylim()[0] > ax.get_ylim()[1]
-    outlined = [c for c in ax.collections if len(c.get_facecolors()) == 0
-                or np.allclose(c.get_facecolors()[:, 3], 0)]
+    outlined = [c for c in ax.collections if len(c.get_facecolors()) == 0 or np.allclose(c.get_facecolors()[:, 3], 0)]
     assert sum(len(c.get_paths()) for c in outlined) == sum(t[6] for t in TASKS)
     legend_texts = {t.get_text() for t in fig.legends[0].get_texts()}
     assert {"forward", "backward", "transfer", "gradient_transfer", "critical path"} <= legend_texts

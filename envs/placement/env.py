@@ -99,7 +99,9 @@ class PlacementEnv(PlanEnv):
         return gym.spaces.Discrete(self._num_actions())
 
     # ------------------------------------------------------------------ episode
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         data = self._begin_episode(seed)
         G = data.instance.groups.num_ops
         self._t = 0
@@ -176,7 +178,9 @@ class PlacementEnv(PlanEnv):
                 f"{topology.name!r} has devices 0..{D - 1}"
             )
         if (assign[N:] != 0).any():
-            raise ValueError(f"action assigns padded op slots (>= {N}) to a group other than 0; the action mask allows only 0")
+            raise ValueError(
+                f"action assigns padded op slots (>= {N}) to a group other than 0; the action mask allows only 0"
+            )
         names = [d.name for d in topology.devices]
         configs = {op.name: OpConfig.make(names[int(placement[assign[i]])]) for i, op in enumerate(groups.ops)}
         plan = Plan(groups.name, configs, name="placement")
@@ -208,7 +212,9 @@ class PlacementEnv(PlanEnv):
             self._ps_turn = turn
         if self._rule is None:
             saved = self._rule
-            self._rule = ("device", cfg.devices[0]) if self.config.action_space == "device" else ("tag", machine, option)
+            self._rule = (
+                ("device", cfg.devices[0]) if self.config.action_space == "device" else ("tag", machine, option)
+            )
             configs = [self._rule_config(i) if i != g else cfg for i in range(groups.num_ops)]
             self._rule = saved
             return self._preview_all(configs)
@@ -250,7 +256,9 @@ class PlacementEnv(PlanEnv):
         found = data.extra.get("single_need")
         if found is None:
             device = data.instance.topology.devices[0].name
-            found = np.array([bytes_on_devices(data, i, OpConfig.make(device)).sum() for i in range(data.instance.groups.num_ops)])
+            found = np.array(
+                [bytes_on_devices(data, i, OpConfig.make(device)).sum() for i in range(data.instance.groups.num_ops)]
+            )
             data.extra["single_need"] = found
         return found
 
@@ -274,7 +282,9 @@ class PlacementEnv(PlanEnv):
                 for name in devs:
                     found[data.instance.topology.device_index(name)] = self._single_need()[index] / len(devs)
             else:
-                found = bytes_on_devices(data, index, tag_group_config(data.instance.groups.ops[index], devs, option, 0))
+                found = bytes_on_devices(
+                    data, index, tag_group_config(data.instance.groups.ops[index], devs, option, 0)
+                )
             cache[key] = found
         return found  # type: ignore[no-any-return]
 
@@ -311,4 +321,3 @@ class PlacementEnv(PlanEnv):
         if not mask.any():  # nothing fits: allow every real action; the final plan reports OOM
             mask[valid] = 1
         return mask
-

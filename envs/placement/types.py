@@ -27,7 +27,10 @@ class PlacementConfig(EnvConfig):
     one_shot_ops: int = 512
     one_shot_groups: int = 16
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"mode": ("sequential", "one_shot"), "action_space": ("device", "tag")}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "mode": ("sequential", "one_shot"),
+        "action_space": ("device", "tag"),
+    }
     POSITIVE: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE, "one_shot_ops", "one_shot_groups")
 
     @property

@@ -72,7 +72,9 @@ class ShardingEnv(PlanEnv):
     def _make_action_space(self) -> gym.Space[Any]:
         return gym.spaces.Discrete(self.config.max_configs)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         data = self._begin_episode(seed)
         self._t = 0
         self._decided = np.zeros(data.instance.groups.num_ops)
@@ -131,9 +133,11 @@ class ShardingEnv(PlanEnv):
             space = data.extra.get("space")
             if space is None:
                 space = data.extra["space"] = SearchSpace(
-                    data.instance.groups, data.instance.topology, max_partitions=self.config.max_partitions,
+                    data.instance.groups,
+                    data.instance.topology,
+                    max_partitions=self.config.max_partitions,
                     dim_kinds=tuple(self.config.dim_kinds),
-                )  # fmt: skip
+                )
             every = list(space.configs(index))
             contiguous = [c for c in every if _is_contiguous(c, data)]
             rest = [c for c in every if not _is_contiguous(c, data)]

@@ -36,8 +36,16 @@ def _check(section: str, data: Any, cls: type) -> dict[str, Any]:
     return dict(data)
 
 
-def _number(section: str, name: str, value: Any, *, low: float | None = None, high: float | None = None,
-            integer: bool = False, low_open: bool = False) -> None:  # fmt: skip
+def _number(
+    section: str,
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    integer: bool = False,
+    low_open: bool = False,
+) -> None:
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise SchemaError(f"{section}.{name} = {value!r}; expected {'an integer' if integer else 'a number'}")
@@ -115,7 +123,9 @@ class PPOSection:
         _number("ppo", "train_batch_size", self.train_batch_size, low=1, integer=True)
         _number("ppo", "minibatch_size", self.minibatch_size, low=1, integer=True)
         if self.minibatch_size > self.train_batch_size:
-            raise SchemaError(f"ppo.minibatch_size = {self.minibatch_size}; expected <= train_batch_size ({self.train_batch_size})")
+            raise SchemaError(
+                f"ppo.minibatch_size = {self.minibatch_size}; expected <= train_batch_size ({self.train_batch_size})"
+            )
         _number("ppo", "num_epochs", self.num_epochs, low=1, integer=True)
         _number("ppo", "vf_loss_coeff", self.vf_loss_coeff, low=0)
         _number("ppo", "gamma", self.gamma, low=0, high=1)
@@ -225,9 +235,15 @@ _SWEEP_KEYS = ("base", "overrides", "search", "num_samples", "metric", "mode", "
 _SEARCHABLE = {
     "ppo": {f.name for f in fields(PPOSection)},
     "model": {f.name for f in fields(ModelSection)},
-    "env": {"one_shot_groups", "reward_options.alpha", "reward_options.beta", "reward_options.gamma",
-            "reward_options.c_hat_gb", "reward_options.m_hat_gib"},
-}  # fmt: skip
+    "env": {
+        "one_shot_groups",
+        "reward_options.alpha",
+        "reward_options.beta",
+        "reward_options.gamma",
+        "reward_options.c_hat_gb",
+        "reward_options.m_hat_gib",
+    },
+}
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,8 +308,10 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             valid = sorted(f"{s}.{k}" for s, ks in _SEARCHABLE.items() for k in ks)
             raise SchemaError(f"{where}.search: unknown key {key!r}; searchable keys: {valid}")
         if not isinstance(domain, Mapping) or len(domain) != 1:
-            raise SchemaError(f"{where}.search.{key}: expected one of {{kind: values}} with kind in {list(SEARCH_KINDS)}")
-        (kind, values), = domain.items()
+            raise SchemaError(
+                f"{where}.search.{key}: expected one of {{kind: values}} with kind in {list(SEARCH_KINDS)}"
+            )
+        ((kind, values),) = domain.items()
         if kind not in SEARCH_KINDS:
             raise SchemaError(f"{where}.search.{key}: unknown kind {kind!r}; expected one of {list(SEARCH_KINDS)}")
         if not isinstance(values, list) or not values:
@@ -302,10 +320,14 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SchemaError(f"{where}.search.{key}.{kind}: expected [low, high], got {values!r}")
         search[str(key)] = (kind, tuple(values))
     cfg = SweepConfig(
-        base=base, search=search, num_samples=data.get("num_samples", 4), metric=data.get("metric", "episode_return_mean"),
-        mode=data.get("mode", "max"), cpus_per_trial=data.get("cpus_per_trial", 1),
+        base=base,
+        search=search,
+        num_samples=data.get("num_samples", 4),
+        metric=data.get("metric", "episode_return_mean"),
+        mode=data.get("mode", "max"),
+        cpus_per_trial=data.get("cpus_per_trial", 1),
         output_dir=data.get("output_dir", "out/trinity_sweep"),
-    )  # fmt: skip
+    )
     _number(where, "num_samples", cfg.num_samples, low=1, integer=True)
     _number(where, "cpus_per_trial", cfg.cpus_per_trial, low=1, integer=True)
     if cfg.mode not in ("max", "min"):

@@ -53,20 +53,33 @@ def evaluate(
     module, cfg = load_policy(checkpoint)
     if models is None:
         gen = cfg.env.get("generator") or {}
-        models = [gen["model"]] if isinstance(gen, dict) and gen.get("model") else list(gen.get("models", ["inception_v3"]))
+        models = (
+            [gen["model"]] if isinstance(gen, dict) and gen.get("model") else list(gen.get("models", ["inception_v3"]))
+        )
     rows: list[MethodResult] = []
     base_env = {k: v for k, v in cfg.env.items() if k != "generator"}
     for model in models:
         for topo in topologies:
-            env = gym.make("placement_rl/Placement-v0", config={**base_env, "generator": {"kind": "fixed", "model": model, "topology": topo}})
+            env = gym.make(
+                "placement_rl/Placement-v0",
+                config={**base_env, "generator": {"kind": "fixed", "model": model, "topology": topo}},
+            )
             info = policy_plan(module, env)
             inst = env.unwrapped.data.instance  # type: ignore[attr-defined]
             name = inst.name
             dp = env.unwrapped.data.baseline  # type: ignore[attr-defined]
 
             def row(method: str, result: Any, search_s: float, name: str = name, dp: Any = dp) -> MethodResult:
-                return MethodResult(name, method, result.makespan_s, dp.makespan_s / result.makespan_s,
-                                    int(result.peak_memory_bytes.max()), result.comm_bytes, result.oom, search_s)  # fmt: skip
+                return MethodResult(
+                    name,
+                    method,
+                    result.makespan_s,
+                    dp.makespan_s / result.makespan_s,
+                    int(result.peak_memory_bytes.max()),
+                    result.comm_bytes,
+                    result.oom,
+                    search_s,
+                )
 
             policy_result = simulate(inst.graph, inst.topology, info["plan"], validate=False)
             rows.append(row("policy", policy_result, info["search_s"]))
@@ -79,6 +92,8 @@ def evaluate(
                 found = mcmc(inst.graph, inst.topology, budget=mcmc_budget, seed=0, progress=False)
                 rows.append(row("mcmc", found.result, time.perf_counter() - start))
             if progress is not None:
-                progress(f"{name}: policy {policy_result.makespan_s * 1e3:.1f} ms, "
-                         f"{dp.makespan_s / policy_result.makespan_s:.2f}x over data parallel")  # fmt: skip
+                progress(
+                    f"{name}: policy {policy_result.makespan_s * 1e3:.1f} ms, "
+                    f"{dp.makespan_s / policy_result.makespan_s:.2f}x over data parallel"
+                )
     return rows

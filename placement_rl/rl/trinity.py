@@ -41,7 +41,9 @@ def _metrics_callback() -> type:
             info = infos[-1] if len(infos) else {}
             if metrics_logger is not None and "speedup" in info:
                 metrics_logger.log_value("speedup_mean", float(info["speedup"]), reduce="mean", window=1000)
-                metrics_logger.log_value("best_speedup", float(info["speedup"]) if not info["oom"] else 0.0, reduce="max")
+                metrics_logger.log_value(
+                    "best_speedup", float(info["speedup"]) if not info["oom"] else 0.0, reduce="max"
+                )
                 metrics_logger.log_value("oom_fraction", float(info["oom"]), reduce="mean", window=1000)
 
     return PlacementMetrics
@@ -67,11 +69,19 @@ def algorithm_config(cfg: TrainConfig, env_overrides: Mapping[str, Any] | None =
         .learners(num_learners=0)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=TrinityRLModule, model_config=cfg.model.model_config()))
         .training(
-            lr=ppo.lr, clip_param=ppo.clip_param, entropy_coeff=ppo.entropy_coeff, grad_clip=ppo.grad_clip,
-            grad_clip_by="global_norm", train_batch_size_per_learner=ppo.train_batch_size,
-            minibatch_size=ppo.minibatch_size, num_epochs=ppo.num_epochs, vf_loss_coeff=ppo.vf_loss_coeff,
-            gamma=ppo.gamma, lambda_=ppo.lambda_, use_kl_loss=False,
-        )  # fmt: skip
+            lr=ppo.lr,
+            clip_param=ppo.clip_param,
+            entropy_coeff=ppo.entropy_coeff,
+            grad_clip=ppo.grad_clip,
+            grad_clip_by="global_norm",
+            train_batch_size_per_learner=ppo.train_batch_size,
+            minibatch_size=ppo.minibatch_size,
+            num_epochs=ppo.num_epochs,
+            vf_loss_coeff=ppo.vf_loss_coeff,
+            gamma=ppo.gamma,
+            lambda_=ppo.lambda_,
+            use_kl_loss=False,
+        )
         .callbacks(_metrics_callback())
         .debugging(seed=cfg.run.seed)
         .reporting(metrics_num_episodes_for_smoothing=ppo.train_batch_size)
@@ -103,7 +113,9 @@ def summarize(result: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
-def train(cfg: TrainConfig, *, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = print) -> Path:
+def train(
+    cfg: TrainConfig, *, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = print
+) -> Path:
     """Train Trinity; returns the run directory.
 
     The run directory holds ``train_config.json`` (the resolved config), ``progress.csv`` (one row
@@ -157,7 +169,11 @@ def module_checkpoint(path: str | Path) -> Path:
     """The RLModule folder inside an algorithm checkpoint (or ``path`` if it already is one)."""
     p = Path(path)
     for candidate in (p / "learner_group" / "learner" / "rl_module" / "default_policy", p):
-        if (candidate / "module_state.pt").is_file() or (candidate / "module_state.pkl").is_file() or (candidate / "class_and_ctor_args.pkl").is_file():
+        if (
+            (candidate / "module_state.pt").is_file()
+            or (candidate / "module_state.pkl").is_file()
+            or (candidate / "class_and_ctor_args.pkl").is_file()
+        ):
             return candidate
     raise FileNotFoundError(
         f"{str(p)!r} is not a Trinity checkpoint: expected learner_group/learner/rl_module/default_policy inside it"
@@ -211,8 +227,13 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     runners = max(0, cfg.cpus_per_trial - 1)
     space: dict[str, Any] = {}
     for key, (kind, values) in cfg.search.items():
-        domain = {"choice": tune.choice, "grid": tune.grid_search, "uniform": lambda v: tune.uniform(*v),
-                  "loguniform": lambda v: tune.loguniform(*v), "randint": lambda v: tune.randint(*v)}[kind]  # fmt: skip
+        domain = {
+            "choice": tune.choice,
+            "grid": tune.grid_search,
+            "uniform": lambda v: tune.uniform(*v),
+            "loguniform": lambda v: tune.loguniform(*v),
+            "randint": lambda v: tune.randint(*v),
+        }[kind]
         space[key] = domain(list(values))
 
     def trial(config: dict[str, Any]) -> None:
@@ -232,8 +253,9 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     tuner = tune.Tuner(
         tune.with_resources(trial, {"cpu": cfg.cpus_per_trial}),
         param_space=space,
-        tune_config=tune.TuneConfig(num_samples=cfg.num_samples, metric=cfg.metric, mode=cfg.mode,
-                                    max_concurrent_trials=concurrent),  # fmt: skip
+        tune_config=tune.TuneConfig(
+            num_samples=cfg.num_samples, metric=cfg.metric, mode=cfg.mode, max_concurrent_trials=concurrent
+        ),
         run_config=tune.RunConfig(name="trials", storage_path=str(out), verbose=0, callbacks=[reporter]),
     )
     results = tuner.fit()
@@ -241,9 +263,13 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     for r in results:
         if r.metrics is None:
             continue
-        rows.append({**{f"config/{k}": v for k, v in r.config.items()},
-                     **{k: r.metrics.get(k) for k in ("episode_return_mean", "speedup_mean", "best_speedup", "iteration")},
-                     "error": str(r.error) if r.error else ""})  # fmt: skip
+        rows.append(
+            {
+                **{f"config/{k}": v for k, v in r.config.items()},
+                **{k: r.metrics.get(k) for k in ("episode_return_mean", "speedup_mean", "best_speedup", "iteration")},
+                "error": str(r.error) if r.error else "",
+            }
+        )
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))
         w.writeheader()
@@ -254,7 +280,9 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
         set_dotted(resolved, key, value)
     (out / "best_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     if progress is not None:
-        progress(f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}")
+        progress(
+            f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}"
+        )
     return out
 
 
@@ -265,10 +293,13 @@ class _ProgressCallback:
         from ray.tune import Callback
 
         class Progress(Callback):  # type: ignore[misc]
-            def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+            def on_trial_result(
+                self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+            ) -> None:
                 if progress is not None:
-                    progress(f"[{trial.trial_id}] iter {result.get('iteration', 0):.0f}  return "
-                             f"{result.get('episode_return_mean', float('nan')):.3f}  speedup {result.get('speedup_mean', float('nan')):.2f}x")  # fmt: skip
+                    progress(
+                        f"[{trial.trial_id}] iter {result.get('iteration', 0):.0f}  return "
+                        f"{result.get('episode_return_mean', float('nan')):.3f}  speedup {result.get('speedup_mean', float('nan')):.2f}x"
+                    )
 
         return Progress()
-

@@ -57,7 +57,9 @@ class DeltaSimulator:
         proposed_makespan_s: the makespan of the last proposal (without the OOM penalty).
     """
 
-    def __init__(self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0, cached: bool = False) -> None:
+    def __init__(
+        self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0, cached: bool = False
+    ) -> None:
         self.ctx = ctx
         self._compile = ctx.compile if cached else ctx.compile_uncached
         self.oom_penalty = oom_penalty
@@ -117,11 +119,15 @@ class DeltaSimulator:
         com_src = _remap(old_edges.com_ptr, edges.com_ptr, changed)
         sync_changed = [index] if owner is None or owner == index else [index, owner]
         sync_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], sync_changed)
-        old_id = np.concatenate([
-            np.where(task_src >= 0, task_src, -1), np.where(task_src >= 0, Fo + task_src, -1),
-            np.where(com_src >= 0, 2 * Fo + com_src, -1), np.where(com_src >= 0, 2 * Fo + Co + com_src, -1),
-            np.where(sync_src >= 0, 2 * Fo + 2 * Co + sync_src, -1),
-        ])  # fmt: skip
+        old_id = np.concatenate(
+            [
+                np.where(task_src >= 0, task_src, -1),
+                np.where(task_src >= 0, Fo + task_src, -1),
+                np.where(com_src >= 0, 2 * Fo + com_src, -1),
+                np.where(com_src >= 0, 2 * Fo + Co + com_src, -1),
+                np.where(sync_src >= 0, 2 * Fo + 2 * Co + sync_src, -1),
+            ]
+        )
         a, b = old_ops.ptr["task"][index], old_ops.ptr["task"][index + 1]
         removed = [ready[a:b], ready[Fo + a : Fo + b]]
         for e in changed:
@@ -200,9 +206,18 @@ class DeltaSimulator:
     ) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         ctx = self.ctx
         start, end, ready, _ = _kernels.schedule_from(
-            tasks.duration, tasks.res_ptr, tasks.res, tasks.succ_ptr, tasks.succ, tasks.indegree, ctx.num_resources,
-            prefix, ready, start, end,
-        )  # fmt: skip
+            tasks.duration,
+            tasks.res_ptr,
+            tasks.res,
+            tasks.succ_ptr,
+            tasks.succ,
+            tasks.indegree,
+            ctx.num_resources,
+            prefix,
+            ready,
+            start,
+            end,
+        )
         makespan = float(end.max()) if end.size else 0.0
         peak = ctx.peak_memory(ops, tasks, start, end, only_over=True).astype(np.int64)
         return oom_cost(makespan, peak, self._capacity, self.oom_penalty), (ready, start, end)

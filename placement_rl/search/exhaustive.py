@@ -88,7 +88,9 @@ def exhaustive(
 
     start_plan = incumbent or data_parallel(graph, topology, space.devices)
     start_result = ctx.simulate(start_plan)
-    best_cost = oom_cost(start_result.makespan_s, start_result.peak_memory_bytes, start_result.memory_capacity_bytes, oom_penalty)
+    best_cost = oom_cost(
+        start_result.makespan_s, start_result.peak_memory_bytes, start_result.memory_capacity_bytes, oom_penalty
+    )
     best_cfgs = [start_plan[op.name] for op in graph.ops]
     capacity = ctx._capacity.astype(np.int64)
     stats = {"leaves": 0, "nodes": 0, "pruned": 0}

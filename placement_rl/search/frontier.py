@@ -119,9 +119,14 @@ def node_table(v: int, memory_bytes: np.ndarray, time_s: np.ndarray) -> Table:
     """Leaf table of node ``v``: one point per configuration (``memory_bytes``, ``time_s``: (K,))."""
     K = len(memory_bytes)
     return Table(
-        (v,), (K,), np.arange(K + 1, dtype=np.int64), np.asarray(memory_bytes, np.float64),
-        np.asarray(time_s, np.float64), leaf=("node", v), labels=np.arange(K, dtype=np.int64),
-    )  # fmt: skip
+        (v,),
+        (K,),
+        np.arange(K + 1, dtype=np.int64),
+        np.asarray(memory_bytes, np.float64),
+        np.asarray(time_s, np.float64),
+        leaf=("node", v),
+        labels=np.arange(K, dtype=np.int64),
+    )
 
 
 def edge_table(e: int, u: int, v: int, memory_bytes: np.ndarray, time_s: np.ndarray) -> Table:
@@ -141,9 +146,14 @@ def edge_table(e: int, u: int, v: int, memory_bytes: np.ndarray, time_s: np.ndar
     options = np.tile(np.arange(R), Ku * Kv)[ok.ravel()]
     ptr, keep = _reduce(cells, memory_bytes.ravel()[ok.ravel()], time_s.ravel()[ok.ravel()], Ku * Kv)
     return Table(
-        (u, v), (Ku, Kv), ptr, memory_bytes.ravel()[ok.ravel()][keep], time_s.ravel()[ok.ravel()][keep],
-        leaf=("edge", e), labels=options[keep],
-    )  # fmt: skip
+        (u, v),
+        (Ku, Kv),
+        ptr,
+        memory_bytes.ravel()[ok.ravel()][keep],
+        time_s.ravel()[ok.ravel()][keep],
+        leaf=("edge", e),
+        labels=options[keep],
+    )
 
 
 def select(table: Table, variable: int, value: int) -> Table:
@@ -156,9 +166,14 @@ def select(table: Table, variable: int, value: int) -> Table:
     points = _ranges(table.ptr[cells], sizes)
     shape = table.shape[:axis] + table.shape[axis + 1 :]
     return Table(
-        table.variables[:axis] + table.variables[axis + 1 :], shape, ptr, table.memory_bytes[points],
-        table.time_s[points], (table,), points[:, None],
-    )  # fmt: skip
+        table.variables[:axis] + table.variables[axis + 1 :],
+        shape,
+        ptr,
+        table.memory_bytes[points],
+        table.time_s[points],
+        (table,),
+        points[:, None],
+    )
 
 
 # ---------------------------------------------------------------------------------------- algebra
@@ -199,8 +214,14 @@ def combine(
             return a.variables + tuple(v for v in b.variables if v not in a.variables)
 
         i, j = min(pairs, key=lambda pair: math.prod(sizes[v] for v in joint(pair)))
-        merged = combine([tables[i], tables[j]], joint((i, j)), sizes, map_chunks=map_chunks,
-                         chunk_points=chunk_points, tolerance=tolerance)  # fmt: skip
+        merged = combine(
+            [tables[i], tables[j]],
+            joint((i, j)),
+            sizes,
+            map_chunks=map_chunks,
+            chunk_points=chunk_points,
+            tolerance=tolerance,
+        )
         tables = [t for k, t in enumerate(tables) if k not in (i, j)] + [merged]
     allvars = list(keep)
     for t in tables:
@@ -244,10 +265,14 @@ def combine(
         times.append(time)
         refs.append(ref)
     return Table(
-        keep, tuple(sizes[v] for v in keep), np.concatenate(ptrs), np.concatenate(mems) if mems else np.zeros(0),
-        np.concatenate(times) if times else np.zeros(0), tuple(tables),
+        keep,
+        tuple(sizes[v] for v in keep),
+        np.concatenate(ptrs),
+        np.concatenate(mems) if mems else np.zeros(0),
+        np.concatenate(times) if times else np.zeros(0),
+        tuple(tables),
         np.concatenate(refs) if refs else np.zeros((0, len(tables)), np.int64),
-    )  # fmt: skip
+    )
 
 
 def _slim(t: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

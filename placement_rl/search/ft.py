@@ -127,10 +127,17 @@ def run_ft(
     )
     built = time.perf_counter()
     result = frontier_of(
-        costs.num_configs, costs.node_memory_bytes, costs.node_time_s, costs.edges, costs.edge_memory_bytes,
-        costs.edge_time_s, method=method, map_chunks=map_chunks, progress=progress,
+        costs.num_configs,
+        costs.node_memory_bytes,
+        costs.node_time_s,
+        costs.edges,
+        costs.edge_memory_bytes,
+        costs.edge_time_s,
+        method=method,
+        map_chunks=map_chunks,
+        progress=progress,
         tolerance=tolerance,
-    )  # fmt: skip
+    )
     n_devices = len(configs[0][0].devices) if configs and configs[0] else 0
     points = []
     for p in range(len(result.memory_bytes)):
@@ -142,7 +149,7 @@ def run_ft(
                 _plan(graph, configs, chosen, method, p),
                 _reuse(graph, costs, chosen, options),
                 n_devices,
-            )  # fmt: skip
+            )
         )
     return FTResult(
         points, result.stats, time.perf_counter() - start, built - start, np.asarray(costs.num_configs), method
@@ -164,9 +171,11 @@ def frontier(
 
 def _plan(graph: OpGraph, configs: list[list], chosen: np.ndarray, method: str, point: int) -> Plan:  # type: ignore[type-arg]
     return Plan(
-        graph.name, {op.name: configs[i][int(chosen[i])] for i, op in enumerate(graph.ops)}, name="ft",
+        graph.name,
+        {op.name: configs[i][int(chosen[i])] for i, op in enumerate(graph.ops)},
+        name="ft",
         metadata={"method": f"FT-{method.upper() if method == 'ldp' else 'Elimination'}", "frontier_point": point},
-    )  # fmt: skip
+    )
 
 
 def _reuse(graph: OpGraph, costs: CostGraph, chosen: np.ndarray, options: np.ndarray) -> dict[str, str]:

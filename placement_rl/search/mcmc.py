@@ -145,7 +145,9 @@ def plan_cost(result: SimResult, oom_penalty: float) -> float:
     return oom_cost(result.makespan_s, result.peak_memory_bytes, result.memory_capacity_bytes, oom_penalty)
 
 
-def initial_plan(name: str, graph: OpGraph, topology: DeviceTopology, space: SearchSpace, rng: np.random.Generator) -> Plan:
+def initial_plan(
+    name: str, graph: OpGraph, topology: DeviceTopology, space: SearchSpace, rng: np.random.Generator
+) -> Plan:
     """One of FlexFlow's initial candidates, on the search space's devices."""
     if name == "data_parallel":
         return data_parallel(graph, topology, space.devices)
@@ -333,21 +335,42 @@ def mcmc(
         raise ValueError(f"chains = {chains}; expected at least 1")
     bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
     if bad or not initial:
-        raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(EXTENDED_CANDIDATES)}")
+        raise ValueError(
+            f"initial candidates {list(initial)}; expected a non-empty subset of {list(EXTENDED_CANDIDATES)}"
+        )
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     if chains > 1:
         from placement_rl.ray_search import run_chains
 
         return run_chains(
-            graph, topology, budget=budget, chains=chains, seed=seed, beta=beta, oom_penalty=oom_penalty,
-            initial=initial, cost_model=cost_model, delta=delta, progress=progress, space_options=space_options,
-        )  # fmt: skip
+            graph,
+            topology,
+            budget=budget,
+            chains=chains,
+            seed=seed,
+            beta=beta,
+            oom_penalty=oom_penalty,
+            initial=initial,
+            cost_model=cost_model,
+            delta=delta,
+            progress=progress,
+            space_options=space_options,
+        )
     start = time.perf_counter()
     bar = _progress_bar(budget, progress)
     outcome = run_chain(
-        graph, topology, budget, seed=seed, candidates=list(initial), beta=beta, oom_penalty=oom_penalty,
-        space_options=space_options, cost_model=cost_model, delta=delta, report=bar.report if bar else None,
-    )  # fmt: skip
+        graph,
+        topology,
+        budget,
+        seed=seed,
+        candidates=list(initial),
+        beta=beta,
+        oom_penalty=oom_penalty,
+        space_options=space_options,
+        cost_model=cost_model,
+        delta=delta,
+        report=bar.report if bar else None,
+    )
     if bar:
         bar.close()
     return finish(graph, topology, [outcome], time.perf_counter() - start, cost_model, oom_penalty)
@@ -396,8 +419,12 @@ class _ProgressBar:
         if budget.proposals is not None:
             self.bar = tqdm(total=budget.proposals, unit="proposal", desc="mcmc", dynamic_ncols=True)
         else:  # a time budget: the bar is the time spent; the postfix counts proposals
-            self.bar = tqdm(total=budget.seconds, desc="mcmc", dynamic_ncols=True,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")  # fmt: skip
+            self.bar = tqdm(
+                total=budget.seconds,
+                desc="mcmc",
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
+            )
         self.proposals = 0
 
     def report(self, proposals: int, best_cost_s: float) -> None:

@@ -77,7 +77,9 @@ class SearchSpace:
         """Degree combinations of op ``index`` (the first is all ones)."""
         found = self._degrees.get(index)
         if found is None:
-            found = self._degrees[index] = _degree_combinations(self.graph.ops[index], self.dim_kinds, self.max_partitions)
+            found = self._degrees[index] = _degree_combinations(
+                self.graph.ops[index], self.dim_kinds, self.max_partitions
+            )
         return found
 
     def _make_views(self, partitions: int) -> tuple[tuple[str, ...], ...]:
@@ -112,12 +114,18 @@ class SearchSpace:
 
     def random_plan(self, rng: np.random.Generator, name: str = "random") -> Plan:
         """A plan with a random configuration for every op."""
-        return Plan(self.graph.name, {op.name: self.random_config(i, rng) for i, op in enumerate(self.graph.ops)}, name=name)
+        return Plan(
+            self.graph.name, {op.name: self.random_config(i, rng) for i, op in enumerate(self.graph.ops)}, name=name
+        )
 
     def contains(self, index: int, cfg: OpConfig) -> bool:
         """Whether ``cfg`` is in op ``index``'s set."""
         degrees = cfg.degree_map
-        return degrees in self.degree_options(index) and cfg.devices in self.views(cfg.num_partitions) and cfg.sync == "all_reduce"
+        return (
+            degrees in self.degree_options(index)
+            and cfg.devices in self.views(cfg.num_partitions)
+            and cfg.sync == "all_reduce"
+        )
 
 
 def _degree_combinations(op: Op, kinds: Sequence[str], max_partitions: int) -> list[dict[str, int]]:

@@ -23,9 +23,21 @@ from placement_rl.zoo.sequence import MODELS as _SEQUENCE_MODELS
 from placement_rl.zoo.spec import ZooModel
 
 _ORDER = (
-    "lenet", "alexnet", "vgg16", "vgg19", "resnet50", "resnet101", "inception_v3", "wideresnet",
-    "transformer", "bert_small", "bert_large", "gnmt", "rnnlm", "rnntc",
-)  # fmt: skip
+    "lenet",
+    "alexnet",
+    "vgg16",
+    "vgg19",
+    "resnet50",
+    "resnet101",
+    "inception_v3",
+    "wideresnet",
+    "transformer",
+    "bert_small",
+    "bert_large",
+    "gnmt",
+    "rnnlm",
+    "rnntc",
+)
 _MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS)}
 assert set(_MODELS) == set(_ORDER), sorted(set(_MODELS) ^ set(_ORDER))
 
@@ -60,7 +72,9 @@ def check(name: str, batch_size: int | None, options: dict[str, Any]) -> tuple[Z
     return model, batch
 
 
-def build_module(name: str, batch_size: int | None = None, **options: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+def build_module(
+    name: str, batch_size: int | None = None, **options: Any
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """Build model ``name`` on the meta device with its example inputs (no weights allocated).
 
     Args:

@@ -305,116 +305,128 @@ def _avg_pool_branch(in_channels: int, out_channels: int) -> nn.Sequential:
 
 def _inception_a(in_channels: int, pool_features: int) -> Concat:
     """35x35 block: 1x1 | 1x1-5x5 | 1x1-3x3-3x3 | avgpool-1x1; ``224 + pool_features`` channels out."""
-    return Concat([
-        _basic_conv(in_channels, 64, 1),
-        nn.Sequential(_basic_conv(in_channels, 48, 1), _basic_conv(48, 64, 5, padding=2)),
-        nn.Sequential(
+    return Concat(
+        [
             _basic_conv(in_channels, 64, 1),
-            _basic_conv(64, 96, 3, padding=1),
-            _basic_conv(96, 96, 3, padding=1),
-        ),
-        _avg_pool_branch(in_channels, pool_features),
-    ])
+            nn.Sequential(_basic_conv(in_channels, 48, 1), _basic_conv(48, 64, 5, padding=2)),
+            nn.Sequential(
+                _basic_conv(in_channels, 64, 1),
+                _basic_conv(64, 96, 3, padding=1),
+                _basic_conv(96, 96, 3, padding=1),
+            ),
+            _avg_pool_branch(in_channels, pool_features),
+        ]
+    )
 
 
 def _inception_b(in_channels: int) -> Concat:
     """35x35 -> 17x17 reduction: 3x3/2 | 1x1-3x3-3x3/2 | maxpool/2; ``480 + in_channels`` channels out."""
-    return Concat([
-        _basic_conv(in_channels, 384, 3, stride=2),
-        nn.Sequential(
-            _basic_conv(in_channels, 64, 1),
-            _basic_conv(64, 96, 3, padding=1),
-            _basic_conv(96, 96, 3, stride=2),
-        ),
-        nn.MaxPool2d(3, stride=2),
-    ])
+    return Concat(
+        [
+            _basic_conv(in_channels, 384, 3, stride=2),
+            nn.Sequential(
+                _basic_conv(in_channels, 64, 1),
+                _basic_conv(64, 96, 3, padding=1),
+                _basic_conv(96, 96, 3, stride=2),
+            ),
+            nn.MaxPool2d(3, stride=2),
+        ]
+    )
 
 
 def _inception_c(in_channels: int, mid: int) -> Concat:
     """17x17 block with factorised 7x7 convolutions (``mid`` inner channels); 768 channels out."""
-    return Concat([
-        _basic_conv(in_channels, 192, 1),
-        nn.Sequential(
-            _basic_conv(in_channels, mid, 1),
-            _basic_conv(mid, mid, (1, 7), padding=(0, 3)),
-            _basic_conv(mid, 192, (7, 1), padding=(3, 0)),
-        ),
-        nn.Sequential(
-            _basic_conv(in_channels, mid, 1),
-            _basic_conv(mid, mid, (7, 1), padding=(3, 0)),
-            _basic_conv(mid, mid, (1, 7), padding=(0, 3)),
-            _basic_conv(mid, mid, (7, 1), padding=(3, 0)),
-            _basic_conv(mid, 192, (1, 7), padding=(0, 3)),
-        ),
-        _avg_pool_branch(in_channels, 192),
-    ])
+    return Concat(
+        [
+            _basic_conv(in_channels, 192, 1),
+            nn.Sequential(
+                _basic_conv(in_channels, mid, 1),
+                _basic_conv(mid, mid, (1, 7), padding=(0, 3)),
+                _basic_conv(mid, 192, (7, 1), padding=(3, 0)),
+            ),
+            nn.Sequential(
+                _basic_conv(in_channels, mid, 1),
+                _basic_conv(mid, mid, (7, 1), padding=(3, 0)),
+                _basic_conv(mid, mid, (1, 7), padding=(0, 3)),
+                _basic_conv(mid, mid, (7, 1), padding=(3, 0)),
+                _basic_conv(mid, 192, (1, 7), padding=(0, 3)),
+            ),
+            _avg_pool_branch(in_channels, 192),
+        ]
+    )
 
 
 def _inception_d(in_channels: int) -> Concat:
     """17x17 -> 8x8 reduction: 1x1-3x3/2 | 1x1-1x7-7x1-3x3/2 | maxpool/2; ``512 + in_channels`` out."""
-    return Concat([
-        nn.Sequential(_basic_conv(in_channels, 192, 1), _basic_conv(192, 320, 3, stride=2)),
-        nn.Sequential(
-            _basic_conv(in_channels, 192, 1),
-            _basic_conv(192, 192, (1, 7), padding=(0, 3)),
-            _basic_conv(192, 192, (7, 1), padding=(3, 0)),
-            _basic_conv(192, 192, 3, stride=2),
-        ),
-        nn.MaxPool2d(3, stride=2),
-    ])
+    return Concat(
+        [
+            nn.Sequential(_basic_conv(in_channels, 192, 1), _basic_conv(192, 320, 3, stride=2)),
+            nn.Sequential(
+                _basic_conv(in_channels, 192, 1),
+                _basic_conv(192, 192, (1, 7), padding=(0, 3)),
+                _basic_conv(192, 192, (7, 1), padding=(3, 0)),
+                _basic_conv(192, 192, 3, stride=2),
+            ),
+            nn.MaxPool2d(3, stride=2),
+        ]
+    )
 
 
 def _split_1x3_3x1(channels: int) -> Concat:
     """The parallel 1x3 and 3x1 convolutions that end Inception-E's 3x3 branches (2 x 384 channels)."""
-    return Concat([
-        _basic_conv(channels, 384, (1, 3), padding=(0, 1)),
-        _basic_conv(channels, 384, (3, 1), padding=(1, 0)),
-    ])
+    return Concat(
+        [
+            _basic_conv(channels, 384, (1, 3), padding=(0, 1)),
+            _basic_conv(channels, 384, (3, 1), padding=(1, 0)),
+        ]
+    )
 
 
 def _inception_e(in_channels: int) -> Concat:
     """8x8 block with expanded filter banks: 1x1 | 1x1-split | 1x1-3x3-split | avgpool-1x1; 2048 out."""
-    return Concat([
-        _basic_conv(in_channels, 320, 1),
-        nn.Sequential(_basic_conv(in_channels, 384, 1), _split_1x3_3x1(384)),
-        nn.Sequential(
-            _basic_conv(in_channels, 448, 1),
-            _basic_conv(448, 384, 3, padding=1),
-            _split_1x3_3x1(384),
-        ),
-        _avg_pool_branch(in_channels, 192),
-    ])
+    return Concat(
+        [
+            _basic_conv(in_channels, 320, 1),
+            nn.Sequential(_basic_conv(in_channels, 384, 1), _split_1x3_3x1(384)),
+            nn.Sequential(
+                _basic_conv(in_channels, 448, 1),
+                _basic_conv(448, 384, 3, padding=1),
+                _split_1x3_3x1(384),
+            ),
+            _avg_pool_branch(in_channels, 192),
+        ]
+    )
 
 
 def build_inception_v3(*, num_classes: int = 1000, dropout: float = 0.5) -> nn.Module:
     """Inception-v3 for 3x299x299 images, without the auxiliary classifier."""
-    features = nn.Sequential(OrderedDict(
-        conv1a=_basic_conv(3, 32, 3, stride=2),
-        conv2a=_basic_conv(32, 32, 3),
-        conv2b=_basic_conv(32, 64, 3, padding=1),
-        maxpool1=nn.MaxPool2d(3, stride=2),
-        conv3b=_basic_conv(64, 80, 1),
-        conv4a=_basic_conv(80, 192, 3),
-        maxpool2=nn.MaxPool2d(3, stride=2),
-        mixed5b=_inception_a(192, 32),
-        mixed5c=_inception_a(256, 64),
-        mixed5d=_inception_a(288, 64),
-        mixed6a=_inception_b(288),
-        mixed6b=_inception_c(768, 128),
-        mixed6c=_inception_c(768, 160),
-        mixed6d=_inception_c(768, 160),
-        mixed6e=_inception_c(768, 192),
-        mixed7a=_inception_d(768),
-        mixed7b=_inception_e(1280),
-        mixed7c=_inception_e(2048),
-        avgpool=nn.AdaptiveAvgPool2d(1),
-    ))
+    features = nn.Sequential(
+        OrderedDict(
+            conv1a=_basic_conv(3, 32, 3, stride=2),
+            conv2a=_basic_conv(32, 32, 3),
+            conv2b=_basic_conv(32, 64, 3, padding=1),
+            maxpool1=nn.MaxPool2d(3, stride=2),
+            conv3b=_basic_conv(64, 80, 1),
+            conv4a=_basic_conv(80, 192, 3),
+            maxpool2=nn.MaxPool2d(3, stride=2),
+            mixed5b=_inception_a(192, 32),
+            mixed5c=_inception_a(256, 64),
+            mixed5d=_inception_a(288, 64),
+            mixed6a=_inception_b(288),
+            mixed6b=_inception_c(768, 128),
+            mixed6c=_inception_c(768, 160),
+            mixed6d=_inception_c(768, 160),
+            mixed6e=_inception_c(768, 192),
+            mixed7a=_inception_d(768),
+            mixed7b=_inception_e(1280),
+            mixed7c=_inception_e(2048),
+            avgpool=nn.AdaptiveAvgPool2d(1),
+        )
+    )
     return ImageClassifier(features, nn.Sequential(nn.Dropout(dropout), nn.Linear(2048, num_classes)))
 
 
-def inception_v3_inputs(
-    batch_size: int, *, num_classes: int = 1000, dropout: float = 0.5
-) -> tuple[Tensor, Tensor]:
+def inception_v3_inputs(batch_size: int, *, num_classes: int = 1000, dropout: float = 0.5) -> tuple[Tensor, Tensor]:
     """RGB ``3 x 299 x 299`` images and their labels."""
     del num_classes, dropout  # the inputs do not depend on them
     return image_batch(batch_size, 3, _INCEPTION_IMAGE_SIZE)

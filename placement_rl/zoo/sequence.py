@@ -178,9 +178,7 @@ class Transformer(nn.Module):
         self.source_embedding = nn.Embedding(vocab_size, hidden)
         self.target_embedding = nn.Embedding(vocab_size, hidden)
         self.register_buffer("positions", _sinusoidal_positions(seq_len, hidden), persistent=False)
-        self.register_buffer(
-            "causal_mask", torch.full((seq_len, seq_len), float("-inf")).triu(1), persistent=False
-        )
+        self.register_buffer("causal_mask", torch.full((seq_len, seq_len), float("-inf")).triu(1), persistent=False)
         self.dropout = nn.Dropout(0.1)
         self.encoder = nn.ModuleList(
             TransformerLayer(hidden, heads, 4 * hidden, activation=nn.ReLU) for _ in range(num_layers)
@@ -229,8 +227,7 @@ class BertForMaskedLM(nn.Module):
         self.embedding_norm = nn.LayerNorm(hidden, eps=1e-12)
         self.dropout = nn.Dropout(0.1)
         self.layers = nn.ModuleList(
-            TransformerLayer(hidden, heads, 4 * hidden, activation=nn.GELU, eps=1e-12)
-            for _ in range(num_layers)
+            TransformerLayer(hidden, heads, 4 * hidden, activation=nn.GELU, eps=1e-12) for _ in range(num_layers)
         )
         self.head_transform = nn.Linear(hidden, hidden)
         self.head_activation = nn.GELU()

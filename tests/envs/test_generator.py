@@ -114,8 +114,10 @@ def test_held_out_models() -> None:
 
 
 def test_random_generator_in_env_uses_the_split() -> None:
-    config = {"generator": {"kind": "random", "models": list(SMALL_MODELS), "topology_split": "test",
-                            "batch_size": 32}, "max_groups": 8}  # fmt: skip
+    config = {
+        "generator": {"kind": "random", "models": list(SMALL_MODELS), "topology_split": "test", "batch_size": 32},
+        "max_groups": 8,
+    }
     env = gym.make("placement_rl/Sharding-v0", config=config)
     for seed in range(3):
         _, info = env.reset(seed=seed)
@@ -131,8 +133,11 @@ def test_unknown_kind_names_the_valid_ones() -> None:
 
 
 def test_unknown_keys_name_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"generator 'fixed': unknown key\(s\) \['seed'\]; expected some of "
-                                         r"\['batch_size', 'model', 'topology'\]"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"generator 'fixed': unknown key\(s\) \['seed'\]; expected some of "
+        r"\['batch_size', 'model', 'topology'\]",
+    ):
         make_generator({"kind": "fixed", "model": "lenet", "seed": 3})
     with pytest.raises(ValueError, match=r"generator 'random': unknown key\(s\) \['topology'\]") as err:
         make_generator({"kind": "random", "topology": "trinity"})

@@ -32,8 +32,16 @@ def sims(zoo_graph) -> tuple[SimResult, SimResult]:  # type: ignore[no-untyped-d
     return dp, single
 
 
-def mdpe_by_hand(final: SimResult, baseline: SimResult, alpha: float = 0.5, beta: float = 0.3, gamma: float = 0.2,
-                 c_hat_gb: float = 8.0, m_hat_gib: float = 8.0, penalty: float = 10.0) -> float:  # fmt: skip
+def mdpe_by_hand(
+    final: SimResult,
+    baseline: SimResult,
+    alpha: float = 0.5,
+    beta: float = 0.3,
+    gamma: float = 0.2,
+    c_hat_gb: float = 8.0,
+    m_hat_gib: float = 8.0,
+    penalty: float = 10.0,
+) -> float:
     """Trinity eq. 8 as the reward module's docstring states it, written out independently."""
     f = final.makespan_s / baseline.makespan_s
     peak, cap = final.peak_memory_bytes.astype(float), final.memory_capacity_bytes.astype(float)
@@ -44,8 +52,9 @@ def mdpe_by_hand(final: SimResult, baseline: SimResult, alpha: float = 0.5, beta
     return -math.log(alpha * f + beta * q_comm + gamma * q_mem)
 
 
-def outcome(final: SimResult | None, baseline: SimResult, previous: float = 2.0, partial: float = 1.5,
-            base_partial: float = 4.0) -> Outcome:  # fmt: skip
+def outcome(
+    final: SimResult | None, baseline: SimResult, previous: float = 2.0, partial: float = 1.5, base_partial: float = 4.0
+) -> Outcome:
     return Outcome(previous, partial, base_partial, final, baseline)
 
 
@@ -154,8 +163,11 @@ def test_speedup_in_env(env_id: str, extra: dict[str, Any], oom: bool, oom_gener
 
 
 @pytest.mark.parametrize("oom", [False, True], ids=["fits", "oom"])
-@pytest.mark.parametrize(("env_id", "extra"), [*CASES, ("placement_rl/Placement-v0", {"mode": "one_shot"})],
-                         ids=["device", "tag", "sharding", "one_shot"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("env_id", "extra"),
+    [*CASES, ("placement_rl/Placement-v0", {"mode": "one_shot"})],
+    ids=["device", "tag", "sharding", "one_shot"],
+)
 def test_mdpe_in_env(env_id: str, extra: dict[str, Any], oom: bool, oom_generator: dict[str, Any]) -> None:
     env = make(env_id, "mdpe", oom_generator if oom else None, **extra)
     rewards, _, info = run(env, seed=1)
@@ -169,8 +181,9 @@ def test_mdpe_in_env(env_id: str, extra: dict[str, Any], oom: bool, oom_generato
 
 @pytest.mark.parametrize("oom", [False, True], ids=["fits", "oom"])
 @pytest.mark.parametrize(("env_id", "extra"), CASES, ids=["device", "tag", "sharding"])
-def test_dense_rewards_sum_to_the_partial_drop(env_id: str, extra: dict[str, Any], oom: bool,
-                                               oom_generator: dict[str, Any]) -> None:  # fmt: skip
+def test_dense_rewards_sum_to_the_partial_drop(
+    env_id: str, extra: dict[str, Any], oom: bool, oom_generator: dict[str, Any]
+) -> None:
     env = make(env_id, "dense", oom_generator if oom else None, **extra)
     for seed in range(2):
         rewards, first, info = run(env, seed)
@@ -236,5 +249,6 @@ def test_env_config_reward_errors() -> None:
         gym.make("placement_rl/Placement-v0", config={"generator": SMALL, "reward": "fast"})
     dense_error = r"reward 'dense': unknown option\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
     with pytest.raises(ValueError, match=dense_error):
-        gym.make("placement_rl/Sharding-v0",
-                 config={"generator": SMALL, "reward": "dense", "reward_options": {"alpha": 1}})  # fmt: skip
+        gym.make(
+            "placement_rl/Sharding-v0", config={"generator": SMALL, "reward": "dense", "reward_options": {"alpha": 1}}
+        )

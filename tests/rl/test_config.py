@@ -25,10 +25,22 @@ def test_shipped_configs_parse() -> None:
     assert cfg.env["mode"] == "one_shot" and cfg.env["reward"] == "mdpe"
     assert (cfg.model.c, cfg.model.temperature, cfg.model.dropout) == (5.0, 10.0, 0.3)
     assert cfg.ppo.grad_clip == 1.0 and cfg.model.logit_noise == 0.1 and cfg.model.noise_steps == 500
-    assert dict(cfg.env["reward_options"]) == {"alpha": 0.5, "beta": 0.3, "gamma": 0.2, "c_hat_gb": 8.0, "m_hat_gib": 8.0}
+    assert dict(cfg.env["reward_options"]) == {
+        "alpha": 0.5,
+        "beta": 0.3,
+        "gamma": 0.2,
+        "c_hat_gb": 8.0,
+        "m_hat_gib": 8.0,
+    }
     sweep = load_sweep_config(ROOT / "tune_configs" / "trinity_sweep.yaml")
-    assert set(sweep.search) == {"ppo.lr", "ppo.clip_param", "ppo.entropy_coeff", "env.one_shot_groups",
-                                 "env.reward_options.alpha", "env.reward_options.beta"}  # fmt: skip
+    assert set(sweep.search) == {
+        "ppo.lr",
+        "ppo.clip_param",
+        "ppo.entropy_coeff",
+        "env.one_shot_groups",
+        "env.reward_options.alpha",
+        "env.reward_options.beta",
+    }
     assert sweep.base.run.iterations == 15  # the override applied to the base file
 
 
@@ -69,15 +81,23 @@ def test_cli_reports_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("sweep", "message"),
     [
-        ({"base": "base.yaml", "search": {"ppo.momentum": {"choice": [1]}}}, r"unknown key 'ppo.momentum'; searchable keys"),
+        (
+            {"base": "base.yaml", "search": {"ppo.momentum": {"choice": [1]}}},
+            r"unknown key 'ppo.momentum'; searchable keys",
+        ),
         ({"base": "base.yaml", "search": {"ppo.lr": {"normal": [0, 1]}}}, r"unknown kind 'normal'; expected one of"),
         ({"base": "base.yaml", "search": {"ppo.lr": {"uniform": [0.1]}}}, r"expected \[low, high\]"),
         ({"base": "base.yaml", "search": {}}, r"search: expected a non-empty mapping"),
         ({"search": {"ppo.lr": {"choice": [0.1]}}}, r"missing 'base'"),
         ({"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "trials": 3}, r"unknown key\(s\) \['trials'\]"),
-        ({"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "mode": "best"}, r"mode = 'best'; expected 'max' or 'min'"),
-        ({"base": "base.yaml", "overrides": {"ppo": {"lr": -1}}, "search": {"ppo.clip_param": {"choice": [0.1]}}},
-         r"ppo.lr = -1; expected > 0"),
+        (
+            {"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "mode": "best"},
+            r"mode = 'best'; expected 'max' or 'min'",
+        ),
+        (
+            {"base": "base.yaml", "overrides": {"ppo": {"lr": -1}}, "search": {"ppo.clip_param": {"choice": [0.1]}}},
+            r"ppo.lr = -1; expected > 0",
+        ),
     ],
 )
 def test_sweep_config_errors(tmp_path: Path, sweep: dict, message: str) -> None:

@@ -35,14 +35,32 @@ def ray_head() -> Iterator[str]:
     if shutil.which("ray") is None:
         pytest.fail("the `ray` command is not on PATH; install the project with its dependencies")
     temp_dir = tempfile.mkdtemp(prefix="prl")  # short: Ray's unix socket paths have a length limit
-    names = ("port", "dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port",
-             "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port", "node-manager-port",
-             "object-manager-port")  # fmt: skip
+    names = (
+        "port",
+        "dashboard-port",
+        "ray-client-server-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "runtime-env-agent-port",
+        "metrics-export-port",
+        "node-manager-port",
+        "object-manager-port",
+    )
     ports = {name: _free_port() for name in names}
     first_worker = _free_port()
-    cmd = ["ray", "start", "--head", "--block", "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-           f"--temp-dir={temp_dir}", f"--min-worker-port={first_worker}", f"--max-worker-port={first_worker + 200}",
-           *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip
+    cmd = [
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus=2",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp_dir}",
+        f"--min-worker-port={first_worker}",
+        f"--max-worker-port={first_worker + 200}",
+        *(f"--{k}={v}" for k, v in ports.items()),
+    ]
     log = open(Path(temp_dir) / "head.log", "w")
     head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     address = f"http://127.0.0.1:{ports['dashboard-port']}"
@@ -57,7 +75,9 @@ def ray_head() -> Iterator[str]:
                 break
             except OSError:
                 if head.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Ray head did not start: {(Path(temp_dir) / 'head.log').read_text()[-2000:]}") from None
+                    raise RuntimeError(
+                        f"Ray head did not start: {(Path(temp_dir) / 'head.log').read_text()[-2000:]}"
+                    ) from None
                 time.sleep(1)
         yield address
     finally:
@@ -77,10 +97,27 @@ def test_ray_job_submit_trains(ray_head: str, tiny_yaml: Path, tmp_path: Path) -
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(
-        ["ray", "job", "submit", "--address", ray_head, "--working-dir", ".", "--",
-         "placement-rl", "train", str(config), "--iterations", "2"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            ray_head,
+            "--working-dir",
+            ".",
+            "--",
+            "placement-rl",
+            "train",
+            str(config),
+            "--iterations",
+            "2",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert "succeeded" in output

@@ -73,8 +73,18 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
 
 
 def test_evaluate_command(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["evaluate", "--checkpoint", str(tiny_run / "checkpoint_final"), "--topologies", "trinity",
-                 "--mcmc-budget", "300", "--json"])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_run / "checkpoint_final"),
+            "--topologies",
+            "trinity",
+            "--mcmc-budget",
+            "300",
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in out["rows"]}
@@ -86,15 +96,40 @@ def test_evaluate_command(tiny_run: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_evaluate_rejects_too_many_devices(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["evaluate", "--checkpoint", str(tiny_run / "checkpoint_final"), "--topologies", "tag-testbed",
-                 "--mcmc-budget", "none"])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(tiny_run / "checkpoint_final"),
+            "--topologies",
+            "tag-testbed",
+            "--mcmc-budget",
+            "none",
+        ]
+    )
     assert code == 2
     assert "16 devices; the env config allows at most 4" in capsys.readouterr().err
 
 
 def test_plan_includes_the_policy(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["plan", "--model", "lenet", "--batch-size", "32", "--topology", "trinity", "--methods", "dp,policy",
-                 "--checkpoint", str(tiny_run / "checkpoint_final"), "--out-dir", str(tmp_path), "--json"])  # fmt: skip
+    code = main(
+        [
+            "plan",
+            "--model",
+            "lenet",
+            "--batch-size",
+            "32",
+            "--topology",
+            "trinity",
+            "--methods",
+            "dp,policy",
+            "--checkpoint",
+            str(tiny_run / "checkpoint_final"),
+            "--out-dir",
+            str(tmp_path),
+            "--json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["method"]: r for r in out["methods"]}

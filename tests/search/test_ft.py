@@ -117,8 +117,24 @@ def test_modes(zoo_graph) -> None:  # type: ignore[no-untyped-def]
 
 def test_cli_frontier_and_profiling(zoo_graph, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "ft"
-    assert main(["frontier", "--model", "lenet", "--topology", "tensoropt", "--devices", "4", "--mcmc-budget", "none",
-                 "--out-dir", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "frontier",
+                "--model",
+                "lenet",
+                "--topology",
+                "tensoropt",
+                "--devices",
+                "4",
+                "--mcmc-budget",
+                "none",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "FT-ldp frontier for lenet" in text and "mini-time under" in text
     doc = json.loads((out / "frontier.json").read_text())
@@ -127,8 +143,25 @@ def test_cli_frontier_and_profiling(zoo_graph, tmp_path: Path, capsys: pytest.Ca
     assert set(doc["baselines"]) == {"data parallel", "expert"}
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "mini_time_plan.json").read_text())["format"] == "placement_rl.plan"
-    assert main(["frontier", "--model", "lenet", "--topology", "tensoropt", "--mode", "profiling", "--device-counts", "1,2",
-                 "--out-dir", str(out), "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "frontier",
+                "--model",
+                "lenet",
+                "--topology",
+                "tensoropt",
+                "--mode",
+                "profiling",
+                "--device-counts",
+                "1,2",
+                "--out-dir",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert [r["devices"] for r in doc["rows"]] == [1, 2] and all(r["time_s"] > 0 for r in doc["rows"])
     assert (out / "profiling.png").exists()

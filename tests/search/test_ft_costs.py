@@ -30,17 +30,28 @@ def _star(n: int = 4) -> DeviceTopology:
 
 def _linear(name: str, param_bytes: int = 0, key: str | None = None, batch: int = 8, width: int = 16) -> Op:
     return Op(
-        name, "linear", ((batch, width),), forward_flops=4e9, backward_flops=8e9, param_bytes=param_bytes,
-        param_key=key or (name if param_bytes else None), bytes_written=batch * width * 4,
+        name,
+        "linear",
+        ((batch, width),),
+        forward_flops=4e9,
+        backward_flops=8e9,
+        param_bytes=param_bytes,
+        param_key=key or (name if param_bytes else None),
+        bytes_written=batch * width * 4,
         parallel_dims=(ParallelDim("sample", "sample", 0, batch), ParallelDim("channel", "parameter", 1, width)),
-    )  # fmt: skip
+    )
 
 
 def _relu(name: str, batch: int = 8, width: int = 16) -> Op:
     return Op(
-        name, "relu", ((batch, width),), forward_flops=1e6, backward_flops=1e6, bytes_written=batch * width * 4,
+        name,
+        "relu",
+        ((batch, width),),
+        forward_flops=1e6,
+        backward_flops=1e6,
+        bytes_written=batch * width * 4,
         parallel_dims=(ParallelDim("sample", "sample", 0, batch), ParallelDim("channel", "attribute", 1, width)),
-    )  # fmt: skip
+    )
 
 
 def _input(name: str, batch: int = 8, width: int = 16) -> Op:
@@ -203,7 +214,6 @@ def test_data_parallel_to_replicated_costs_an_all_gather() -> None:
     assert cg_input.edge_time_s[0][dp_in, _index(configs_input[1], {"channel": 4}), 0] == pytest.approx(all_gather_s)
 
 
-
 def test_point_to_point_rescheduling_prices_the_simulators_direct_transfers() -> None:
     num_bytes = 4 * 2**20
     ops = [_linear("a", 64), _linear("b", 64)]
@@ -217,10 +227,18 @@ def test_point_to_point_rescheduling_prices_the_simulators_direct_transfers() ->
     with pytest.raises(ValueError, match="rescheduling 'nccl'"):
         build_cost_graph(graph, _star(4), rescheduling="nccl")
 
+
 def test_parallel_tensors_merge_option_wise() -> None:
     # An LSTM-like cell with two outputs (h, c) both read by the next one: one merged edge.
-    cell = Op("a", "lstm_cell", ((8, 16), (8, 16)), forward_flops=1e6, param_bytes=64, param_key="a",
-              parallel_dims=_linear("a").parallel_dims)  # fmt: skip
+    cell = Op(
+        "a",
+        "lstm_cell",
+        ((8, 16), (8, 16)),
+        forward_flops=1e6,
+        param_bytes=64,
+        param_key="a",
+        parallel_dims=_linear("a").parallel_dims,
+    )
     ops = [cell, _linear("b", 64)]
     one = build_cost_graph(OpGraph("one", ops, [Tensor("a", "b", (8, 16), 1000)]), _star(4), cost_model=EXACT)[0]
     both = [Tensor("a", "b", (8, 16), 1000), Tensor("a", "b", (8, 16), 1000, src_output=1)]

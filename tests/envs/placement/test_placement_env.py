@@ -41,25 +41,31 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         assert f"'{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize(("key", "value", "expected"), [
-    ("mode", "batch", r"mode = 'batch'; expected one of \['sequential', 'one_shot'\]"),
-    ("action_space", "machine", r"action_space = 'machine'; expected one of \['device', 'tag'\]"),
-    ("max_groups", 0, r"max_groups = 0; expected a positive integer"),
-    ("max_devices", True, r"max_devices = True; expected a positive integer"),
-    ("max_nodes", -2, r"max_nodes = -2; expected a positive integer or null"),
-    ("one_shot_groups", 0, r"one_shot_groups = 0; expected a positive integer"),
-    ("one_shot_ops", 0, r"one_shot_ops = 0; expected a positive integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("mode", "batch", r"mode = 'batch'; expected one of \['sequential', 'one_shot'\]"),
+        ("action_space", "machine", r"action_space = 'machine'; expected one of \['device', 'tag'\]"),
+        ("max_groups", 0, r"max_groups = 0; expected a positive integer"),
+        ("max_devices", True, r"max_devices = True; expected a positive integer"),
+        ("max_nodes", -2, r"max_nodes = -2; expected a positive integer or null"),
+        ("one_shot_groups", 0, r"one_shot_groups = 0; expected a positive integer"),
+        ("one_shot_ops", 0, r"one_shot_ops = 0; expected a positive integer"),
+    ],
+)
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
     with pytest.raises(ValueError, match=f"PlacementConfig: {expected}"):
         make(**{key: value})
 
 
-@pytest.mark.parametrize(("overrides", "what"), [
-    ({"max_nodes": 4}, "op groups"),
-    ({"max_edges": 3}, "edges"),
-    ({"max_devices": 2}, "devices"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("overrides", "what"),
+    [
+        ({"max_nodes": 4}, "op groups"),
+        ({"max_edges": 3}, "edges"),
+        ({"max_devices": 2}, "devices"),
+    ],
+)
 def test_instance_over_the_maxima(overrides: dict[str, Any], what: str) -> None:
     fits = make().unwrapped
     fits.reset(seed=0)

@@ -143,12 +143,15 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         assert f"'{key}'" in str(err.value)
 
 
-@pytest.mark.parametrize(("key", "value", "expected"), [
-    ("max_configs", 0, r"max_configs = 0; expected a positive integer"),
-    ("max_configs", 2.5, r"max_configs = 2.5; expected a positive integer"),
-    ("max_partitions", 0, r"max_partitions = 0; expected a positive integer or null"),
-    ("max_groups", -1, r"max_groups = -1; expected a positive integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("max_configs", 0, r"max_configs = 0; expected a positive integer"),
+        ("max_configs", 2.5, r"max_configs = 2.5; expected a positive integer"),
+        ("max_partitions", 0, r"max_partitions = 0; expected a positive integer or null"),
+        ("max_groups", -1, r"max_groups = -1; expected a positive integer"),
+    ],
+)
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
     with pytest.raises(ValueError, match=f"ShardingConfig: {expected}"):
         make(**{key: value})
