@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from placement_rl import zoo
-from placement_rl.coarsen import coarsen
+from placement_rl.graph.coarsen import coarsen
 
 
 def _time(fn: Callable[[], object], repeats: int) -> tuple[float, float]:

@@ -95,7 +95,7 @@ def estimate_table(models: list[str], max_configs: int | None, tolerance: float)
     from placement_rl import simulate, zoo
     from placement_rl.plan import data_parallel
     from placement_rl.search.ft import device_memory_bytes, run_ft, simulated_best
-    from placement_rl.search.ft_costs import build_cost_graph
+    from placement_rl.search.ft.costs import build_cost_graph
     from placement_rl.topology import load_preset
 
     topology = load_preset("tensoropt")

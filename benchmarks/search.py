@@ -25,7 +25,7 @@ from placement_rl import zoo  # noqa: E402
 from placement_rl.plan import data_parallel, expert  # noqa: E402
 from placement_rl.search import mcmc  # noqa: E402
 from placement_rl.search.mcmc import EXTENDED_CANDIDATES  # noqa: E402
-from placement_rl.simulator import simulate  # noqa: E402
+from placement_rl.sim.simulator import simulate  # noqa: E402
 from placement_rl.topology import load_preset  # noqa: E402
 
 MODELS = ("alexnet", "resnet101", "inception_v3", "rnntc", "rnnlm", "gnmt")

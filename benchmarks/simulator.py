@@ -29,9 +29,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from placement_rl import zoo  # noqa: E402
-from placement_rl.coarsen import coarsen  # noqa: E402
+from placement_rl.graph.coarsen import coarsen  # noqa: E402
 from placement_rl.plan import OpConfig, Plan, data_parallel  # noqa: E402
-from placement_rl.simulator import SimContext  # noqa: E402
+from placement_rl.sim.simulator import SimContext  # noqa: E402
 from placement_rl.topology import load_preset  # noqa: E402
 
 

@@ -8,8 +8,8 @@
 Importing this package registers both ids with Gymnasium (:mod:`.registry`).
 """
 
-from .base import EnvConfig, PlanEnv
 from .agents import GreedyAgent, RandomAgent, run_episode
+from .base import EnvConfig, PlanEnv
 from .generator import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
 from .placement import PlacementConfig, PlacementEnv
 from .registry import ENV_IDS, register_envs, register_rllib_envs

@@ -4,7 +4,7 @@ simulation, the observation and the end of an episode.
 The envs are thin: every figure comes from the shared simulator. Per episode:
 
 * the partial plan lives on the instance's op-group graph and is simulated after every step by
-  :class:`~placement_rl.search.delta.DeltaSimulator` (one group changes per step, so only its
+  :class:`~placement_rl.sim.delta.DeltaSimulator` (one group changes per step, so only its
   tasks are rebuilt): its makespan and per-group times feed the observation and the dense reward;
 * the final plan is expanded to the model's original ops and simulated by
   :func:`placement_rl.simulate`; that ``SimResult`` is the episode's outcome (``info``), so the
@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.plan import OpConfig, Plan, data_parallel
-from placement_rl.search.delta import DeltaSimulator
-from placement_rl.sim_result import SimResult
-from placement_rl.simulator import DEFAULT_COST_MODEL, SimContext
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.delta import DeltaSimulator
+from placement_rl.sim.result import SimResult
+from placement_rl.sim.simulator import DEFAULT_COST_MODEL, SimContext
 
 from .generator import Instance, InstanceGenerator, make_generator
 from .observation import COL_CURRENT, COL_DECIDED, COL_FINISH, COL_IDLE, GIB, Layout, static_arrays
@@ -47,7 +47,7 @@ class EnvConfig:
         max_nodes: node rows of the observation (default: ``max_groups``).
         max_edges: edge columns of the observation (default: ``8 * max_nodes``).
         max_devices: device rows of the observation (random topologies have at most 48 GPUs).
-        cost_model: the simulator's cost model (default: :data:`placement_rl.simulator.DEFAULT_COST_MODEL`).
+        cost_model: the simulator's cost model (default: :data:`placement_rl.sim.simulator.DEFAULT_COST_MODEL`).
         node2vec_dim: if positive, the observation gets ``node_structure``: a Node2vec embedding
             of each group in the group graph (Trinity's structure feature), computed once per instance.
     """

@@ -23,9 +23,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from placement_rl import zoo
-from placement_rl.coarsen import coarsen
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
+from placement_rl.graph.coarsen import coarsen
 from placement_rl.topology import (
     TEST_SEEDS,
     TRAIN_SEEDS,

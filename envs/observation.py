@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
+from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
 OP_FAMILIES: tuple[str, ...] = (

@@ -25,8 +25,8 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from placement_rl.errors import UnknownNameError
-from placement_rl.search.delta import oom_cost
-from placement_rl.sim_result import SimResult
+from placement_rl.sim.delta import oom_cost
+from placement_rl.sim.result import SimResult
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
-from placement_rl.simulator import simulate
+from placement_rl.sim import simulate
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """Measure the forward and backward time of every op of zoo models: build a :class:`ProfileTable`.
 
-What is measured: for each zoo model, every op that the importer (:mod:`placement_rl.importer`) puts in
+What is measured: for each zoo model, every op that the importer (:mod:`placement_rl.graph.importer`) puts in
 the model's :class:`~placement_rl.graph.OpGraph` and that does work, i.e. every op except inputs,
 constants and views (``view``, ``reshape``, ``flatten``, ...). That covers the leaf ``torch.nn`` layers
 (convolution, linear, normalization, pooling, LSTM cells, embedding, activations, dropout, losses ...),
@@ -62,9 +62,10 @@ from torch import fx, nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from placement_rl import zoo
-from placement_rl.cost import ProfileEntry, ProfileTable
 from placement_rl.graph import Shape
-from placement_rl.importer import VIEW_OPS, op_type_of
+from placement_rl.graph.importer import VIEW_OPS, op_type_of
+from placement_rl.progress import Progress
+from placement_rl.sim.cost import ProfileEntry, ProfileTable
 
 #: Untimed runs of forward and of forward + backward before the timed repeats of each op.
 WARMUP_RUNS = 2
@@ -136,7 +137,7 @@ def profile_models(
 
     # Validate every model's arguments before measuring anything.
     plans = [_plan(name, batch_size, batch_splits, options.get(name, {})) for name in models]
-    bar = _progress_bar(progress)  # its total grows as each model is traced
+    bar = Progress(0, "profiling", "node", enabled=progress, leave=False)  # its total grows per model
     measured: dict[OpKey, ProfileEntry] = {}
     try:
         for p in plans:
@@ -145,21 +146,16 @@ def profile_models(
             module.train()
             gm = fx.symbolic_trace(module)
             nodes_per_pass = sum(1 for n in gm.graph.nodes if n.op != "output")
-            if bar is not None:
-                bar.total += len(p.batch_sizes) * nodes_per_pass
-                bar.refresh()
+            bar.grow(len(p.batch_sizes) * nodes_per_pass)
             for batch in p.batch_sizes:
-                if bar is not None:
-                    bar.set_description(f"{p.name} batch {batch}")
+                bar.describe(f"{p.name} batch {batch}")
                 inputs = _random_inputs(gm, p.model.example_inputs(batch, **p.options), torch_device)
                 runner = _ProfilingInterpreter(gm, measured, torch_device, repeats, max_ops_per_model, bar)
                 runner.profile(inputs)
-                if bar is not None:
-                    bar.update(nodes_per_pass - runner.nodes_run)
+                bar.advance(nodes_per_pass - runner.nodes_run)
             del module, gm
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     entries = {(label, op_type, shape, param_bytes): e for (op_type, shape, param_bytes), e in measured.items()}
     return ProfileTable(entries, _describe_hardware(torch_device, label))
 
@@ -222,15 +218,6 @@ def _describe_hardware(device: torch.device, label: str) -> str:
         return f"{label}: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
     cpu = platform.processor() or platform.machine()
     return f"{label}: {cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
-
-
-def _progress_bar(enabled: bool) -> Any:
-    """A ``tqdm`` bar over graph nodes (``None`` when disabled); its total is set per model."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=0, unit="node", desc="profiling", leave=False)
 
 
 def _random_inputs(gm: fx.GraphModule, examples: Sequence[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
@@ -349,7 +336,7 @@ class _ProfilingInterpreter(fx.Interpreter):
         device: torch.device,
         repeats: int,
         max_ops: int | None,
-        bar: Any,
+        bar: Progress,
     ) -> None:
         super().__init__(gm)
         self.measured = measured
@@ -381,11 +368,8 @@ class _ProfilingInterpreter(fx.Interpreter):
             self.ops_seen += 1
             if key not in self.measured:
                 self.measured[key] = self._measure(n)
-                if self.bar is not None:
-                    self.bar.set_postfix(entries=len(self.measured), refresh=False)
         self.nodes_run += 1
-        if self.bar is not None:
-            self.bar.update(1)
+        self.bar.advance(1, entries=len(self.measured))
         return _detach(result)
 
     def _measure(self, n: fx.Node) -> ProfileEntry:

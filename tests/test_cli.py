@@ -12,9 +12,9 @@ import pytest
 from placement_rl import zoo
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
-from placement_rl.cost import CostModel, ProfileTable
 from placement_rl.plan import Plan, data_parallel, single_device
-from placement_rl.simulator import simulate
+from placement_rl.sim.cost import CostModel, ProfileTable
+from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, load_preset, preset_names
 
 

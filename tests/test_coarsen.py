@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placement_rl.coarsen import coarsen
 from placement_rl.graph import OpGraph
+from placement_rl.graph.coarsen import coarsen
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from placement_rl.cost import CommTable, CostModel, ProfileEntry, ProfileTable
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, OpGraph, Tensor
 from placement_rl.plan import OpConfig, Plan
-from placement_rl.simulator import simulate
+from placement_rl.sim.cost import CommTable, CostModel, ProfileEntry, ProfileTable
+from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link
 
 

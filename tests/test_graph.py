@@ -133,7 +133,7 @@ def test_core_imports_neither_ray_nor_rllib() -> None:
     import sys
 
     code = (
-        "import sys, placement_rl, placement_rl.search, placement_rl.coarsen, placement_rl.plan, placement_rl.zoo;"
+        "import sys, placement_rl, placement_rl.search, placement_rl.graph.coarsen, placement_rl.plan, placement_rl.zoo;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'rllib')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout

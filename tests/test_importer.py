@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from placement_rl.importer import from_torch
+from placement_rl.graph.importer import from_torch
 
 
 def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

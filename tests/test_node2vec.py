@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from placement_rl.policies import node2vec
 from placement_rl.policies.node2vec import node2vec_embedding, node2vec_walks
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from placement_rl import plan as plans
-from placement_rl.coarsen import coarsen
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
+from placement_rl.graph.coarsen import coarsen
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.topology import load_preset
 

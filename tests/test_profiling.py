@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from placement_rl import zoo
-from placement_rl.cost import ProfileTable
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Op
 from placement_rl.profiling import profile_models
+from placement_rl.sim.cost import ProfileTable
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from placement_rl.coarsen import coarsen
+from placement_rl.graph.coarsen import coarsen
 from placement_rl.plan import Plan, data_parallel
-from placement_rl.search import Budget, DeltaSimulator, SearchSpace, exhaustive, mcmc
+from placement_rl.search import Budget, SearchSpace, exhaustive, mcmc
 from placement_rl.search.mcmc import plan_cost, run_chain
-from placement_rl.simulator import SimContext, simulate
+from placement_rl.sim import DeltaSimulator
+from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import load_preset
 
 

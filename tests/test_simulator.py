@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import OpConfig, Plan, data_parallel, expert, single_device
-from placement_rl.simulator import simulate
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
 
 TFLOPS = 1e12

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placement_rl import trace
-from placement_rl.sim_result import TASK_KINDS, SimResult, TaskTable
+from placement_rl.sim import trace
+from placement_rl.sim.result import TASK_KINDS, SimResult, TaskTable
 
 GIB = 1 << 30
 DEVICES = ("m0/gpu0", "m0/gpu1")
@@ -201,7 +201,7 @@ def test_write_chrome_trace_writes_a_loadable_file(tmp_path: Path) -> None:
 
 def test_importing_trace_pulls_in_neither_matplotlib_nor_ray_nor_torch() -> None:
     code = (
-        "import sys, placement_rl.trace; "
+        "import sys, placement_rl.sim.trace; "
         "bad = [m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules]; "
         "assert not bad, bad"
     )

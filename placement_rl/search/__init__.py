@@ -5,13 +5,12 @@
   small instances (FlexFlow sec. 8.3).
 * :class:`SearchSpace`: the SOAP configuration sets both search over.
 * :mod:`placement_rl.search.ft`: TensorOpt's Frontier-Tracking (the memory vs time cost frontier),
-  built on :mod:`placement_rl.search.ft_costs` (configurations and additive costs) and
-  :mod:`placement_rl.search.frontier` (frontier algebra, eliminations, Linear DP).
+  built on :mod:`placement_rl.search.ft.costs` (configurations and additive costs) and
+  :mod:`placement_rl.search.ft.frontier` (frontier algebra, eliminations, Linear DP).
 """
 
-from placement_rl.search.delta import DeltaSimulator
 from placement_rl.search.exhaustive import ExhaustiveResult, exhaustive
 from placement_rl.search.mcmc import Budget, MCMCResult, mcmc
 from placement_rl.search.space import SearchSpace
 
-__all__ = ["Budget", "DeltaSimulator", "ExhaustiveResult", "MCMCResult", "SearchSpace", "exhaustive", "mcmc"]
+__all__ = ["Budget", "ExhaustiveResult", "MCMCResult", "SearchSpace", "exhaustive", "mcmc"]

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
 from placement_rl.plan import OpConfig, Plan, data_parallel
-from placement_rl.search.delta import oom_cost
 from placement_rl.search.space import SearchSpace
-from placement_rl.sim_result import SimResult
-from placement_rl.simulator import SimContext
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.delta import oom_cost
+from placement_rl.sim.result import SimResult
+from placement_rl.sim.simulator import SimContext
 from placement_rl.topology import DeviceTopology
 
 

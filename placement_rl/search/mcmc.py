@@ -12,10 +12,10 @@ memory.
 Initial candidates (FlexFlow): data parallelism, the expert strategy and random strategies. Each
 candidate is searched until its share of the budget (seconds or proposals) is spent, or until no
 improvement was found for half of that share. With ``chains=N`` the candidates are spread over N
-independent chains with their own seeds, run as Ray tasks (:mod:`placement_rl.ray_search`); the best
+independent chains with their own seeds, run as Ray tasks (:mod:`placement_rl.rl.parallel`); the best
 plan wins.
 
-Proposals are evaluated by delta simulation by default (:class:`~placement_rl.search.delta.DeltaSimulator`:
+Proposals are evaluated by delta simulation by default (:class:`~placement_rl.sim.delta.DeltaSimulator`:
 only the changed op's tasks and their neighbourhood are rebuilt and the schedule is resumed from the
 first moment it can differ), which gives exactly the makespan and memory of a full simulation.
 """
@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
 from placement_rl.plan import OpConfig, Plan, data_parallel, expert
-from placement_rl.search.delta import DeltaSimulator, oom_cost
 from placement_rl.search.space import SearchSpace
-from placement_rl.sim_result import SimResult
-from placement_rl.simulator import SimContext
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.delta import DeltaSimulator, oom_cost
+from placement_rl.sim.result import SimResult
+from placement_rl.sim.simulator import SimContext
 from placement_rl.topology import DeviceTopology
 
 INITIAL_CANDIDATES = ("data_parallel", "expert", "random")
@@ -163,7 +163,7 @@ def initial_plan(
 def best_subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str]) -> Plan:
     """The fastest data-parallel plan over one device group: all ``devices``, those of one machine, or
     those of one device type (ties: fewer devices)."""
-    from placement_rl.simulator import simulate
+    from placement_rl.sim.simulator import simulate
 
     groups: dict[tuple[str, ...], None] = {tuple(devices): None}
     for key in ("machine", "device_type"):
@@ -340,7 +340,7 @@ def mcmc(
         )
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     if chains > 1:
-        from placement_rl.ray_search import run_chains
+        from placement_rl.rl.parallel import run_chains
 
         return run_chains(
             graph,
@@ -385,7 +385,7 @@ def finish(
     oom_penalty: float,
 ) -> MCMCResult:
     """Pick the best chain and simulate its plan in full."""
-    from placement_rl.simulator import simulate
+    from placement_rl.sim.simulator import simulate
 
     best = min(outcomes, key=lambda o: o["cost_s"])
     plan = Plan(graph.name, {op.name: cfg for op, cfg in zip(graph.ops, best["configs"])}, name="mcmc")

@@ -97,7 +97,7 @@ def build_module(
 
 def load(name: str, batch_size: int | None = None, **options: Any) -> OpGraph:
     """Import zoo model ``name`` as an :class:`OpGraph` (see :func:`build_module` for arguments)."""
-    from placement_rl.importer import from_torch
+    from placement_rl.graph.importer import from_torch
 
     module, inputs = build_module(name, batch_size, **options)
     model = spec(name)

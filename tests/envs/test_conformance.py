@@ -24,9 +24,9 @@ from gymnasium.utils.env_checker import (
     check_reset_seed_determinism,
 )
 from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
+from placement_rl.envs import ENV_IDS, PlacementConfig, RandomAgent
 
 from placement_rl import simulate
-from placement_rl.envs import ENV_IDS, PlacementConfig, RandomAgent
 from placement_rl.topology import random_topology
 
 GIB = 2**30

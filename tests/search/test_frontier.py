@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from placement_rl.search.frontier import combine, edge_table, frontier_of, node_table
+from placement_rl.search.ft.frontier import combine, edge_table, frontier_of, node_table
 
 
 def random_cost_graph(rng: np.random.Generator, n: int, edges: list[tuple[int, int]], k_max: int = 3, options: int = 3):  # type: ignore[no-untyped-def]

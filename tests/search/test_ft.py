@@ -21,7 +21,7 @@ from placement_rl.search.ft import (
     run_ft,
     simulated_best,
 )
-from placement_rl.search.ft_costs import build_cost_graph
+from placement_rl.search.ft.costs import build_cost_graph
 from placement_rl.topology import load_preset
 
 
@@ -184,7 +184,7 @@ def test_cli_frontier_bad_input(
 
 
 def test_ray_chunks_give_the_serial_frontier(ray_local, zoo_graph) -> None:  # type: ignore[no-untyped-def]
-    from placement_rl.ray_search import RayChunks, ft_frontier
+    from placement_rl.rl.parallel import RayChunks, ft_frontier
 
     graph, topo = zoo_graph("lenet"), load_preset("tensoropt")
     serial = run_ft(graph, topo, 8)

@@ -1,4 +1,4 @@
-"""TensorOpt configurations and additive FT costs (placement_rl.search.ft_costs)."""
+"""TensorOpt configurations and additive FT costs (placement_rl.search.ft.costs)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import Plan, data_parallel
-from placement_rl.search.ft_costs import CostGraph, build_cost_graph, mesh_shapes, op_configs
-from placement_rl.simulator import simulate
+from placement_rl.search.ft.costs import CostGraph, build_cost_graph, mesh_shapes, op_configs
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
 
 # Efficiency 1 and (almost) infinite memory bandwidth: an op of F FLOPs takes F / 1e12 seconds.

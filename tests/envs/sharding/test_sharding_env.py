@@ -8,10 +8,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-
-from placement_rl import simulate
 from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
 from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED
+
+from placement_rl import simulate
 from placement_rl.plan import Plan
 from placement_rl.search.space import SearchSpace
 

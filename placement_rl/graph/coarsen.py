@@ -39,6 +39,7 @@ import numpy as np
 import pymetis
 
 from placement_rl.graph import Op, OpGraph, Tensor
+from placement_rl.graph.ir import topological_order
 
 
 def coarsen(graph: OpGraph, max_groups: int = 60, *, balance_factor: float = 2.0, seed: int = 0) -> OpGraph:
@@ -221,22 +222,10 @@ def _split_to(assignment: list[int], max_groups: int, weights: np.ndarray) -> li
 
 
 def _group_topo_order(groups: dict[int, float], edges: set[tuple[int, int]]) -> list[int]:
-    indeg = {g: 0 for g in groups}
-    succ: dict[int, list[int]] = {g: [] for g in groups}
-    for a, b in edges:
-        succ[a].append(b)
-        indeg[b] += 1
-    ready = sorted(g for g, d in indeg.items() if d == 0)
-    order = []
-    while ready:
-        g = ready.pop(0)
-        order.append(g)
-        for h in sorted(succ[g]):
-            indeg[h] -= 1
-            if indeg[h] == 0:
-                ready.append(h)
-        ready.sort()
-    return order
+    """The group ids in stable topological order (smallest id first among ready groups)."""
+    ids = sorted(groups)
+    position = {g: i for i, g in enumerate(ids)}
+    return [ids[i] for i in topological_order(len(ids), ((position[a], position[b]) for a, b in edges))]
 
 
 def _build_coarse(graph: OpGraph, assignment: list[int], max_groups: int, balance_factor: float, seed: int) -> OpGraph:

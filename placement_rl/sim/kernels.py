@@ -1,7 +1,7 @@
 """Numba kernels of the simulator: task-graph construction and list scheduling.
 
-These are the simulator's inner loops (FlexFlow sec. 5.1-5.2); :mod:`placement_rl.simulator` prepares
-their flat arrays and turns the results into a :class:`~placement_rl.sim_result.SimResult`. Each kernel
+These are the simulator's inner loops (FlexFlow sec. 5.1-5.2); :mod:`placement_rl.sim.simulator` prepares
+their flat arrays and turns the results into a :class:`~placement_rl.sim.result.SimResult`. Each kernel
 is deterministic and allocation-light; ``cache=True`` keeps compiled code between processes.
 """
 

@@ -2,7 +2,7 @@
 
 TensorOpt (seed 000, sec. 4) tracks, instead of one best strategy, the *cost frontier*: the
 Pareto-minimal set of (memory, time) pairs over all strategies (Def. 1). This module implements
-the algorithm on an abstract cost graph (:class:`placement_rl.search.ft_costs.CostGraph`: ``K_v``
+the algorithm on an abstract cost graph (:class:`placement_rl.search.ft.costs.CostGraph`: ``K_v``
 configurations per node with a cost each, per-edge cost tables over configuration pairs with a few
 options each); :mod:`placement_rl.search.ft` builds that graph from an op graph and a topology.
 
@@ -42,7 +42,7 @@ references down to the leaf tables.
 
 **Parallelism.** The cells of one :func:`combine` are independent (TensorOpt's multithreading over
 the configurations of one op). ``combine`` splits large ones into chunks of kept cells and hands
-them to ``map_chunks`` (serial by default; :mod:`placement_rl.ray_search` maps them onto Ray
+them to ``map_chunks`` (serial by default; :mod:`placement_rl.rl.parallel` maps them onto Ray
 tasks). This module does not import Ray.
 """
 
@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 from numba import njit
+
+from placement_rl.graph.ir import CycleError, topological_order
 
 MapChunks = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
 
@@ -258,11 +260,11 @@ def combine(
     results = (map_chunks or serial_map)(_combine_chunk, args)
     ptrs, mems, times, refs = [np.zeros(1, np.int64)], [], [], []
     offset = 0
-    for ptr, mem, time, ref in results:
+    for ptr, mem, time_s, ref in results:
         ptrs.append(ptr[1:] + offset)
         offset += len(mem)
         mems.append(mem)
-        times.append(time)
+        times.append(time_s)
         refs.append(ref)
     return Table(
         keep,
@@ -448,7 +450,7 @@ def frontier_of(
     tolerance: float = 0.0,
     heuristic: str = "time",
 ) -> FrontierResult:
-    """FT over an additive cost graph (arguments as in :class:`~placement_rl.search.ft_costs.CostGraph`).
+    """FT over an additive cost graph (arguments as in :class:`~placement_rl.search.ft.costs.CostGraph`).
 
     Args:
         method: ``ldp`` (eliminate to a path, then Linear DP: FT-LDP) or ``elimination`` (eliminate
@@ -690,21 +692,13 @@ class _Graph:
 def _longest_path(n: int, edges: Iterable[tuple[int, int]]) -> list[int]:
     """The longest path (in nodes) of the DAG ``u -> v`` (edges go forward in node order)."""
     succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = np.zeros(n, np.int64)
-    for u, v in edges:
+    pairs = list(edges)
+    for u, v in pairs:
         succ[u].append(v)
-        indeg[v] += 1
-    order = []
-    ready = [v for v in range(n) if indeg[v] == 0]
-    while ready:
-        v = ready.pop()
-        order.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                ready.append(w)
-    if len(order) != n:
-        raise ValueError("the cost graph has a cycle; FT needs a DAG")
+    try:
+        order = topological_order(n, pairs)
+    except CycleError:
+        raise ValueError("the cost graph has a cycle; FT needs a DAG") from None
     length = np.ones(n, np.int64)
     nxt = np.full(n, -1, np.int64)
     for v in reversed(order):

@@ -2,7 +2,7 @@
 
 A full simulation compiles every op's configuration, computes the data movement of every tensor,
 builds the synchronization tasks, schedules and sweeps memory, then assembles a complete
-:class:`~placement_rl.sim_result.SimResult`. After a one-op change almost all of that is unchanged.
+:class:`~placement_rl.sim.result.SimResult`. After a one-op change almost all of that is unchanged.
 :class:`DeltaSimulator` keeps, for the current plan, every op's compiled arrays and every tensor's
 transfer segment (in task indices local to the two ops, so segments survive renumbering). A
 proposal recompiles only the changed op and recomputes only the segments of its input and output
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl import _kernels
 from placement_rl.plan import OpConfig, Plan
-from placement_rl.sim_result import SimResult
-from placement_rl.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp
+from placement_rl.sim import kernels as _kernels
+from placement_rl.sim.result import SimResult
+from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp
 
 
 def oom_cost(makespan_s: float, peak_memory_bytes: np.ndarray, capacity_bytes: np.ndarray, oom_penalty: float) -> float:

@@ -14,9 +14,9 @@ from typing import Any
 
 import ray
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
 from placement_rl.search.mcmc import Budget, MCMCResult, finish, run_chain
+from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
 
@@ -114,7 +114,7 @@ def run_chains(
 # ------------------------------------------------------------------------------------------ FT
 @ray.remote(num_cpus=1)
 def _ft_chunk(parts: Any, cells: Any, keep_cells: int, sum_cells: int, tolerance: float) -> Any:
-    from placement_rl.search.frontier import _combine_chunk
+    from placement_rl.search.ft.frontier import _combine_chunk
 
     return _combine_chunk(parts, cells, keep_cells, sum_cells, tolerance)
 

@@ -1,6 +1,6 @@
 """Views of a simulated training iteration: a Chrome trace (Perfetto, chrome://tracing) and a Gantt PNG.
 
-Both read a :class:`~placement_rl.sim_result.SimResult` and its :class:`~placement_rl.sim_result.TaskTable`.
+Both read a :class:`~placement_rl.sim.result.SimResult` and its :class:`~placement_rl.sim.result.TaskTable`.
 Times in the result are seconds; the Chrome trace uses microseconds (the format's unit) and the Gantt
 chart milliseconds.
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from placement_rl.sim_result import COMPUTE_KINDS, TASK_KINDS, SimResult
+from placement_rl.sim.result import COMPUTE_KINDS, TASK_KINDS, SimResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

@@ -114,9 +114,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import Op, OpGraph, ParallelDim
 from placement_rl.plan import OpConfig
+from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
 _R = -1  # layout label: replicated

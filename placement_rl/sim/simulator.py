@@ -39,16 +39,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from placement_rl import _kernels
-from placement_rl.cost import CostModel
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan import OpConfig, Plan
-from placement_rl.sim_result import TASK_KINDS, SimResult, TaskTable
+from placement_rl.sim import kernels as _kernels
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.result import TASK_KINDS, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK

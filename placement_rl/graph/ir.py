@@ -15,7 +15,7 @@ Ops that share parameters (an unrolled LSTM layer calls one cell 40 times) carry
 ``param_key``: the parameters exist once and are synchronized once. :attr:`OpGraph.param_bytes`
 counts each key once.
 
-Coarse graphs (:func:`placement_rl.coarsen.coarsen`) are ``OpGraph`` objects too: each op is a group
+Coarse graphs (:func:`placement_rl.graph.coarsen.coarsen`) are ``OpGraph`` objects too: each op is a group
 whose ``members`` lists the original op names.
 
 The JSON schema (``format: placement_rl.graph``, ``schema_version: 1``) is in ``docs/formats.md``.
@@ -23,6 +23,7 @@ The JSON schema (``format: placement_rl.graph``, ``schema_version: 1``) is in ``
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -441,19 +442,26 @@ def _validate_tensor(t: Tensor, ops: dict[str, Op]) -> None:
         )
 
 
-def _topological_order(names: list[str], tensors: Iterable[Tensor]) -> list[str]:
-    """Kahn's algorithm, stable: among ready ops the one given first goes first.
+class CycleError(ValueError):
+    """The graph is not a DAG. ``nodes``: the indices left on or behind a cycle, ascending."""
+
+    def __init__(self, message: str, nodes: Sequence[int]) -> None:
+        super().__init__(message)
+        self.nodes = tuple(nodes)
+
+
+def topological_order(num_nodes: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """Kahn's algorithm over nodes ``0 .. num_nodes - 1``, stable: among ready nodes the smallest
+    index goes first, so an order that already is topological is kept. Repeated edges count once.
+
+    The one topological sort of the project (ops of a graph, op groups, FT's cost graphs).
 
     Raises:
-        ValueError: naming ops on a cycle when the graph is not a DAG.
+        CycleError: listing the nodes that could not be ordered.
     """
-    import heapq
-
-    position = {n: i for i, n in enumerate(names)}
-    succs: list[set[int]] = [set() for _ in names]
-    indegree = [0] * len(names)
-    for t in tensors:
-        s, d = position[t.src], position[t.dst]
+    succs: list[set[int]] = [set() for _ in range(num_nodes)]
+    indegree = [0] * num_nodes
+    for s, d in edges:
         if d not in succs[s]:
             succs[s].add(d)
             indegree[d] += 1
@@ -467,10 +475,25 @@ def _topological_order(names: list[str], tensors: Iterable[Tensor]) -> list[str]
             indegree[j] -= 1
             if indegree[j] == 0:
                 heapq.heappush(ready, j)
-    if len(order) != len(names):
-        stuck = sorted(names[i] for i, deg in enumerate(indegree) if deg > 0)
+    if len(order) != num_nodes:
+        stuck = [i for i, deg in enumerate(indegree) if deg > 0]
+        raise CycleError(f"{len(stuck)} node(s) lie on or behind a cycle", stuck)
+    return order
+
+
+def _topological_order(names: list[str], tensors: Iterable[Tensor]) -> list[str]:
+    """The ops' names in stable topological order (:func:`topological_order`).
+
+    Raises:
+        ValueError: naming ops on a cycle when the graph is not a DAG.
+    """
+    position = {n: i for i, n in enumerate(names)}
+    try:
+        order = topological_order(len(names), ((position[t.src], position[t.dst]) for t in tensors))
+    except CycleError as exc:
+        stuck = sorted(names[i] for i in exc.nodes)
         shown = ", ".join(repr(n) for n in stuck[:10]) + (" ..." if len(stuck) > 10 else "")
-        raise ValueError(f"the graph has a cycle through op(s) {shown}; expected a DAG")
+        raise ValueError(f"the graph has a cycle through op(s) {shown}; expected a DAG") from None
     return [names[i] for i in order]
 
 
@@ -569,7 +592,7 @@ def _freeze(value: Any) -> Any:
 
 # from_torch lives in its own module (it imports torch); re-exported here as the issue's API names it.
 def from_torch(*args: Any, **kwargs: Any) -> OpGraph:
-    """Trace a ``torch.nn.Module`` into an :class:`OpGraph`; see :func:`placement_rl.importer.from_torch`."""
-    from placement_rl.importer import from_torch as _from_torch
+    """Trace a ``torch.nn.Module`` into an :class:`OpGraph`; see :func:`placement_rl.graph.importer.from_torch`."""
+    from placement_rl.graph.importer import from_torch as _from_torch
 
     return _from_torch(*args, **kwargs)

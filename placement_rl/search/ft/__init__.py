@@ -2,9 +2,9 @@
 
 ``frontier(graph, topology)`` returns every Pareto-optimal strategy of TensorOpt's search space
 (seed 000, sec. 2-4): each op gets a device mesh over the devices in use and a tensor map
-(:func:`placement_rl.search.ft_costs.op_configs`), each re-scheduled tensor a reuse option, and
-the costs are TensorOpt's additive estimates (:mod:`placement_rl.search.ft_costs`). The frontier
-algorithm (eliminations, Linear DP, unrolling) is :mod:`placement_rl.search.frontier`.
+(:func:`placement_rl.search.ft.costs.op_configs`), each re-scheduled tensor a reuse option, and
+the costs are TensorOpt's additive estimates (:mod:`placement_rl.search.ft.costs`). The frontier
+algorithm (eliminations, Linear DP, unrolling) is :mod:`placement_rl.search.ft.frontier`.
 
 Every point carries a shared :class:`~placement_rl.plan.Plan`, so it can be re-evaluated by the
 simulator (``simulate(graph, topology, point.plan)``); FT's own numbers are its additive estimate.
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement_rl.cost import CostModel
 from placement_rl.graph import OpGraph
 from placement_rl.plan import Plan
-from placement_rl.search.frontier import Elimination, MapChunks, frontier_of
-from placement_rl.search.ft_costs import CostGraph, build_cost_graph, resolve_devices
-from placement_rl.sim_result import SimResult
-from placement_rl.simulator import SimContext
+from placement_rl.search.ft.costs import CostGraph, build_cost_graph, resolve_devices
+from placement_rl.search.ft.frontier import Elimination, MapChunks, frontier_of
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.result import SimResult
+from placement_rl.sim.simulator import SimContext
 from placement_rl.topology import DeviceTopology
 
 REUSE_OPTIONS: tuple[str, ...] = ("keep_both", "keep_before", "keep_after")
@@ -110,16 +110,16 @@ def run_ft(
         devices: the devices in use: names, a count (the first ``n`` devices) or None (all).
         method: ``ldp`` (FT-LDP) or ``elimination`` (FT-Elimination).
         cost_model: the shared cost model (default :class:`CostModel`).
-        max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft_costs.op_configs`).
+        max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.costs.op_configs`).
         map_chunks: maps independent chunks of work (serial by default; Ray tasks in
-            :func:`placement_rl.ray_search.ft_frontier`).
+            :func:`placement_rl.rl.parallel.ft_frontier`).
         progress: called with (steps done, total) as the eliminations proceed.
         tolerance: relative time resolution of every frontier reduce. 0 gives the exact frontier
             (TensorOpt's algorithm as published). The default 0.01 keeps a point only when it is at
             least 1% faster than a point with less memory. Without it, graphs with many parallel
             paths (unrolled RNNs) grow thousands of points per configuration pair.
         rescheduling: ``collectives`` (TensorOpt) or ``point_to_point`` (the simulator's data
-            movement), see :func:`~placement_rl.search.ft_costs.build_cost_graph`.
+            movement), see :func:`~placement_rl.search.ft.costs.build_cost_graph`.
     """
     start = time.perf_counter()
     costs, configs = build_cost_graph(

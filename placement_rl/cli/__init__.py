@@ -108,7 +108,7 @@ def load_graph(spec: str, batch_size: int | None = None) -> Any:
 def _cmd_show_graph(args: argparse.Namespace) -> None:
     graph = load_graph(args.model, args.batch_size)
     if args.coarsen:
-        from placement_rl.coarsen import coarsen
+        from placement_rl.graph.coarsen import coarsen
 
         graph = coarsen(graph, args.coarsen)
     if args.out:
@@ -150,7 +150,7 @@ def _cmd_show_topology(args: argparse.Namespace) -> None:
 
 
 def _cost_model(args: argparse.Namespace) -> Any:
-    from placement_rl.cost import CommTable, CostModel, ProfileTable
+    from placement_rl.sim.cost import CommTable, CostModel, ProfileTable
 
     return CostModel(
         optimizer=args.optimizer,
@@ -192,7 +192,7 @@ def _result_row(method: str, result: Any, batch: int, dp_makespan_s: float | Non
 
 
 def _write_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: str) -> list[Path]:
-    from placement_rl.trace import gantt_png, write_chrome_trace
+    from placement_rl.sim.trace import gantt_png, write_chrome_trace
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.gantt.png", out_dir / f"{stem}.trace.json"]
@@ -234,7 +234,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     import time
 
     from placement_rl.plan import constructors
-    from placement_rl.simulator import SimContext
+    from placement_rl.sim.simulator import SimContext
     from placement_rl.topology import resolve_topology
 
     graph = load_graph(args.model, args.batch_size)
@@ -319,7 +319,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> None:
-    from placement_rl.simulator import simulate
+    from placement_rl.sim.simulator import simulate
     from placement_rl.topology import resolve_topology
 
     graph = load_graph(args.model, args.batch_size)
@@ -328,11 +328,11 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     result = simulate(graph, topology, plan, _cost_model(args))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
     if args.trace:
-        from placement_rl.trace import write_chrome_trace
+        from placement_rl.sim.trace import write_chrome_trace
 
         write_chrome_trace(result, args.trace, title=title)
     if args.gantt:
-        from placement_rl.trace import gantt_png
+        from placement_rl.sim.trace import gantt_png
 
         gantt_png(result, args.gantt, title=title)
     summary = {
@@ -396,7 +396,7 @@ def _cmd_profile(args: argparse.Namespace) -> None:
 def _cmd_search(args: argparse.Namespace) -> None:
     from placement_rl.plan import data_parallel
     from placement_rl.search import mcmc
-    from placement_rl.simulator import simulate
+    from placement_rl.sim.simulator import simulate
     from placement_rl.topology import resolve_topology
 
     graph = load_graph(args.model, args.batch_size)
@@ -470,7 +470,7 @@ def _ft_run(args: argparse.Namespace, graph: Any, topology: Any, devices: int | 
     from placement_rl.search.ft import run_ft
 
     if args.ray:
-        from placement_rl.ray_search import ft_frontier
+        from placement_rl.rl.parallel import ft_frontier
 
         return ft_frontier(
             graph,
@@ -503,7 +503,7 @@ def _cmd_frontier(args: argparse.Namespace) -> None:
     from placement_rl.plan import data_parallel, expert
     from placement_rl.plots import frontier_png, profiling_png
     from placement_rl.search.ft import default_device_counts, device_memory_bytes
-    from placement_rl.simulator import SimContext
+    from placement_rl.sim.simulator import SimContext
     from placement_rl.topology import resolve_topology
 
     graph = load_graph(args.model, args.batch_size)

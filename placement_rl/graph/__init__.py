@@ -1,0 +1,37 @@
+"""The computation graph: the IR (:mod:`.ir`), the PyTorch importer (:mod:`.importer`) and METIS
+op groups (:mod:`.coarsen`).
+
+``from_torch`` is imported lazily (it imports torch); everything else here is numpy only.
+"""
+
+from placement_rl.graph.ir import (
+    DIM_KINDS,
+    GRAPH_FORMAT,
+    GRAPH_SCHEMA_VERSION,
+    SPLIT_CLASSES,
+    DimKind,
+    GraphArrays,
+    Op,
+    OpGraph,
+    ParallelDim,
+    Shape,
+    SplitClass,
+    Tensor,
+    from_torch,
+)
+
+__all__ = [
+    "DIM_KINDS",
+    "GRAPH_FORMAT",
+    "GRAPH_SCHEMA_VERSION",
+    "SPLIT_CLASSES",
+    "DimKind",
+    "GraphArrays",
+    "Op",
+    "OpGraph",
+    "ParallelDim",
+    "Shape",
+    "SplitClass",
+    "Tensor",
+    "from_torch",
+]

@@ -1,0 +1,40 @@
+"""Parallelization plans: the data model (:mod:`.core`) and the constructors of the baseline and
+TAG strategies (:mod:`.constructors`)."""
+
+from placement_rl.plan.constructors import (
+    constructors,
+    data_parallel,
+    expert,
+    layerwise,
+    single_device,
+    tag_group_config,
+    tag_strategy,
+)
+from placement_rl.plan.core import (
+    PLAN_FORMAT,
+    PLAN_SCHEMA_VERSION,
+    SYNC_MODES,
+    TAG_OPTIONS,
+    OpConfig,
+    Plan,
+    SyncMode,
+    TagOption,
+)
+
+__all__ = [
+    "PLAN_FORMAT",
+    "PLAN_SCHEMA_VERSION",
+    "SYNC_MODES",
+    "TAG_OPTIONS",
+    "OpConfig",
+    "Plan",
+    "SyncMode",
+    "TagOption",
+    "constructors",
+    "data_parallel",
+    "expert",
+    "layerwise",
+    "single_device",
+    "tag_group_config",
+    "tag_strategy",
+]
