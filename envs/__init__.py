@@ -9,7 +9,7 @@ Importing this package registers both ids with Gymnasium (:mod:`.registry`).
 """
 
 from .agents import GreedyAgent, RandomAgent, run_episode
-from .base import EnvConfig, PlanEnv
+from .base import EnvConfig, EnvSnapshot, PlanEnv
 from .generator import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
 from .placement import PlacementConfig, PlacementEnv
 from .registry import ENV_IDS, register_envs, register_rllib_envs
@@ -26,6 +26,7 @@ __all__ = [
     "RandomAgent",
     "run_episode",
     "EnvConfig",
+    "EnvSnapshot",
     "FixedGenerator",
     "Instance",
     "MDPEReward",

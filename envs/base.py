@@ -9,10 +9,14 @@ The envs are thin: every figure comes from the shared simulator. Per episode:
 * the final plan is expanded to the model's original ops and simulated by
   :func:`placement_rl.simulate`; that ``SimResult`` is the episode's outcome (``info``), so the
   env's final makespan is exactly ``simulate(graph, topology, info["plan"])``.
+
+A tree search branches from a state with :meth:`PlanEnv.snapshot` and :meth:`PlanEnv.restore`
+(:class:`EnvSnapshot`): a snapshot copies only the small per-episode state and shares the instance.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -117,12 +121,96 @@ class InstanceData:
     extra: dict[str, Any] = field(default_factory=dict)  # per-env caches (memory estimates, ...)
 
 
+@dataclass(frozen=True, eq=False)
+class EnvSnapshot:
+    """The state of a :class:`PlanEnv` episode at one moment (:meth:`PlanEnv.snapshot`).
+
+    A snapshot copies only the per-episode mutable state, a few arrays of length ``num_groups``,
+    ``num_devices`` or ``num_actions`` and small lists and dicts; it shares, never copies, the
+    immutable instance data: the graphs, topology, simulation contexts, static observation arrays
+    and baselines (:attr:`data`) and the delta simulator's arrays. Restoring one never changes it,
+    so a tree search restores the same snapshot as often as it likes.
+
+    Attributes:
+        env_class: the class of the env it came from.
+        config: that env's config; it restores only into an env of the same class with an equal
+            config (the shared ``data`` was built for that config's layout and cost model).
+        data: the episode's instance data, shared with the env (and its ``InstanceData`` cache).
+        state: attribute name -> private copy of the env's per-episode attributes
+            (:attr:`PlanEnv.EPISODE_STATE`): step counter, decided flags, per-group configs, memory
+            estimates, partial makespan, last action mask, done flag, ...
+        delta: a fork of the partial plan's delta simulator (its arrays shared: the simulator never
+            changes them in place), or None when the env would rebuild it lazily.
+        np_random_state: the env's random generator's ``bit_generator.state`` (None before its first use).
+        np_random_seed: the env's ``_np_random_seed``.
+    """
+
+    env_class: type[PlanEnv]
+    config: EnvConfig
+    data: InstanceData
+    state: Mapping[str, Any]
+    delta: DeltaSimulator | None
+    np_random_state: Mapping[str, Any] | None
+    np_random_seed: int | None
+
+    def __repr__(self) -> str:
+        step = self.state.get("_t", "?")
+        return f"EnvSnapshot({self.env_class.__name__}, instance={self.data.instance.name!r}, step={step})"
+
+
+def _own(value: Any) -> Any:
+    """A private copy of one per-episode attribute: containers copied one level deep.
+
+    Their elements (op configs, device names, TAG rules, counters) are immutable, so one level is exact.
+    """
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value  # int, float, bool, str, tuple, None
+
+
+def _fork(sim: DeltaSimulator | None) -> DeltaSimulator | None:
+    """An independent copy of a delta simulator that shares its arrays.
+
+    :class:`DeltaSimulator` replaces its arrays (``ops``, ``edges``, the task graph and the
+    schedule) by new ones on every accepted change and never writes into them, so only its two
+    per-op lists need copying; a fork behaves exactly like the original.
+    """
+    if sim is None:
+        return None
+    fork = copy.copy(sim)
+    fork.configs = list(sim.configs)
+    fork.compiled = list(sim.compiled)
+    fork._pending = None
+    return fork
+
+
 class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
     """Base class of :class:`~placement_rl.envs.placement.PlacementEnv` and
-    :class:`~placement_rl.envs.sharding.ShardingEnv` (see their docstrings for the contract)."""
+    :class:`~placement_rl.envs.sharding.ShardingEnv` (see their docstrings for the contract).
+
+    Snapshots:
+        :meth:`snapshot` returns an :class:`EnvSnapshot` of the running episode and
+        :meth:`restore` puts the env back in that state, so a tree search can branch from a state
+        many times: after ``restore(s)``, the same actions give the same observations, rewards,
+        infos and final plan as they did after ``s`` was taken. A snapshot shares the immutable
+        instance data (graphs, topology, simulation contexts, static arrays) and copies only the
+        per-episode state (:attr:`EPISODE_STATE`, the delta simulator's per-op lists and the state of
+        the random generator). It restores into the env it came from or into any env of the same class
+        built with an equal config (``ValueError`` otherwise), and it carries its instance: after
+        ``reset()`` drew another instance, restoring brings the snapshot's episode back whole.
+        Wrappers' state (``TimeLimit`` counters, ...) and a custom generator object's own state
+        are not part of it.
+    """
 
     metadata: dict[str, Any] = {"render_modes": []}
     config_class: type[EnvConfig] = EnvConfig
+    #: The per-episode attributes a snapshot copies (subclasses add theirs). Every other attribute
+    #: is fixed at construction, shared instance data, or the delta simulator (forked separately).
+    EPISODE_STATE: ClassVar[tuple[str, ...]] = ("_configs", "_partial_s", "_done", "_last_mask")
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__()
@@ -288,6 +376,52 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         return self.reward_fn(
             Outcome(previous_partial_s, self._partial_s, self.data.baseline_partial[0], None, self.data.baseline)
         )
+
+    # ------------------------------------------------------------ snapshots
+    def snapshot(self) -> EnvSnapshot:
+        """The state of the running episode, to :meth:`restore` later (see the class docstring).
+
+        Raises:
+            RuntimeError: before the first ``reset()``.
+        """
+        if self.data is None:
+            raise RuntimeError("snapshot() before reset(); there is no episode to snapshot")
+        return EnvSnapshot(
+            env_class=type(self),
+            config=self.config,
+            data=self.data,
+            state={name: _own(getattr(self, name)) for name in self.EPISODE_STATE},
+            delta=_fork(self._delta),
+            np_random_state=None if self._np_random is None else self._np_random.bit_generator.state,
+            np_random_seed=self._np_random_seed,
+        )
+
+    def restore(self, snapshot: EnvSnapshot) -> None:
+        """Put the env back in the state of ``snapshot`` (which stays unchanged, to restore again).
+
+        Raises:
+            ValueError: if ``snapshot`` came from an env of another class or with another config.
+        """
+        if snapshot.env_class is not type(self) or (
+            snapshot.config is not self.config and snapshot.config != self.config
+        ):
+            raise ValueError(
+                f"snapshot of a {snapshot.env_class.__name__} with config {snapshot.config!r} cannot be restored "
+                f"into this {type(self).__name__} with config {self.config!r}; a snapshot restores only into the "
+                f"env it came from or one of the same class built with an equal config"
+            )
+        self.data = snapshot.data
+        for name, value in snapshot.state.items():
+            setattr(self, name, _own(value))
+        self._delta = _fork(snapshot.delta)
+        state = snapshot.np_random_state
+        if state is None:
+            self._np_random = None
+        else:
+            if self._np_random is None or type(self._np_random.bit_generator).__name__ != state["bit_generator"]:
+                self._np_random = np.random.Generator(getattr(np.random, state["bit_generator"])())
+            self._np_random.bit_generator.state = state  # copies the values: the snapshot keeps its dict
+        self._np_random_seed = snapshot.np_random_seed
 
     # ------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -67,12 +67,19 @@ class PlacementEnv(PlanEnv):
         config: a mapping of :class:`~placement_rl.envs.placement.types.PlacementConfig` fields
             (RLlib's ``env_config``); keyword arguments override it. Unknown keys raise ``ValueError``.
 
+    Snapshots:
+        ``snapshot()`` / ``restore(snapshot)`` save and restore the running episode for tree search
+        (see :class:`~placement_rl.envs.base.PlanEnv`): the step, decided groups, per-group configs,
+        memory estimates, TAG rule, decisions and parameter-server turns are copied; the instance
+        is shared. A snapshot restores only into an env of this class with an equal config.
+
     Version History:
         * v0: initial version.
     """
 
     config_class = PlacementConfig
     config: PlacementConfig
+    EPISODE_STATE = (*PlanEnv.EPISODE_STATE, "_t", "_order", "_decided", "_used", "_rule", "_decisions", "_ps_turn")
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -246,7 +253,11 @@ class PlacementEnv(PlanEnv):
         inst = self.data.instance
         if self.config.action_space == "tag" and inst.groups is not inst.graph:
             return tag_strategy(inst.groups, inst.graph, inst.topology, self._decisions)
-        plan = Plan(inst.groups.name, {op.name: c for op, c in zip(inst.groups.ops, self._configs)}, name="placement")
+        plan = Plan(
+            inst.groups.name,
+            {op.name: c for op, c in zip(inst.groups.ops, self._configs, strict=True)},
+            name="placement",
+        )
         return plan if inst.groups is inst.graph else plan.expand(inst.groups, inst.graph)
 
     def _single_need(self) -> np.ndarray:

@@ -53,12 +53,19 @@ class ShardingEnv(PlanEnv):
         config: a mapping of :class:`~placement_rl.envs.sharding.types.ShardingConfig` fields;
             keyword arguments override it. Unknown keys raise ``ValueError``.
 
+    Snapshots:
+        ``snapshot()`` / ``restore(snapshot)`` save and restore the running episode for tree search
+        (see :class:`~placement_rl.envs.base.PlanEnv`): the step, decided groups, per-group configs
+        and memory estimates are copied; the instance and its configuration sets are shared. A
+        snapshot restores only into an env of this class with an equal config.
+
     Version History:
         * v0: initial version.
     """
 
     config_class = ShardingConfig
     config: ShardingConfig
+    EPISODE_STATE = (*PlanEnv.EPISODE_STATE, "_t", "_decided", "_used")
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -105,7 +112,9 @@ class ShardingEnv(PlanEnv):
         groups = data.instance.groups
         terminated = self._t == groups.num_ops
         if terminated:
-            plan = Plan(groups.name, {op.name: c for op, c in zip(groups.ops, self._configs)}, name="sharding")
+            plan = Plan(
+                groups.name, {op.name: c for op, c in zip(groups.ops, self._configs, strict=True)}, name="sharding"
+            )
             if groups is not data.instance.graph:
                 plan = plan.expand(groups, data.instance.graph)
             reward, final = self._finish(plan, previous)
@@ -168,4 +177,4 @@ class ShardingEnv(PlanEnv):
 
 def _is_contiguous(cfg: OpConfig, data: InstanceData) -> bool:
     index = [data.instance.topology.device_index(d) for d in cfg.devices]
-    return all(b - a == 1 for a, b in zip(index, index[1:]))
+    return all(b - a == 1 for a, b in zip(index, index[1:], strict=False))

@@ -21,7 +21,7 @@ def shrunk_topology(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., s
         document = load_preset("trinity").to_dict()
         assert len(memory_bytes) == len(document["devices"])
         document["name"] = name
-        for device, memory in zip(document["devices"], memory_bytes):
+        for device, memory in zip(document["devices"], memory_bytes, strict=True):
             device["memory_bytes"] = int(memory)
         path = folder / f"{name}.json"
         write_json(path, document)

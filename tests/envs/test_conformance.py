@@ -144,11 +144,11 @@ def test_same_seed_same_rollout(mode: str, model: str) -> None:
     for env in envs:
         agent = RandomAgent(7)
         traces.append([play(env, agent, seed=3), play(env, agent, seed=None)])  # 2nd episode: unseeded reset
-    for first, second in zip(*traces):
+    for first, second in zip(*traces, strict=True):
         assert first["actions"] == second["actions"]
         assert first["rewards"] == second["rewards"]
         assert len(first["obs"]) == len(second["obs"])
-        for step, (a, b) in enumerate(zip(first["obs"], second["obs"])):
+        for step, (a, b) in enumerate(zip(first["obs"], second["obs"], strict=True)):
             assert obs_differences(a, b) == [], f"step {step}"
         fa, fb = first["infos"][-1], second["infos"][-1]
         assert fa["makespan_s"] == fb["makespan_s"] and fa["oom"] == fb["oom"] and fa["plan"] == fb["plan"]

@@ -45,8 +45,8 @@ def mdpe_by_hand(
     """Trinity eq. 8 as the reward module's docstring states it, written out independently."""
     f = final.makespan_s / baseline.makespan_s
     peak, cap = final.peak_memory_bytes.astype(float), final.memory_capacity_bytes.astype(float)
-    if any(p > c for p, c in zip(peak, cap)):
-        f *= 1 + penalty * (1 + max((p - c) / c for p, c in zip(peak, cap)))
+    if any(p > c for p, c in zip(peak, cap, strict=True)):
+        f *= 1 + penalty * (1 + max((p - c) / c for p, c in zip(peak, cap, strict=True)))
     q_comm = max(0.0, max(final.link_bytes) / 1e9 / c_hat_gb - 1)
     q_mem = max(0.0, max(peak) / 2**30 / m_hat_gib - 1)
     return -math.log(alpha * f + beta * q_comm + gamma * q_mem)

@@ -33,7 +33,7 @@ def allowed(obs: dict[str, np.ndarray]) -> list[int]:
 
 def is_contiguous(devices: tuple[str, ...], topology: Any) -> bool:
     index = [topology.device_index(d) for d in devices]
-    return all(b - a == 1 for a, b in zip(index, index[1:]))
+    return all(b - a == 1 for a, b in zip(index, index[1:], strict=False))
 
 
 @pytest.mark.parametrize("max_configs", [4, 256])
