@@ -63,7 +63,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from placement_rl import zoo
 from placement_rl.graph import Shape
-from placement_rl.graph.importer import VIEW_OPS, op_type_of
+from placement_rl.graph.importer import op_type_of
+from placement_rl.ops import INPUT_OPS, VIEW_OPS
 from placement_rl.progress import Progress
 from placement_rl.sim.cost import ProfileEntry, ProfileTable
 
@@ -71,7 +72,7 @@ from placement_rl.sim.cost import ProfileEntry, ProfileTable
 WARMUP_RUNS = 2
 
 #: Op types that are never measured: graph inputs, constants and views (no work).
-UNMEASURED_OPS = frozenset({"input", "constant"}) | VIEW_OPS
+UNMEASURED_OPS = INPUT_OPS | VIEW_OPS
 
 #: The table key without the device type: ``(op_type, output_shape, param_bytes)``.
 OpKey = tuple[str, Shape, int]

@@ -9,14 +9,22 @@ Shapes are propagated twice, with batch ``B`` and ``B + 1``: the output axes who
 are the **sample** dimensions. This finds the batch axis even after reshapes that fold the batch
 into another axis (``(B * S, V)`` logits), where a "dimension equal to B" rule would guess.
 
+What each op type is (its family, which formula below, its backward factor, whether it moves bytes,
+its parallel dimensions, its observation family) is the taxonomy :mod:`placement_rl.ops`; this module
+maps torch calls to op types and computes the formulas.
+
 FLOP formulas (forward; a multiply-add counts as 2 FLOPs):
 
 ===================  ==========================================================================
-family               forward FLOPs
+rule                 forward FLOPs
 ===================  ==========================================================================
-conv (1/2/3-d)       ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ ``out_numel`` bias)
+conv (1/2/3-d)       ``2 * out_numel * (C_in / groups) * prod(kernel)`` (+ ``out_numel`` bias);
+                     transposed: ``2 * in_numel * (C_out / groups) * prod(kernel)`` (+ bias)
 linear               ``2 * rows * in * out`` (+ ``rows * out`` bias), ``rows = out_numel / out``
 matmul / bmm         ``2 * out_numel * K`` (``K`` = the contracted extent)
+addmm / baddbmm      ``2 * out_numel * K + out_numel`` (the product, then the added input)
+einsum               two or more operands: ``2 * prod(extent of every distinct index)`` (``...``
+                     stands for the broadcast leading axes); one operand: its element count
 attention            ``F.scaled_dot_product_attention``: ``4 * B * H * L * S * E + 5 * B * H * L * S``
                      (``q k^T`` and ``p v`` matmuls, softmax); ``nn.MultiheadAttention`` adds the
                      four ``E x E`` projections, ``2 * E * E`` per projected token each
@@ -24,7 +32,7 @@ LSTM cell            ``8 N H (I + H) + 17 N H``: the two gate matmuls, two bias 
                      gate activations (4NH), ``c' = f c + i g`` (3NH), ``h' = o tanh(c')`` (2NH)
 GRU cell             ``6 N H (I + H) + 16 N H``; RNN (tanh) cell ``2 N H (I + H) + 3 N H``
 LSTM / GRU / RNN     the cell cost times steps, layers and directions
-normalization        ``5 * numel`` (batch, layer, group, instance norm)
+normalization        ``5 * numel`` (batch, layer, group, instance norm); RMS norm ``4 * numel``
 pooling              ``out_numel * prod(kernel)``; adaptive pooling ``in_numel``
 softmax / losses     ``5 * numel`` of the input
 element-wise         ``numel * k``, ``k`` from a table (1 for add/relu, 4 sigmoid, 8 gelu, ...)
@@ -32,9 +40,9 @@ embedding, views,    0 FLOPs; copies (cat, stack, slicing, contiguous) count byt
 copies
 ===================  ==========================================================================
 
-Backward FLOPs: matmul-like ops (conv, linear, matmul, recurrent cells) ``2x`` forward (the input
-gradient and the weight gradient each cost one forward); normalization ``2x``; every other op ``1x``
-forward; inputs, parameters and views ``0``.
+Backward FLOPs: matmul-like ops (conv, linear, matmul, recurrent cells, attention) ``2x`` forward
+(the input gradient and the weight gradient each cost one forward); normalization ``2x``; every other
+op ``1x`` forward; inputs, parameters and views ``0`` (:attr:`placement_rl.ops.OpKind.backward_factor`).
 
 Ops with no formula get a conservative (high) estimate of ``8`` FLOPs per element of their largest
 input or output, and one ``UserWarning`` lists them.
@@ -55,64 +63,7 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, Tensor
-
-#: forward FLOPs per output element of element-wise ops, by canonical op type.
-ELEMENTWISE_FLOPS_PER_ELEMENT: dict[str, float] = {
-    "add": 1,
-    "sub": 1,
-    "mul": 1,
-    "div": 1,
-    "neg": 1,
-    "relu": 1,
-    "relu6": 2,
-    "leaky_relu": 2,
-    "hardtanh": 2,
-    "abs": 1,
-    "sqrt": 1,
-    "rsqrt": 2,
-    "pow": 1,
-    "exp": 1,
-    "log": 1,
-    "sigmoid": 4,
-    "tanh": 5,
-    "gelu": 8,
-    "silu": 5,
-    "elu": 3,
-    "dropout": 2,
-    "masked_fill": 1,
-    "where": 1,
-    "clamp": 2,
-    "scale": 1,
-}
-
-#: op types that only re-describe memory (no FLOPs, no bytes moved).
-VIEW_OPS = frozenset(
-    {"view", "reshape", "flatten", "permute", "transpose", "unsqueeze", "squeeze", "expand", "identity"}
-)
-#: op types that copy bytes without arithmetic.
-COPY_OPS = frozenset({"cat", "stack", "slice", "contiguous", "split", "chunk", "clone", "pad", "fill", "to"})
-#: reductions whose output loses the batch axis (TAG's "sum" class when they reduce over it).
-REDUCTION_OPS = frozenset({"mean", "sum", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"})
-MATMUL_FAMILY = frozenset(
-    {
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "linear",
-        "matmul",
-        "bmm",
-        "lstm_cell",
-        "gru_cell",
-        "rnn_cell",
-        "lstm",
-        "gru",
-        "rnn",
-        "conv_transpose2d",
-        "attention",
-        "multihead_attention",
-    }
-)
-NORM_FAMILY = frozenset({"batch_norm", "layer_norm", "group_norm", "instance_norm"})
+from placement_rl.ops import OpKind, op_kind
 
 _FUNCTION_TYPES: dict[Any, str] = {
     operator.add: "add",
@@ -130,6 +81,9 @@ _FUNCTION_TYPES: dict[Any, str] = {
     torch.matmul: "matmul",
     torch.bmm: "bmm",
     torch.mm: "matmul",
+    torch.addmm: "addmm",
+    torch.baddbmm: "baddbmm",
+    torch.einsum: "einsum",
     torch.relu: "relu",
     F.relu: "relu",
     F.gelu: "gelu",
@@ -138,7 +92,15 @@ _FUNCTION_TYPES: dict[Any, str] = {
     torch.sigmoid: "sigmoid",
     F.sigmoid: "sigmoid",
     F.silu: "silu",
+    F.relu6: "relu6",
+    F.leaky_relu: "leaky_relu",
+    F.hardtanh: "hardtanh",
+    F.elu: "elu",
     torch.exp: "exp",
+    torch.log: "log",
+    torch.abs: "abs",
+    torch.neg: "neg",
+    torch.pow: "pow",
     torch.sqrt: "sqrt",
     torch.rsqrt: "rsqrt",
     torch.softmax: "softmax",
@@ -147,11 +109,21 @@ _FUNCTION_TYPES: dict[Any, str] = {
     torch.log_softmax: "log_softmax",
     F.dropout: "dropout",
     F.linear: "linear",
+    F.conv1d: "conv1d",
     F.conv2d: "conv2d",
+    F.conv3d: "conv3d",
+    F.conv_transpose2d: "conv_transpose2d",
+    F.embedding: "embedding",
+    F.batch_norm: "batch_norm",
     F.layer_norm: "layer_norm",
+    F.rms_norm: "rms_norm",
+    F.group_norm: "group_norm",
+    F.instance_norm: "instance_norm",
     F.cross_entropy: "cross_entropy",
     F.nll_loss: "nll_loss",
     F.mse_loss: "mse_loss",
+    F.l1_loss: "l1_loss",
+    F.binary_cross_entropy_with_logits: "bce_loss",
     torch.cat: "cat",
     torch.stack: "stack",
     torch.flatten: "flatten",
@@ -169,9 +141,18 @@ _FUNCTION_TYPES: dict[Any, str] = {
     operator.getitem: "slice",
     torch.where: "where",
     torch.clamp: "clamp",
-    F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    F.max_pool1d: "max_pool1d",
     F.max_pool2d: "max_pool2d",
+    F.max_pool3d: "max_pool3d",
+    F.avg_pool1d: "avg_pool1d",
     F.avg_pool2d: "avg_pool2d",
+    F.avg_pool3d: "avg_pool3d",
+    F.adaptive_avg_pool1d: "adaptive_avg_pool1d",
+    F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    F.adaptive_avg_pool3d: "adaptive_avg_pool3d",
+    F.adaptive_max_pool1d: "adaptive_max_pool1d",
+    F.adaptive_max_pool2d: "adaptive_max_pool2d",
+    F.adaptive_max_pool3d: "adaptive_max_pool3d",
     F.pad: "pad",
     torch.masked_fill: "masked_fill",
     F.scaled_dot_product_attention: "attention",
@@ -212,8 +193,14 @@ _METHOD_TYPES: dict[str, str] = {
     "type_as": "to",
     "matmul": "matmul",
     "bmm": "bmm",
+    "addmm": "addmm",
+    "baddbmm": "baddbmm",
     "pow": "pow",
     "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "abs": "abs",
+    "neg": "neg",
+    "log": "log",
     "clamp": "clamp",
     "t": "transpose",
     "expand_as": "expand",
@@ -231,8 +218,11 @@ _MODULE_TYPES: dict[type[nn.Module], str] = {
     nn.BatchNorm3d: "batch_norm",
     nn.LayerNorm: "layer_norm",
     nn.GroupNorm: "group_norm",
+    nn.InstanceNorm1d: "instance_norm",
     nn.InstanceNorm2d: "instance_norm",
+    nn.InstanceNorm3d: "instance_norm",
     nn.LocalResponseNorm: "local_response_norm",
+    nn.RMSNorm: "rms_norm",
     nn.Embedding: "embedding",
     nn.LSTMCell: "lstm_cell",
     nn.GRUCell: "gru_cell",
@@ -242,10 +232,16 @@ _MODULE_TYPES: dict[type[nn.Module], str] = {
     nn.RNN: "rnn",
     nn.MaxPool1d: "max_pool1d",
     nn.MaxPool2d: "max_pool2d",
+    nn.MaxPool3d: "max_pool3d",
+    nn.AvgPool1d: "avg_pool1d",
     nn.AvgPool2d: "avg_pool2d",
-    nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d",
+    nn.AvgPool3d: "avg_pool3d",
     nn.AdaptiveAvgPool1d: "adaptive_avg_pool1d",
+    nn.AdaptiveAvgPool2d: "adaptive_avg_pool2d",
+    nn.AdaptiveAvgPool3d: "adaptive_avg_pool3d",
+    nn.AdaptiveMaxPool1d: "adaptive_max_pool1d",
     nn.AdaptiveMaxPool2d: "adaptive_max_pool2d",
+    nn.AdaptiveMaxPool3d: "adaptive_max_pool3d",
     nn.ReLU: "relu",
     nn.ReLU6: "relu6",
     nn.GELU: "gelu",
@@ -256,7 +252,9 @@ _MODULE_TYPES: dict[type[nn.Module], str] = {
     nn.LeakyReLU: "leaky_relu",
     nn.Hardtanh: "hardtanh",
     nn.Dropout: "dropout",
+    nn.Dropout1d: "dropout",
     nn.Dropout2d: "dropout",
+    nn.Dropout3d: "dropout",
     nn.Softmax: "softmax",
     nn.LogSoftmax: "log_softmax",
     nn.CrossEntropyLoss: "cross_entropy",
@@ -464,27 +462,23 @@ class _Builder:
 
     def _make_op(self, node: fx.Node, flat: list[_TensorInfo], inputs: list[tuple[str, int, _TensorInfo]]) -> Op:
         op_type, module = self._op_type(node)
+        kind = op_kind(op_type)
         if op_type == "fill":
             inputs = []
         out = flat[0]
         in_infos = [info for _, _, info in inputs]
         param_bytes, param_key = self._params(node, module)
-        fwd = self._forward_flops(node, op_type, module, flat, in_infos)
-        if op_type in ("input", "constant") or op_type in VIEW_OPS:
-            bwd = 0.0
-        elif op_type in MATMUL_FAMILY or op_type in NORM_FAMILY:
-            bwd = 2.0 * fwd
-        else:
-            bwd = fwd
+        fwd = self._forward_flops(node, op_type, kind, module, flat, in_infos)
+        bwd = kind.backward_factor * fwd
         out_bytes = sum(math.prod(t.shape) * t.dtype_bytes for t in flat)
         in_bytes = sum(math.prod(t.shape) * t.dtype_bytes for t in in_infos)
-        if op_type in VIEW_OPS:
-            read, written = 0, 0
-        else:
+        if kind.moves_bytes:
             read, written = in_bytes + param_bytes, out_bytes
+        else:
+            read, written = 0, 0
         sample_axes = self._sample_axes(node, flat)
         self.sample_axes[node.name] = sample_axes
-        dims, split = self._parallel_dims(op_type, out, sample_axes[0], in_infos, inputs, param_bytes > 0)
+        dims, split = self._parallel_dims(kind, out, sample_axes[0], inputs, param_bytes > 0)
         return Op(
             name=node.name,
             op_type=op_type,
@@ -548,81 +542,143 @@ class _Builder:
         for i, t in enumerate(flat):
             other = plus[i].shape if i < len(plus) else t.shape
             changed = (
-                [a for a, (x, y) in enumerate(zip(t.shape, other)) if x != y] if len(other) == len(t.shape) else []
+                [a for a, (x, y) in enumerate(zip(t.shape, other, strict=True)) if x != y]
+                if len(other) == len(t.shape)
+                else []
             )
             axes.append(changed[0] if changed else None)
         return axes
 
     def _forward_flops(
-        self, node: fx.Node, op_type: str, module: nn.Module | None, flat: list[_TensorInfo], ins: list[_TensorInfo]
+        self,
+        node: fx.Node,
+        op_type: str,
+        kind: OpKind,
+        module: nn.Module | None,
+        flat: list[_TensorInfo],
+        ins: list[_TensorInfo],
     ) -> float:
+        """Forward FLOPs of one op by its kind's rule (formulas in the module docstring).
+
+        Rules that need the layer (a recurrent cell's sizes) fall back to the conservative estimate,
+        with a warning, when a function or an unknown module stands in for it.
+        """
         out = flat[0]
         out_numel = math.prod(out.shape)
         in_numel = math.prod(ins[0].shape) if ins else out_numel
-        if op_type in ("input", "constant", "embedding") or op_type in VIEW_OPS or op_type in COPY_OPS:
+        rule = kind.flop_rule
+        if rule == "none":
             return 0.0
-        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d") and isinstance(
-            module, nn.modules.conv._ConvNd
-        ):
-            flops = conv_flops(
-                out.shape, module.in_channels, module.groups, module.kernel_size, module.bias is not None
-            )
-            if op_type == "conv_transpose2d":  # same MACs, counted over the input instead of the output
-                flops = flops * in_numel / max(out_numel, 1)
-            return flops
-        if op_type == "conv2d" and module is None:  # F.conv2d(x, weight (C_out, C_in/groups, kh, kw), bias)
-            weight = self._arg_shape(node.args[1])
-            bias = len(node.args) > 2 and node.args[2] is not None
-            return 2.0 * out_numel * math.prod(weight[1:]) + (out_numel if bias else 0)
-        if op_type == "linear":
+        if rule == "per_output_element":
+            return kind.flops_per_element * out_numel
+        if rule == "per_input_element":
+            return kind.flops_per_element * in_numel
+        if rule == "conv":
+            if isinstance(module, nn.modules.conv._ConvNd):
+                if module.transposed:
+                    return conv_transpose_flops(
+                        in_numel,
+                        out_numel,
+                        module.out_channels,
+                        module.groups,
+                        module.kernel_size,
+                        module.bias is not None,
+                    )
+                return conv_flops(
+                    out.shape, module.in_channels, module.groups, module.kernel_size, module.bias is not None
+                )
+            if module is None and len(node.args) > 1:
+                # F.conv*d(x, weight (C_out, C_in / groups, *kernel), bias);
+                # F.conv_transpose*d(x, weight (C_in, C_out / groups, *kernel), bias).
+                weight = self._arg_shape(node.args[1])
+                bias = len(node.args) > 2 and node.args[2] is not None or node.kwargs.get("bias") is not None
+                macs = (in_numel if op_type.startswith("conv_transpose") else out_numel) * math.prod(weight[1:])
+                return 2.0 * macs + (out_numel if bias else 0)
+        elif rule == "linear":
             if isinstance(module, nn.Linear):
                 return linear_flops(out.shape, module.in_features, module.out_features, module.bias is not None)
             # F.linear(x, weight, bias): the weight is (out, in) whether a parameter or a tensor input.
             bias = len(node.args) > 2 and node.args[2] is not None or node.kwargs.get("bias") is not None
             return linear_flops(out.shape, ins[0].shape[-1], out.shape[-1], bias)
-        if op_type in ("matmul", "bmm"):
+        elif rule == "matmul":
             contracted = ins[0].shape[-1] if ins else 1
             return 2.0 * out_numel * contracted
-        if op_type == "attention":  # q (..., L, E), k (..., S, E), v (..., S, Ev)
+        elif rule == "addmm":
+            # addmm(input, mat1 (n, m), mat2 (m, p)); mat1 may be a parameter, absent from ``ins``.
+            if len(node.args) > 1:
+                return 2.0 * out_numel * self._arg_shape(node.args[1])[-1] + out_numel
+        elif rule == "einsum":
+            parsed = self._einsum_operands(node)
+            if parsed is not None:
+                try:
+                    return einsum_flops(*parsed)
+                except ValueError:
+                    pass  # an equation this parser misreads: the conservative estimate, and the warning
+        elif rule == "attention":  # q (..., L, E), k (..., S, E), v (..., S, Ev)
             q, k = ins[0].shape, ins[1].shape
             scores = math.prod(q[:-1]) * k[-2]
             return 2.0 * scores * q[-1] + 2.0 * scores * out.shape[-1] + 5.0 * scores
-        if op_type == "multihead_attention" and isinstance(module, nn.MultiheadAttention):
-            return _mha_flops(module, ins[0].shape, ins[1].shape)
-        if op_type in ("lstm_cell", "gru_cell", "rnn_cell") and isinstance(module, nn.RNNCellBase):
-            return rnn_cell_flops(op_type[:-5], ins[0].shape[0], module.input_size, module.hidden_size)
-        if op_type in ("lstm", "gru", "rnn") and isinstance(module, nn.RNNBase):
-            return _rnn_flops(op_type, module, ins[0].shape)
-        if op_type in NORM_FAMILY or op_type == "local_response_norm":
-            return 5.0 * out_numel
-        if op_type in ("max_pool1d", "max_pool2d", "avg_pool2d"):
-            kernel = module.kernel_size if module is not None else node.args[1]
-            return float(out_numel * _kernel_elems(kernel, spatial_dims=len(out.shape) - 2))
-        if op_type.startswith("adaptive_"):
+        elif rule == "multihead_attention":
+            if isinstance(module, nn.MultiheadAttention):
+                return _mha_flops(module, ins[0].shape, ins[1].shape)
+        elif rule == "rnn_cell":
+            if isinstance(module, nn.RNNCellBase):
+                return rnn_cell_flops(
+                    op_type.removesuffix("_cell"), ins[0].shape[0], module.input_size, module.hidden_size
+                )
+        elif rule == "rnn":
+            if isinstance(module, nn.RNNBase):
+                return _rnn_flops(op_type, module, ins[0].shape)
+        elif rule == "pool":
+            kernel = module.kernel_size if module is not None else _arg_or_kwarg(node, 1, "kernel_size")
+            if kernel is not None:
+                return float(out_numel * _kernel_elems(kernel, spatial_dims=len(out.shape) - 2))
+        elif rule == "adaptive_pool":
             return float(in_numel)
-        if op_type in ("softmax", "log_softmax") or op_type in REDUCTION_OPS - {"mean", "sum"}:
-            return 5.0 * in_numel
-        if op_type in ("mean", "sum"):
-            return float(in_numel)
-        if op_type in ELEMENTWISE_FLOPS_PER_ELEMENT:
-            return ELEMENTWISE_FLOPS_PER_ELEMENT[op_type] * out_numel
         self.unknown.add(op_type)
         return 8.0 * max([out_numel, *(math.prod(t.shape) for t in ins)])
 
+    def _einsum_operands(self, node: fx.Node) -> tuple[str, list[Shape]] | None:
+        """``torch.einsum``'s equation and operand shapes, from either calling convention.
+
+        ``einsum("ij,jk->ik", a, b)`` (or ``einsum(eq, [a, b])``) and the sublist form
+        ``einsum(a, [0, 1], b, [1, 2], [0, 2])``, whose integer indices become letters. Shapes come
+        from the arguments themselves, not from the op's deduplicated input tensors, so
+        ``einsum("ij,ij->", x, x)`` sees two operands. ``None`` when an argument is not understood.
+        """
+        args = list(node.args)
+        try:
+            if args and isinstance(args[0], str):
+                operands = args[1:]
+                if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+                    operands = list(operands[0])
+                return args[0], [self._arg_shape(a) for a in operands]
+            letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+            def subscript(sublist: Sequence[Any]) -> str:
+                return "".join("..." if i is Ellipsis else letters[i] for i in sublist)
+
+            pairs = args[: len(args) - len(args) % 2]
+            shapes = [self._arg_shape(a) for a in pairs[0::2]]
+            inputs = ",".join(subscript(sub) for sub in pairs[1::2])
+            output = subscript(args[-1]) if len(args) % 2 else None
+            return inputs + ("" if output is None else f"->{output}"), shapes
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return None
+
     def _parallel_dims(
         self,
-        op_type: str,
+        kind: OpKind,
         out: _TensorInfo,
         sample_axis: int | None,
-        ins: list[_TensorInfo],
         inputs: list[tuple[str, int, _TensorInfo]],
         has_params: bool,
     ) -> tuple[tuple[ParallelDim, ...], str]:
-        """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op."""
+        """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op, by its kind's rule."""
         shape = out.shape
         if sample_axis is None:
             # A reduction over the batch (a mean loss): partitions produce partial sums (TAG "sum").
-            if op_type in REDUCTION_OPS and inputs:
+            if kind.reduces and inputs:
                 src, idx, info = inputs[0]
                 in_axis = self.sample_axes.get(src, [None] * (idx + 1))[idx]
                 if in_axis is not None:
@@ -635,32 +691,34 @@ class _Builder:
             if 0 <= axis < len(shape) and axis != sample_axis and shape[axis] > 1:
                 dims.append(ParallelDim(name, kind, axis, shape[axis]))  # type: ignore[arg-type]
 
-        if op_type in ("conv1d", "conv2d", "conv3d", "conv_transpose2d"):
+        spatial = ("length",) if len(shape) == 3 else ("height", "width", "depth")
+        rule = kind.parallel_rule
+        if rule == "matmul":  # x @ W reads a parameter like a linear layer; q @ k^T does not
+            rule = "linear" if has_params else "contraction"
+        if rule == "conv":
             add("channel", "parameter", 1)
-            for name, axis in zip(
-                ("length",) if len(shape) == 3 else ("height", "width", "depth"), range(2, len(shape))
-            ):
+            for name, axis in zip(spatial, range(2, len(shape)), strict=False):
                 add(name, "attribute", axis)
-        elif op_type in ("max_pool1d", "max_pool2d", "avg_pool2d") or op_type.startswith("adaptive_"):
-            for name, axis in zip(("length",) if len(shape) == 3 else ("height", "width"), range(2, len(shape))):
+        elif rule == "pool":
+            for name, axis in zip(spatial, range(2, len(shape)), strict=False):
                 add(name, "attribute", axis)
-        elif op_type == "batch_norm":
+        elif rule == "channel":
             add("channel", "parameter", 1)
-        elif op_type in ("linear", "embedding") or (op_type in ("matmul", "bmm") and has_params):
+        elif rule == "linear":
             for axis in rest[:-1]:
                 add("length" if axis == rest[0] else f"dim{axis}", "attribute", axis)
             add("channel", "parameter", len(shape) - 1)
-        elif op_type in ("lstm_cell", "gru_cell", "rnn_cell"):
+        elif rule == "rnn_cell":
             add("hidden", "parameter", 1)
-        elif op_type in ("layer_norm", "softmax", "log_softmax", "matmul", "bmm"):
+        elif rule in ("rows", "contraction"):
             # Everything but the normalized / contracted last axis can be split.
             for axis in rest[:-1]:
                 add(f"dim{axis}", "attribute", axis)
-            if op_type in ("matmul", "bmm"):
+            if rule == "contraction":  # every output axis of a product is a free index
                 add("channel", "attribute", len(shape) - 1)
-        elif op_type in ELEMENTWISE_FLOPS_PER_ELEMENT:
+        elif rule == "elementwise":
             names = {4: ("channel", "height", "width"), 3: ("length", "channel"), 2: ("channel",)}.get(len(shape), ())
-            for name, axis in zip(names, rest):
+            for name, axis in zip(names, rest, strict=False):
                 add(name, "attribute", axis)
         return tuple(dims), "concat"
 
@@ -688,6 +746,49 @@ def conv_flops(
     out_numel = math.prod(out_shape)
     flops = 2.0 * out_numel * (in_channels // groups) * _kernel_elems(kernel)
     return flops + (out_numel if bias else 0)
+
+
+def conv_transpose_flops(
+    in_numel: int, out_numel: int, out_channels: int, groups: int, kernel: Sequence[int] | int, bias: bool
+) -> float:
+    """Forward FLOPs of a transposed convolution: every input element meets ``C_out / groups`` kernels.
+
+    ``2 * in_numel * (C_out / groups) * prod(kernel)`` (+ ``out_numel`` for a bias).
+    """
+    flops = 2.0 * in_numel * (out_channels // groups) * _kernel_elems(kernel)
+    return flops + (out_numel if bias else 0)
+
+
+def einsum_flops(equation: str, shapes: Sequence[Sequence[int]]) -> float:
+    """Forward FLOPs of ``torch.einsum(equation, *operands)`` from the operands' shapes.
+
+    Two or more operands: ``2 * prod(extent of every distinct index)``, a multiply-add for every
+    combination of index values (``"ij,jk->ik"`` is ``2 * i * j * k``, as for ``mm``). One operand
+    (a transpose, trace or sum): its element count. ``...`` stands for the operands' leading axes,
+    broadcast against each other as torch does. An index of extent 1 in one operand and ``n`` in
+    another counts ``n``.
+
+    Raises:
+        ValueError: when the equation and the shapes disagree (a subscript's length is not its
+            operand's rank).
+    """
+    inputs = equation.replace(" ", "").split("->")[0].split(",")
+    if len(inputs) != len(shapes):
+        raise ValueError(f"einsum {equation!r}: {len(inputs)} subscripts for {len(shapes)} operands")
+    if len(shapes) == 1:
+        return float(math.prod(shapes[0]))
+    extent: dict[str, int] = {}
+    for subscript, shape in zip(inputs, shapes, strict=True):
+        head, ellipsis, tail = subscript.partition("...")
+        explicit = len(head) + len(tail)
+        if (len(shape) < explicit) if ellipsis else (len(shape) != explicit):
+            raise ValueError(f"einsum {equation!r}: subscript {subscript!r} for an operand of shape {tuple(shape)}")
+        # Ellipsis axes are named by their distance from the ellipsis' end, which broadcasting aligns.
+        ellipsis_axes = len(shape) - explicit
+        labels = [*head, *(f"...{ellipsis_axes - i}" for i in range(ellipsis_axes)), *tail]
+        for label, size in zip(labels, shape, strict=True):
+            extent[label] = max(extent.get(label, 1), int(size))
+    return 2.0 * math.prod(extent.values())
 
 
 def linear_flops(out_shape: Sequence[int], in_features: int, out_features: int, bias: bool) -> float:
@@ -727,9 +828,22 @@ def _mha_flops(module: nn.MultiheadAttention, q_shape: Sequence[int], kv_shape: 
     return projections + 4.0 * scores * head_dim + 5.0 * scores
 
 
+def _arg_or_kwarg(node: fx.Node, index: int, name: str) -> Any:
+    """Argument ``index`` of a call, or its keyword ``name`` when it was passed by keyword (else ``None``)."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name)
+
+
 def _kernel_elems(kernel: Sequence[int] | int, spatial_dims: int = 2) -> int:
     """Elements of a kernel given as a tuple or as one int repeated over ``spatial_dims`` axes."""
     return math.prod(kernel) if isinstance(kernel, (tuple, list)) else int(kernel) ** spatial_dims
 
 
-__all__ = ["from_torch", "op_type_of", "conv_flops", "linear_flops", "rnn_cell_flops", "ELEMENTWISE_FLOPS_PER_ELEMENT"]
+__all__ = [
+    "from_torch",
+    "op_type_of",
+    "conv_flops",
+    "conv_transpose_flops",
+    "einsum_flops",
+    "linear_flops",
+    "rnn_cell_flops",
+]

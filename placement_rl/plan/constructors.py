@@ -16,6 +16,7 @@ import numpy as np
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Op, OpGraph
+from placement_rl.ops import DENSE_OPS, RECURRENT_OPS
 from placement_rl.plan.core import TAG_OPTIONS, OpConfig, Plan, SyncMode, TagOption
 from placement_rl.topology import DeviceTopology
 
@@ -69,9 +70,6 @@ def data_parallel(
     return Plan(graph.name, configs, name="data_parallel", metadata={"devices": names, "sync": sync})
 
 
-RECURRENT_OPS = frozenset({"lstm_cell", "gru_cell", "rnn_cell", "lstm", "gru", "rnn"})
-
-
 def expert(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
     """The expert-designed strategies FlexFlow compares against (sec. 8.1).
 
@@ -79,14 +77,14 @@ def expert(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | No
       machines, and inside each machine the ops of recurrent layer ``l`` (and the ops that follow
       it up to the next layer) on GPU ``l mod G`` of that machine.
     * Every other model, Krizhevsky's "one weird trick" (2014): data parallelism for every op
-      except the densely-connected (``linear``) layers, which are split along their output
-      channels (parameter dimension) over all devices.
+      except the densely-connected layers (:data:`placement_rl.ops.DENSE_OPS`: ``linear``), which are
+      split along their output channels (parameter dimension) over all devices.
     """
     names = _device_names(topology, devices)
     if any(op.op_type in RECURRENT_OPS for op in graph.ops):
         return _expert_recurrent(graph, topology, names)
     configs = {
-        op.name: _split_config(op, "parameter" if op.op_type == "linear" else "sample", names) for op in graph.ops
+        op.name: _split_config(op, "parameter" if op.op_type in DENSE_OPS else "sample", names) for op in graph.ops
     }
     return Plan(graph.name, configs, name="expert", metadata={"devices": names, "rule": "krizhevsky-2014"})
 

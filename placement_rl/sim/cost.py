@@ -9,7 +9,7 @@ of an op (``f = 1 / partitions``) on device ``d`` takes, unless a profile entry 
     max(f * flops / (peak_flops(d) * efficiency(op_type)), f * bytes / memory_bandwidth(d)) + launch_overhead_s
 
 with ``bytes = bytes_read + bytes_written`` (backward: twice the forward bytes). ``efficiency`` is the
-fraction of peak an op family reaches (:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures).
+fraction of peak an op type reaches (:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures).
 A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate: an entry
 for the task's exact output shape wins; else an entry for the whole op scaled by ``f``.
 
@@ -44,25 +44,11 @@ from typing import Any
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, Shape
 from placement_rl.io import as_float, as_list, as_str, check_header, check_keys, read_json, write_json
+from placement_rl.ops import OP_KINDS
 
-#: Fraction of peak FLOP/s reached per op family (fp32, large shapes); others use ``default_efficiency``.
-DEFAULT_EFFICIENCY: dict[str, float] = {
-    "conv1d": 0.55,
-    "conv2d": 0.55,
-    "conv3d": 0.5,
-    "conv_transpose2d": 0.5,
-    "linear": 0.7,
-    "matmul": 0.7,
-    "bmm": 0.65,
-    "attention": 0.5,
-    "multihead_attention": 0.55,
-    "lstm_cell": 0.45,
-    "gru_cell": 0.45,
-    "rnn_cell": 0.45,
-    "lstm": 0.5,
-    "gru": 0.5,
-    "rnn": 0.5,
-}
+#: Fraction of peak FLOP/s reached per op type (fp32, large shapes), from the op taxonomy
+#: (:attr:`placement_rl.ops.OpKind.efficiency`); other types use ``default_efficiency``.
+DEFAULT_EFFICIENCY: dict[str, float] = {t: k.efficiency for t, k in OP_KINDS.items() if k.efficiency is not None}
 
 #: Optimizer state bytes per parameter byte.
 OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
