@@ -19,12 +19,13 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
 import gymnasium as gym
 import numpy as np
 
+from placement_rl.config import integer, option, parse
 from placement_rl.plan import OpConfig, Plan, data_parallel
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator
@@ -40,7 +41,7 @@ _CACHE_INSTANCES = 16
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Options every env takes (subclasses add theirs). Built by :meth:`parse` from a mapping.
+    """Options every env takes (subclasses add theirs). Built and checked by :meth:`parse` from a mapping.
 
     Attributes:
         generator: the instances: ``{"kind": "fixed", "model": ..., "topology": ...}``,
@@ -56,42 +57,25 @@ class EnvConfig:
             of each group in the group graph (Trinity's structure feature), computed once per instance.
     """
 
-    generator: Any = None
-    reward: Any = "speedup"
+    generator: Any = None  # checked by make_generator when the env is built
+    reward: Any = "speedup"  # checked, with reward_options, by make_reward when the env is built
     reward_options: Mapping[str, Any] = field(default_factory=dict)
-    max_groups: int = 60
-    max_nodes: int | None = None
-    max_edges: int | None = None
-    max_devices: int = 64
+    max_groups: int = option(60, rule=integer(low=1))
+    max_nodes: int | None = option(None, rule=integer(low=1, null=True))
+    max_edges: int | None = option(None, rule=integer(low=1, null=True))
+    max_devices: int = option(64, rule=integer(low=1))
     cost_model: CostModel | None = None
-    node2vec_dim: int = 0
-
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
-    #: Fields that must be positive integers, and those that may also be null.
-    POSITIVE: ClassVar[tuple[str, ...]] = ("max_groups", "max_devices")
-    POSITIVE_OR_NULL: ClassVar[tuple[str, ...]] = ("max_nodes", "max_edges")
+    node2vec_dim: int = option(0, rule=integer(low=0))
 
     @classmethod
-    def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> EnvConfig:
-        """Validate ``config`` (plus keyword overrides): unknown keys and bad values name what was expected."""
-        merged = {**dict(config or {}), **overrides}
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(merged) - set(valid))
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; expected some of {valid}")
-        cfg = cls(**merged)
-        for key, choices in cls.CHOICES.items():
-            if getattr(cfg, key) not in choices:
-                raise ValueError(f"{cls.__name__}: {key} = {getattr(cfg, key)!r}; expected one of {list(choices)}")
-        for key in cls.POSITIVE:
-            value = getattr(cfg, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer")
-        for key in cls.POSITIVE_OR_NULL:
-            value = getattr(cfg, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{cls.__name__}: {key} = {value!r}; expected a positive integer or null")
-        return cfg
+    def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> Self:
+        """``config`` (plus keyword overrides) as a checked record (:func:`placement_rl.config.parse`).
+
+        Raises:
+            SchemaError: (a ``ValueError``) for an unknown key, listing the valid ones, or a value
+                its field's rule refuses, naming the key and what was expected.
+        """
+        return parse(cls, config, None, **overrides)
 
     @property
     def nodes(self) -> int:
@@ -218,10 +202,6 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self.generator: InstanceGenerator = make_generator(self.config.generator)
         self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
         self.cost = self.config.cost_model or DEFAULT_COST_MODEL
-        if not isinstance(self.config.node2vec_dim, int) or self.config.node2vec_dim < 0:
-            raise ValueError(
-                f"{type(self.config).__name__}: node2vec_dim = {self.config.node2vec_dim!r}; expected an integer >= 0"
-            )
         self.layout = Layout(
             self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions(), self.config.node2vec_dim
         )

@@ -23,7 +23,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from placement_rl import zoo
-from placement_rl.errors import UnknownNameError
+from placement_rl.config import check_fields, choice, integer, option, parse, sequence_of, text
+from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import OpGraph
 from placement_rl.graph.coarsen import coarsen
 from placement_rl.topology import (
@@ -87,27 +88,41 @@ class InstanceGenerator(Protocol):
 class FixedGenerator:
     """The same model and topology every episode.
 
+    Built by :func:`make_generator` (through :func:`placement_rl.config.parse`) or directly; either
+    way its fields are checked, and unknown model or topology names fail here, naming the valid ones.
+
     Attributes:
         model: a zoo model name.
         topology: a preset name, ``random:SEED`` or a topology JSON file.
         batch_size: the global batch (default: the zoo's, the papers' setting).
     """
 
-    model: str = "inception_v3"
-    topology: str = "tag-testbed"
-    batch_size: int | None = None
+    model: str = option("inception_v3", rule=text())
+    topology: str = option("tag-testbed", rule=text())
+    batch_size: int | None = option(None, rule=integer(low=1, null=True))
 
     def __post_init__(self) -> None:
-        zoo.spec(self.model)  # unknown names fail here, naming the valid ones
+        check_fields(self, "generator 'fixed'")
+
+    def validate(self, where: str) -> None:
+        """The model and topology exist (:class:`UnknownNameError` names the valid ones)."""
+        zoo.spec(self.model)
         resolve_topology(self.topology)
 
     def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
         return _instance(self.model, self.batch_size, self.topology, max_groups, 0)
 
 
+#: The values of :attr:`RandomGenerator.topology_split` and :attr:`RandomGenerator.model_split`.
+SPLITS: tuple[str, ...] = ("train", "test")
+
+
 @dataclass(frozen=True)
 class RandomGenerator:
     """A random zoo model on a random TAG-style topology each episode.
+
+    Built by :func:`make_generator` (through :func:`placement_rl.config.parse`) or directly; either
+    way its fields are checked, and unknown model names fail here, naming the valid ones.
 
     Attributes:
         models: the zoo models to draw from (uniformly).
@@ -119,26 +134,26 @@ class RandomGenerator:
         batch_size: the global batch (default: each model's zoo default).
     """
 
-    models: Sequence[str] = ("inception_v3", "resnet101", "vgg19", "transformer", "bert_small")
-    topology_split: Literal["train", "test"] = "train"
-    num_topologies: int | None = 1000
-    held_out_models: Sequence[str] = ()
-    model_split: Literal["train", "test"] = "train"
-    batch_size: int | None = None
+    models: Sequence[str] = option(
+        ("inception_v3", "resnet101", "vgg19", "transformer", "bert_small"), rule=sequence_of(text())
+    )
+    topology_split: Literal["train", "test"] = option("train", rule=choice(SPLITS))
+    num_topologies: int | None = option(1000, rule=integer(low=1, null=True))
+    held_out_models: Sequence[str] = option((), rule=sequence_of(text()))
+    model_split: Literal["train", "test"] = option("train", rule=choice(SPLITS))
+    batch_size: int | None = option(None, rule=integer(low=1, null=True))
 
     def __post_init__(self) -> None:
+        check_fields(self, "generator 'random'")
+
+    def validate(self, where: str) -> None:
+        """The models exist (:class:`UnknownNameError` names the valid ones) and the split leaves one to draw."""
         for m in (*self.models, *self.held_out_models):
             zoo.spec(m)
-        if self.topology_split not in ("train", "test"):
-            raise ValueError(f"topology_split = {self.topology_split!r}; expected 'train' or 'test'")
-        if self.model_split not in ("train", "test"):
-            raise ValueError(f"model_split = {self.model_split!r}; expected 'train' or 'test'")
-        if self.num_topologies is not None and self.num_topologies < 1:
-            raise ValueError(f"num_topologies = {self.num_topologies}; expected at least 1 or None")
         if not self.pool:
-            raise ValueError(
-                f"no model to draw: models {list(self.models)} minus held_out_models {list(self.held_out_models)} "
-                f"is empty for model_split={self.model_split!r}"
+            raise SchemaError(
+                f"{where}: no model to draw: models {list(self.models)} minus held_out_models "
+                f"{list(self.held_out_models)} is empty for model_split={self.model_split!r}"
             )
 
     @property
@@ -157,17 +172,20 @@ class RandomGenerator:
         return _instance(model, self.batch_size, f"random:{seed}", max_groups, 0)
 
 
-GENERATORS: dict[str, type] = {"fixed": FixedGenerator, "random": RandomGenerator}
+GENERATORS: dict[str, type[FixedGenerator | RandomGenerator]] = {"fixed": FixedGenerator, "random": RandomGenerator}
 
 
 def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> InstanceGenerator:
     """A generator from an env config value: an object with ``sample``, or a mapping with ``kind``.
 
     ``{"kind": "fixed", "model": "vgg19", "topology": "tag-testbed"}`` or ``{"kind": "random",
-    "models": [...], "topology_split": "test"}``; other keys are the generator's fields.
+    "models": [...], "topology_split": "test"}``; other keys are the generator's fields, checked by
+    :func:`placement_rl.config.parse`.
 
     Raises:
-        ValueError: for an unknown kind or key, naming the valid ones.
+        UnknownNameError: for an unknown kind, model or topology, naming the valid ones.
+        SchemaError: (a ``ValueError``) for an unknown key, naming the valid ones, or a value its
+            field's rule refuses.
     """
     if spec is None:
         return FixedGenerator()
@@ -179,12 +197,7 @@ def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> Instan
     kind = options.pop("kind", "fixed")
     if kind not in GENERATORS:
         raise UnknownNameError("generator kind", kind, GENERATORS)
-    cls = GENERATORS[kind]
-    valid = set(cls.__dataclass_fields__)
-    unknown = sorted(set(options) - valid)
-    if unknown:
-        raise ValueError(f"generator {kind!r}: unknown key(s) {unknown}; expected some of {sorted(valid)}")
-    for key in ("models", "held_out_models"):
-        if key in options:
+    for key in ("models", "held_out_models"):  # lists from YAML; the generator is frozen and hashable
+        if isinstance(options.get(key), list):
             options[key] = tuple(options[key])
-    return cls(**options)  # type: ignore[no-any-return]
+    return parse(GENERATORS[kind], options, f"generator {kind!r}")

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from placement_rl.config import check_fields, number, option, parse
 from placement_rl.errors import UnknownNameError
 from placement_rl.sim.delta import oom_cost
 from placement_rl.sim.result import SimResult
@@ -49,9 +50,17 @@ class Outcome:
 
 
 class Reward:
-    """Base class: ``reward(outcome) -> float``."""
+    """Base class: ``reward(outcome) -> float``.
+
+    The built-in rewards are frozen dataclasses whose fields are their options, each with a rule
+    (:func:`placement_rl.config.option`): :func:`make_reward` builds them with
+    :func:`placement_rl.config.parse`, and a dataclass reward built directly checks its fields too.
+    """
 
     name: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        check_fields(self, f"reward {self.name!r}")
 
     def __call__(self, outcome: Outcome) -> float:
         raise NotImplementedError
@@ -62,7 +71,7 @@ class SpeedupReward(Reward):
     """TAG's reward: final speedup over data parallelism, -1 on out-of-memory."""
 
     name: ClassVar[str] = "speedup"
-    oom_reward: float = -1.0
+    oom_reward: float = option(-1.0, rule=number())
 
     def __call__(self, outcome: Outcome) -> float:
         if outcome.final is None:
@@ -77,20 +86,12 @@ class MDPEReward(Reward):
     """Trinity's multi-dimensional performance evaluation (see the module docstring)."""
 
     name: ClassVar[str] = "mdpe"
-    alpha: float = 0.5
-    beta: float = 0.3
-    gamma: float = 0.2
-    c_hat_gb: float = 8.0
-    m_hat_gib: float = 8.0
-    oom_penalty: float = 10.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value < 0 or (f.name in ("alpha", "c_hat_gb", "m_hat_gib") and value == 0):
-                raise ValueError(
-                    f"mdpe {f.name} = {value}; expected a positive number (>= 0 for beta, gamma, oom_penalty)"
-                )
+    alpha: float = option(0.5, rule=number(0, low_open=True))
+    beta: float = option(0.3, rule=number(0))
+    gamma: float = option(0.2, rule=number(0))
+    c_hat_gb: float = option(8.0, rule=number(0, low_open=True))
+    m_hat_gib: float = option(8.0, rule=number(0, low_open=True))
+    oom_penalty: float = option(10.0, rule=number(0))
 
     def terms(self, final: SimResult, baseline: SimResult) -> tuple[float, float, float]:
         """``(f, q_comm, q_mem)`` of a final plan."""
@@ -112,7 +113,7 @@ class DenseReward(Reward):
     """Per-step drop of the partial plan's makespan, relative to data parallelism."""
 
     name: ClassVar[str] = "dense"
-    oom_reward: float = -1.0
+    oom_reward: float = option(-1.0, rule=number())
 
     def __call__(self, outcome: Outcome) -> float:
         reward = 0.0
@@ -131,8 +132,12 @@ REWARDS: dict[str, type[Reward]] = {r.name: r for r in (SpeedupReward, MDPERewar
 def make_reward(name: str | Reward, options: Mapping[str, Any] | None = None) -> Reward:
     """A reward by name with its options (``{"alpha": 0.6}`` for ``mdpe``), or a Reward object as is.
 
+    The options are checked by :func:`placement_rl.config.parse` against the reward's fields.
+
     Raises:
-        ValueError: for an unknown name or option, naming the valid ones.
+        UnknownNameError: for an unknown name, naming the valid ones.
+        SchemaError: (a ``ValueError``) for an unknown option, naming the valid ones, or a value
+            its rule refuses (``NaN`` and ``inf`` included).
     """
     if isinstance(name, Reward):
         if options:
@@ -140,9 +145,4 @@ def make_reward(name: str | Reward, options: Mapping[str, Any] | None = None) ->
         return name
     if name not in REWARDS:
         raise UnknownNameError("reward", name, REWARDS)
-    cls = REWARDS[name]
-    valid = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(options or {}) - valid)
-    if unknown:
-        raise ValueError(f"reward {name!r}: unknown option(s) {unknown}; expected some of {sorted(valid)}")
-    return cls(**dict(options or {}))
+    return parse(REWARDS[name], options, f"reward {name!r}")

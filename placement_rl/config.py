@@ -86,6 +86,18 @@ def text(*, empty: bool = False) -> Rule:
     return Rule(lambda v: isinstance(v, str) and (empty or bool(v)), "a string" if empty else "a non-empty string")
 
 
+def sequence_of(rule: Rule | None = None, *, empty: bool = True) -> Rule:
+    """A list or tuple (not a string) whose every item passes ``rule`` (non-empty unless ``empty``)."""
+    what = ("a list" if empty else "a non-empty list") + (f" whose every item is {rule.expected}" if rule else "")
+
+    def test(v: Any) -> bool:
+        if not isinstance(v, (list, tuple)) or not (empty or v):
+            return False
+        return rule is None or all(rule.test(item) for item in v)
+
+    return Rule(test, what)
+
+
 def option(
     default: Any = dataclasses.MISSING, *, rule: Rule | None = None, default_factory: Any = dataclasses.MISSING
 ) -> Any:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+
+from placement_rl.config import choice, integer, option
 
 from ..base import EnvConfig
+
+#: The values of :attr:`PlacementConfig.mode` and :attr:`PlacementConfig.action_space`.
+MODES: tuple[str, ...] = ("sequential", "one_shot")
+ACTION_SPACES: tuple[str, ...] = ("device", "tag")
 
 
 @dataclass(frozen=True)
@@ -22,16 +27,10 @@ class PlacementConfig(EnvConfig):
         one_shot_groups: one-shot mode: the number of groups ``k`` ops are partitioned into.
     """
 
-    mode: str = "sequential"
-    action_space: str = "device"
-    one_shot_ops: int = 512
-    one_shot_groups: int = 16
-
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "mode": ("sequential", "one_shot"),
-        "action_space": ("device", "tag"),
-    }
-    POSITIVE: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE, "one_shot_ops", "one_shot_groups")
+    mode: str = option("sequential", rule=choice(MODES))
+    action_space: str = option("device", rule=choice(ACTION_SPACES))
+    one_shot_ops: int = option(512, rule=integer(low=1))
+    one_shot_groups: int = option(16, rule=integer(low=1))
 
     @property
     def nodes(self) -> int:

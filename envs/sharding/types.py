@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
+from placement_rl.config import integer, option
 from placement_rl.search.space import ALL_KINDS
 
 from ..base import EnvConfig
@@ -22,12 +22,9 @@ class ShardingConfig(EnvConfig):
         max_partitions: the most partitions one group may have (default: the device count).
     """
 
-    max_configs: int = 256
-    dim_kinds: Sequence[str] = ALL_KINDS
-    max_partitions: int | None = None
-
-    POSITIVE: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE, "max_configs")
-    POSITIVE_OR_NULL: ClassVar[tuple[str, ...]] = (*EnvConfig.POSITIVE_OR_NULL, "max_partitions")
+    max_configs: int = option(256, rule=integer(low=1))
+    dim_kinds: Sequence[str] = ALL_KINDS  # checked by the SearchSpace at reset (it names the valid kinds)
+    max_partitions: int | None = option(None, rule=integer(low=1, null=True))
 
     @property
     def groups_per_instance(self) -> int:

@@ -24,7 +24,8 @@ from gymnasium.utils.env_checker import (
     check_reset_seed_determinism,
 )
 from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
-from placement_rl.envs import ENV_IDS, PlacementConfig, RandomAgent
+from placement_rl.envs import ENV_IDS, RandomAgent
+from placement_rl.envs.placement import types as placement_types
 
 from placement_rl import simulate
 from placement_rl.topology import random_topology
@@ -84,7 +85,7 @@ def outside_space(space: gym.spaces.Dict, obs: dict[str, np.ndarray]) -> list[st
 def test_modes_cover_every_id_and_mode() -> None:
     assert {env_id for env_id, _ in MODES.values()} == set(ENV_IDS)
     placement = {(c.get("mode"), c.get("action_space", "device")) for i, c in MODES.values() if i == PLACEMENT}
-    modes, spaces = PlacementConfig.CHOICES["mode"], PlacementConfig.CHOICES["action_space"]
+    modes, spaces = placement_types.MODES, placement_types.ACTION_SPACES
     expected = {("sequential", s) for s in spaces} | {(m, "device") for m in modes if m != "sequential"}
     assert placement == expected
     for env_id in ENV_IDS:

@@ -154,11 +154,14 @@ def test_bad_values() -> None:
         make_generator({"kind": "random", "held_out_models": ["gpt"]})
     with pytest.raises(UnknownNameError, match=r"unknown topology 'nowhere'; expected one of: .*random:SEED"):
         make_generator({"kind": "fixed", "topology": "nowhere"})
-    with pytest.raises(ValueError, match=r"topology_split = 'val'; expected 'train' or 'test'"):
+    split_error = r"generator 'random': topology_split = 'val'; expected one of \['train', 'test'\]"
+    with pytest.raises(ValueError, match=split_error):
         make_generator({"kind": "random", "topology_split": "val"})
-    with pytest.raises(ValueError, match=r"model_split = 'val'; expected 'train' or 'test'"):
+    with pytest.raises(
+        ValueError, match=r"generator 'random': model_split = 'val'; expected one of \['train', 'test'\]"
+    ):
         make_generator({"kind": "random", "model_split": "val"})
-    with pytest.raises(ValueError, match=r"num_topologies = 0; expected at least 1 or None"):
+    with pytest.raises(ValueError, match=r"generator 'random': num_topologies = 0; expected an integer >= 1 or null"):
         make_generator({"kind": "random", "num_topologies": 0})
     with pytest.raises(ValueError, match=r"no model to draw: models \['lenet'\] minus held_out_models \['lenet'\]"):
         make_generator({"kind": "random", "models": ["lenet"], "held_out_models": ["lenet"]})
@@ -166,3 +169,31 @@ def test_bad_values() -> None:
         make_generator({"kind": "random", "model_split": "test"})
     with pytest.raises(TypeError, match=r"expected a mapping with 'kind' or a generator object, got 'fixed'"):
         make_generator("fixed")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"kind": "random", "num_topologies": float("nan")}, r"num_topologies = nan; expected an integer >= 1 or null"),
+        ({"kind": "random", "num_topologies": float("inf")}, r"num_topologies = inf; expected an integer >= 1 or null"),
+        ({"kind": "random", "num_topologies": 2.5}, r"num_topologies = 2.5; expected an integer >= 1 or null"),
+        ({"kind": "random", "models": "lenet"}, r"models = 'lenet'; expected a list whose every item is a non-empty"),
+        ({"kind": "random", "held_out_models": [""]}, r"held_out_models = \(''.\); expected a list whose every item"),
+        ({"kind": "random", "batch_size": 0}, r"generator 'random': batch_size = 0; expected an integer >= 1 or null"),
+        ({"kind": "fixed", "batch_size": float("nan")}, r"generator 'fixed': batch_size = nan; expected an integer"),
+        ({"kind": "fixed", "model": 7}, r"generator 'fixed': model = 7; expected a non-empty string"),
+        ({"kind": "fixed", "topology": None}, r"generator 'fixed': topology = None; expected a non-empty string"),
+    ],
+)
+def test_bad_field_values_name_the_field(spec: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        make_generator(spec)
+
+
+def test_generators_built_directly_are_checked_too() -> None:
+    with pytest.raises(ValueError, match=r"generator 'random': topology_split = 'val'; expected one of"):
+        RandomGenerator(models=("lenet",), topology_split="val")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"generator 'fixed': batch_size = -3; expected an integer >= 1 or null"):
+        FixedGenerator(model="lenet", batch_size=-3)
+    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt'"):
+        FixedGenerator(model="gpt")

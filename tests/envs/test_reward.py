@@ -226,11 +226,11 @@ def test_make_reward_unknown_name_lists_valid() -> None:
 
 
 def test_make_reward_unknown_option_lists_valid() -> None:
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['delta'\]") as err:
+    with pytest.raises(ValueError, match=r"reward 'mdpe': unknown key\(s\) \['delta'\]; expected some of") as err:
         make_reward("mdpe", {"alpha": 0.4, "delta": 1.0})
     for valid in ("alpha", "beta", "gamma", "c_hat_gb", "m_hat_gib", "oom_penalty"):
         assert valid in str(err.value)
-    speedup_error = r"reward 'speedup': unknown option\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
+    speedup_error = r"reward 'speedup': unknown key\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
     with pytest.raises(ValueError, match=speedup_error):
         make_reward("speedup", {"alpha": 0.5})
 
@@ -238,16 +238,41 @@ def test_make_reward_unknown_option_lists_valid() -> None:
 def test_make_reward_bad_values() -> None:
     with pytest.raises(ValueError, match="reward_options given with a Reward object"):
         make_reward(SpeedupReward(), {"oom_reward": 0.0})
-    with pytest.raises(ValueError, match=r"mdpe alpha = -1; expected a positive number"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -1; expected a finite number > 0"):
         make_reward("mdpe", {"alpha": -1})
-    with pytest.raises(ValueError, match=r"mdpe c_hat_gb = 0; expected a positive number"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': c_hat_gb = 0; expected a finite number > 0"):
         make_reward("mdpe", {"c_hat_gb": 0})
+    with pytest.raises(ValueError, match=r"reward 'mdpe': gamma = -0.1; expected a finite number >= 0"):
+        make_reward("mdpe", {"gamma": -0.1})
+    with pytest.raises(ValueError, match=r"reward 'dense': oom_reward = '-1'; expected a finite number"):
+        make_reward("dense", {"oom_reward": "-1"})
+    with pytest.raises(ValueError, match=r"reward 'mdpe': expected a mapping, got list"):
+        make_reward("mdpe", [("alpha", 0.4)])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -2; expected a finite number > 0"):
+        MDPEReward(alpha=-2)  # built directly: checked too
+    assert make_reward("mdpe", {"beta": 0, "gamma": 0, "oom_penalty": 0}).beta == 0  # >= 0 may be 0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize(
+    ("name", "option"),
+    [("speedup", "oom_reward"), ("dense", "oom_reward"), *(("mdpe", f.name) for f in dataclasses.fields(MDPEReward))],
+)
+def test_make_reward_refuses_nan_and_inf(name: str, option: str, bad: float) -> None:
+    with pytest.raises(ValueError, match=rf"reward '{name}': {option} = {bad!r}; expected a finite number"):
+        make_reward(name, {option: bad})
+
+
+def test_env_config_refuses_nan_reward_option() -> None:
+    config = {"generator": SMALL, "reward": "mdpe", "reward_options": {"alpha": float("nan")}}
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = nan; expected a finite number > 0"):
+        gym.make("placement_rl/Placement-v0", config=config)
 
 
 def test_env_config_reward_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown reward 'fast'; expected one of: dense, mdpe, speedup"):
         gym.make("placement_rl/Placement-v0", config={"generator": SMALL, "reward": "fast"})
-    dense_error = r"reward 'dense': unknown option\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
+    dense_error = r"reward 'dense': unknown key\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
     with pytest.raises(ValueError, match=dense_error):
         gym.make(
             "placement_rl/Sharding-v0", config={"generator": SMALL, "reward": "dense", "reward_options": {"alpha": 1}}

@@ -46,11 +46,14 @@ def test_unknown_config_key_lists_valid_keys() -> None:
     [
         ("mode", "batch", r"mode = 'batch'; expected one of \['sequential', 'one_shot'\]"),
         ("action_space", "machine", r"action_space = 'machine'; expected one of \['device', 'tag'\]"),
-        ("max_groups", 0, r"max_groups = 0; expected a positive integer"),
-        ("max_devices", True, r"max_devices = True; expected a positive integer"),
-        ("max_nodes", -2, r"max_nodes = -2; expected a positive integer or null"),
-        ("one_shot_groups", 0, r"one_shot_groups = 0; expected a positive integer"),
-        ("one_shot_ops", 0, r"one_shot_ops = 0; expected a positive integer"),
+        ("max_groups", 0, r"max_groups = 0; expected an integer >= 1"),
+        ("max_groups", 8.0, r"max_groups = 8.0; expected an integer >= 1"),
+        ("max_devices", True, r"max_devices = True; expected an integer >= 1"),
+        ("max_nodes", -2, r"max_nodes = -2; expected an integer >= 1 or null"),
+        ("max_edges", float("inf"), r"max_edges = inf; expected an integer >= 1 or null"),
+        ("one_shot_groups", 0, r"one_shot_groups = 0; expected an integer >= 1"),
+        ("one_shot_ops", 0, r"one_shot_ops = 0; expected an integer >= 1"),
+        ("node2vec_dim", -1, r"node2vec_dim = -1; expected an integer >= 0"),
     ],
 )
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:

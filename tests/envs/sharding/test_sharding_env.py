@@ -146,10 +146,11 @@ def test_unknown_config_key_lists_valid_keys() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        ("max_configs", 0, r"max_configs = 0; expected a positive integer"),
-        ("max_configs", 2.5, r"max_configs = 2.5; expected a positive integer"),
-        ("max_partitions", 0, r"max_partitions = 0; expected a positive integer or null"),
-        ("max_groups", -1, r"max_groups = -1; expected a positive integer"),
+        ("max_configs", 0, r"max_configs = 0; expected an integer >= 1"),
+        ("max_configs", 2.5, r"max_configs = 2.5; expected an integer >= 1"),
+        ("max_configs", float("nan"), r"max_configs = nan; expected an integer >= 1"),
+        ("max_partitions", 0, r"max_partitions = 0; expected an integer >= 1 or null"),
+        ("max_groups", -1, r"max_groups = -1; expected an integer >= 1"),
     ],
 )
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
