@@ -33,7 +33,17 @@ from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL, SimContext
 
 from .generator import Instance, InstanceGenerator, make_generator
-from .observation import COL_CURRENT, COL_DECIDED, COL_FINISH, COL_IDLE, GIB, Layout, static_arrays
+from .observation import (
+    COL_CURRENT,
+    COL_DECIDED,
+    COL_FINISH_MS,
+    COL_IDLE_MS,
+    DEV_COL_IDLE_FRACTION,
+    DEV_COL_MEMORY_USED_GIB,
+    GIB,
+    Layout,
+    static_arrays,
+)
 from .reward import Outcome, Reward, make_reward
 
 _CACHE_INSTANCES = 16
@@ -304,11 +314,12 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         node[:G, COL_DECIDED] = decided
         if 0 <= current < G:
             node[current, COL_CURRENT] = 1.0
-        node[:G, COL_FINISH] = finish_s * 1e3
-        node[:G, COL_IDLE] = idle_s * 1e3
+        node[:G, COL_FINISH_MS] = finish_s * 1e3
+        node[:G, COL_IDLE_MS] = idle_s * 1e3
         dev = obs["device_features"]
-        dev[:D, 2] = memory_used_bytes / GIB
-        dev[:D, 3] = np.clip(1.0 - busy_s / makespan_s, 0.0, 1.0) if makespan_s > 0 else 1.0
+        dev[:D, DEV_COL_MEMORY_USED_GIB] = memory_used_bytes / GIB
+        idle_fraction = np.clip(1.0 - busy_s / makespan_s, 0.0, 1.0) if makespan_s > 0 else 1.0
+        dev[:D, DEV_COL_IDLE_FRACTION] = idle_fraction
         obs["action_mask"] = self._last_mask = self._action_mask()
         return obs
 

@@ -22,13 +22,18 @@ field                 dtype, shape                          contents
 
 Node features, in order: ``compute_ms`` (forward + backward on the topology's fastest device),
 ``param_mib``, ``output_mib``, the op-type histogram (fraction of the group's member ops in each
-of :data:`OP_FAMILIES`), ``decided``, ``current`` (1 for the group this step decides),
-``finish_ms`` (when the group's forward pass ends in the simulation of the current partial plan)
-and ``idle_ms`` (how long its output then waits before its first outgoing transfer starts).
+of :data:`OP_FAMILIES`, by the op taxonomy of :mod:`placement_rl.ops`), ``decided``, ``current``
+(1 for the group this step decides), ``finish_ms`` (when the group's forward pass ends in the
+simulation of the current partial plan) and ``idle_ms`` (how long its output then waits before its
+first outgoing transfer starts).
 
 Device features: ``peak_tflops``, ``memory_gib``, ``memory_used_gib`` (the env's estimate for the
 decided groups, see the env) and ``idle_fraction`` (share of the simulated iteration the device
 does not compute).
+
+Code reads and writes the feature columns by name, never by position: :data:`NODE_COL` and
+:data:`DEVICE_COL` map each name to its column, and the ``COL_*`` / ``DEV_COL_*`` constants (with
+the slice :data:`COLS_OP_TYPE` for the op-type histogram) are the same columns as names.
 """
 
 from __future__ import annotations
@@ -39,77 +44,14 @@ import gymnasium as gym
 import numpy as np
 
 from placement_rl.graph import OpGraph
+from placement_rl.ops import OBSERVATION_FAMILIES, observation_family
 from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
-OP_FAMILIES: tuple[str, ...] = (
-    "conv",
-    "matmul",
-    "recurrent",
-    "attention",
-    "norm",
-    "activation",
-    "pool",
-    "elementwise",
-    "shape",
-    "embedding",
-    "loss",
-    "input",
-    "other",
-)
-_FAMILY_OF: dict[str, str] = {
-    "conv1d": "conv",
-    "conv2d": "conv",
-    "conv3d": "conv",
-    "conv_transpose2d": "conv",
-    "linear": "matmul",
-    "matmul": "matmul",
-    "bmm": "matmul",
-    "addmm": "matmul",
-    "baddbmm": "matmul",
-    "lstm_cell": "recurrent",
-    "gru_cell": "recurrent",
-    "rnn_cell": "recurrent",
-    "lstm": "recurrent",
-    "gru": "recurrent",
-    "rnn": "recurrent",
-    "multihead_attention": "attention",
-    "scaled_dot_product_attention": "attention",
-    "batch_norm": "norm",
-    "layer_norm": "norm",
-    "group_norm": "norm",
-    "relu": "activation",
-    "gelu": "activation",
-    "tanh": "activation",
-    "sigmoid": "activation",
-    "softmax": "activation",
-    "log_softmax": "activation",
-    "dropout": "activation",
-    "max_pool2d": "pool",
-    "avg_pool2d": "pool",
-    "adaptive_avg_pool2d": "pool",
-    "add": "elementwise",
-    "mul": "elementwise",
-    "sub": "elementwise",
-    "div": "elementwise",
-    "transpose": "shape",
-    "reshape": "shape",
-    "view": "shape",
-    "slice": "shape",
-    "cat": "shape",
-    "unsqueeze": "shape",
-    "squeeze": "shape",
-    "flatten": "shape",
-    "stack": "shape",
-    "permute": "shape",
-    "embedding": "embedding",
-    "cross_entropy": "loss",
-    "mse_loss": "loss",
-    "nll_loss": "loss",
-    "input": "input",
-    "constant": "input",
-    "fill": "input",
-}
+#: The op-type histogram's families, in column order: the project's op taxonomy
+#: (:data:`placement_rl.ops.OBSERVATION_FAMILIES`; append-only, as trained policies read the columns).
+OP_FAMILIES: tuple[str, ...] = OBSERVATION_FAMILIES
+_FAMILY_INDEX: dict[str, int] = {family: i for i, family in enumerate(OP_FAMILIES)}
 NODE_FEATURES: tuple[str, ...] = (
     "compute_ms",
     "param_mib",
@@ -122,15 +64,39 @@ NODE_FEATURES: tuple[str, ...] = (
 )
 DEVICE_FEATURES: tuple[str, ...] = ("peak_tflops", "memory_gib", "memory_used_gib", "idle_fraction")
 NODE_DIM, DEVICE_DIM = len(NODE_FEATURES), len(DEVICE_FEATURES)
-COL_DECIDED, COL_CURRENT, COL_FINISH, COL_IDLE = (
-    NODE_FEATURES.index(c) for c in ("decided", "current", "finish_ms", "idle_ms")
-)
+
+#: Column of each node feature in ``node_features``, by name.
+NODE_COL: dict[str, int] = {name: i for i, name in enumerate(NODE_FEATURES)}
+#: Column of each device feature in ``device_features``, by name.
+DEVICE_COL: dict[str, int] = {name: i for i, name in enumerate(DEVICE_FEATURES)}
+
+# Node feature columns (code indexes by these, never by position).
+COL_COMPUTE_MS = NODE_COL["compute_ms"]
+COL_PARAM_MIB = NODE_COL["param_mib"]
+COL_OUTPUT_MIB = NODE_COL["output_mib"]
+#: The op-type histogram: column ``COLS_OP_TYPE.start + i`` is family ``OP_FAMILIES[i]``.
+COLS_OP_TYPE = slice(NODE_COL[f"type_{OP_FAMILIES[0]}"], NODE_COL[f"type_{OP_FAMILIES[-1]}"] + 1)
+COL_DECIDED = NODE_COL["decided"]
+COL_CURRENT = NODE_COL["current"]
+COL_FINISH_MS = NODE_COL["finish_ms"]
+COL_IDLE_MS = NODE_COL["idle_ms"]
+
+# Device feature columns.
+DEV_COL_PEAK_TFLOPS = DEVICE_COL["peak_tflops"]
+DEV_COL_MEMORY_GIB = DEVICE_COL["memory_gib"]
+DEV_COL_MEMORY_USED_GIB = DEVICE_COL["memory_used_gib"]
+DEV_COL_IDLE_FRACTION = DEVICE_COL["idle_fraction"]
+
 MIB, GIB = 2.0**20, 2.0**30
 
 
 def op_family(op_type: str) -> int:
-    """Index of ``op_type``'s family in :data:`OP_FAMILIES` (``other`` if unknown)."""
-    return OP_FAMILIES.index(_FAMILY_OF.get(op_type, "other"))
+    """Index in :data:`OP_FAMILIES` of ``op_type``'s family in the op taxonomy.
+
+    That is ``OP_FAMILIES.index(placement_rl.ops.observation_family(op_type))``: ``other`` for types
+    the taxonomy does not know.
+    """
+    return _FAMILY_INDEX[observation_family(op_type)]
 
 
 @dataclass(frozen=True)
@@ -210,13 +176,13 @@ def static_arrays(
                 f"{limit} (raise max_nodes / max_edges / max_devices)"
             )
     node = np.zeros((layout.max_nodes, NODE_DIM), np.float32)
-    node[:G, 0] = group_compute_s(groups, fine, topology, cost) * 1e3
-    node[:G, 1] = [g.param_bytes / MIB for g in groups.ops]
-    node[:G, 2] = [g.output_bytes / MIB for g in groups.ops]
+    node[:G, COL_COMPUTE_MS] = group_compute_s(groups, fine, topology, cost) * 1e3
+    node[:G, COL_PARAM_MIB] = [g.param_bytes / MIB for g in groups.ops]
+    node[:G, COL_OUTPUT_MIB] = [g.output_bytes / MIB for g in groups.ops]
     for i, g in enumerate(groups.ops):
         members = g.members or (g.name,)
         for m in members:
-            node[i, 3 + op_family(fine.op(m).op_type)] += 1.0 / len(members)
+            node[i, COLS_OP_TYPE.start + op_family(fine.op(m).op_type)] += 1.0 / len(members)
     node_mask = np.zeros(layout.max_nodes, np.int8)
     node_mask[:G] = 1
     index = {op.name: i for i, op in enumerate(groups.ops)}
@@ -228,8 +194,8 @@ def static_arrays(
         edge_features[k, 0] = t.num_bytes / MIB
         edge_mask[k] = 1
     device = np.zeros((layout.max_devices, DEVICE_DIM), np.float32)
-    device[:D, 0] = [d.peak_flops / 1e12 for d in topology.devices]
-    device[:D, 1] = [d.memory_bytes / GIB for d in topology.devices]
+    device[:D, DEV_COL_PEAK_TFLOPS] = [d.peak_flops / 1e12 for d in topology.devices]
+    device[:D, DEV_COL_MEMORY_GIB] = [d.memory_bytes / GIB for d in topology.devices]
     device_mask = np.zeros(layout.max_devices, np.int8)
     device_mask[:D] = 1
     bandwidth = np.zeros((layout.max_devices, layout.max_devices), np.float32)

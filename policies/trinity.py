@@ -38,7 +38,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from placement_rl.envs.observation import OP_FAMILIES
+from placement_rl.envs.observation import COL_COMPUTE_MS, COL_OUTPUT_MIB, COL_PARAM_MIB, COLS_OP_TYPE, OP_FAMILIES
 from ray.rllib.core import Columns
 from ray.rllib.core.distribution.distribution import Distribution
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -186,16 +186,17 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         """(B, N, op_in) op features and the (B, N, TYPE_DIM) op-type embeddings."""
         x = obs["node_features"].float()
         mask = obs["node_mask"].float()
-        runtime = x[..., 0]
+        runtime = x[..., COL_COMPUTE_MS]
         count = mask.sum(-1, keepdim=True).clamp(min=1.0)
         mean = (runtime * mask).sum(-1, keepdim=True) / count
         std = (((runtime - mean) ** 2 * mask).sum(-1, keepdim=True) / count).sqrt().clamp(min=1e-6)
         z = ((runtime - mean) / std) * mask
-        types = self.type_embedding(x[..., 3 : 3 + len(OP_FAMILIES)])
+        types = self.type_embedding(x[..., COLS_OP_TYPE])
         parts = [z.unsqueeze(-1)]
         if self.structure_dim:
             parts.append(obs["node_structure"].float())
-        parts += [types, torch.log1p(x[..., 2:3]), torch.log1p(x[..., 1:2])]
+        output_mib, param_mib = x[..., COL_OUTPUT_MIB].unsqueeze(-1), x[..., COL_PARAM_MIB].unsqueeze(-1)
+        parts += [types, torch.log1p(output_mib), torch.log1p(param_mib)]
         return torch.cat(parts, dim=-1) * mask.unsqueeze(-1), types
 
     def _partition_logits(self, feats: torch.Tensor, obs: dict[str, torch.Tensor], train: bool) -> torch.Tensor:
@@ -217,7 +218,7 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         onehot = F.one_hot(groups.long(), k).float() * node_mask.unsqueeze(-1)  # (B, N, k)
         sizes = onehot.sum(1)  # (B, k)
         mean_type = onehot.transpose(1, 2) @ types / sizes.clamp(min=1.0).unsqueeze(-1)
-        output = onehot.transpose(1, 2) @ obs["node_features"][..., 2:3].float()
+        output = onehot.transpose(1, 2) @ obs["node_features"][..., COL_OUTPUT_MIB].unsqueeze(-1).float()
         # Group adjacency: tensor MiB from group i to group j.
         B, E = obs["edge_mask"].shape
         src, dst = obs["edge_index"][:, 0].long(), obs["edge_index"][:, 1].long()

@@ -11,6 +11,7 @@ import numpy as np
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, tag_group_config, tag_strategy
 
 from ..base import PlanEnv, bytes_on_devices
+from ..observation import COL_COMPUTE_MS
 from .types import PlacementConfig
 
 
@@ -112,7 +113,7 @@ class PlacementEnv(PlanEnv):
         data = self._begin_episode(seed)
         G = data.instance.groups.num_ops
         self._t = 0
-        self._order = np.argsort(-data.static["node_features"][:G, 0], kind="stable")
+        self._order = np.argsort(-data.static["node_features"][:G, COL_COMPUTE_MS], kind="stable")
         self._decided = np.zeros(G)
         self._used = np.zeros(data.instance.topology.num_devices)
         self._rule = None

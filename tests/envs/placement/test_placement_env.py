@@ -10,7 +10,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from placement_rl.envs import GreedyAgent, PlacementEnv, RandomAgent, run_episode
-from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED
+from placement_rl.envs.observation import (
+    COL_COMPUTE_MS,
+    COL_CURRENT,
+    COL_DECIDED,
+    DEV_COL_MEMORY_GIB,
+    DEV_COL_MEMORY_USED_GIB,
+)
 
 from placement_rl import simulate
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan
@@ -236,14 +242,14 @@ def vgg19_small_gpu0(shrunk_topology: Callable[..., str]) -> dict[str, Any]:
 def test_group_that_does_not_fit_is_masked(vgg19_small_gpu0: dict[str, Any]) -> None:
     env = make(vgg19_small_gpu0, max_devices=8)
     obs, _ = env.reset(seed=0)
-    assert obs["device_features"][:4, 1].tolist() == [0.25, 11, 11, 11]  # memory_gib
+    assert obs["device_features"][:4, DEV_COL_MEMORY_GIB].tolist() == [0.25, 11, 11, 11]
     # The first group (the most compute: vgg19's early convolutions, GiBs of activations at batch 96)
     # does not fit in 256 MiB: gpu0 is masked, the other real devices are not, padding never is.
     assert obs["action_mask"].tolist() == [0, 1, 1, 1, 0, 0, 0, 0]
     with pytest.raises(ValueError, match=r"action 0 is masked for group \d+ \(it does not fit in memory"):
         env.step(0)
     obs, *_ = env.step(1)
-    used = obs["device_features"][:4, 2]  # memory_used_gib: the group's estimate, now on gpu1
+    used = obs["device_features"][:4, DEV_COL_MEMORY_USED_GIB]  # the group's estimate, now on gpu1
     assert used[1] > 0.25 and used[0] == used[2] == used[3] == 0
 
 
@@ -255,7 +261,7 @@ def test_when_nothing_fits_every_real_device_is_allowed(shrunk_topology: Callabl
     obs, _ = env.reset(seed=0)
     assert obs["action_mask"].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
     obs, *_ = env.step(2)
-    assert obs["device_features"][2, 2] > 0.25  # the group did not fit on gpu2 (memory_used_gib)
+    assert obs["device_features"][2, DEV_COL_MEMORY_USED_GIB] > 0.25  # the group did not fit on gpu2
     done, steps = False, 1
     while not done:
         assert obs["action_mask"][:4].any() and not obs["action_mask"][4:].any()
@@ -279,7 +285,7 @@ def test_groups_decided_once_in_descending_compute() -> None:
         assert obs["node_features"][:, COL_DECIDED].sum() == len(order) - 1
         obs, _, done, _, _ = env.step(allowed(obs)[0])
     assert sorted(order) == list(range(G))
-    compute = obs["node_features"][order, 0]
+    compute = obs["node_features"][order, COL_COMPUTE_MS]
     assert (np.diff(compute) <= 0).all()
     assert obs["node_features"][:G, COL_DECIDED].all() and not obs["node_features"][:, COL_CURRENT].any()
 

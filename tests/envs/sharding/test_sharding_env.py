@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
-from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED
+from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED, DEV_COL_MEMORY_USED_GIB
 
 from placement_rl import simulate
 from placement_rl.plan import Plan
@@ -129,7 +129,7 @@ def test_when_nothing_fits_the_whole_set_is_allowed(shrunk_topology: Callable[..
         assert obs["action_mask"].tolist() == [1] * n + [0] * (32 - n)
         obs, reward, done, _, info = env.step(allowed(obs)[0])
         if first:  # configuration 0 of group 0 (one device) did not fit, yet it was allowed
-            used = obs["device_features"][:4, 2]
+            used = obs["device_features"][:4, DEV_COL_MEMORY_USED_GIB]
             assert env.unwrapped.configs(0)[0].devices == ("m0/gpu0",) and used[0] > 0.25
             first = False
     assert info["oom"] is True and reward == -1.0
