@@ -122,6 +122,16 @@ class Op:
         """The sample (batch) dimension, if the op has one."""
         return next((d for d in self.parallel_dims if d.kind == "sample"), None)
 
+    @property
+    def plain_sample_axis(self) -> int:
+        """Axis of the sample dimension in the first output, or -1 when there is none or it is a reduction.
+
+        The simulator and FT's layouts both use it: two ops with the same plain sample axis read each
+        other's batch slices directly.
+        """
+        dim = self.sample_dim
+        return dim.axis if dim is not None and not dim.reduction else -1
+
 
 @dataclass(frozen=True)
 class Tensor:

@@ -25,7 +25,8 @@ parameters alike), with the first op's sync mode.
 **Scheduling.** Links are resources like devices, one per direction, so computation and
 communication overlap (A1-A4). A global queue ordered by ready time assigns tasks to their
 resources FIFO; a transfer holds every link direction of its route (alpha-beta time with the route's
-bottleneck bandwidth), so transfers that share a NIC or a switch port contend.
+bottleneck bandwidth), so transfers that share a NIC or a switch port contend. Routes, link directions
+and ring bandwidths come from :mod:`placement_rl.sim.network`, shared with FT's cost tables.
 
 **Memory.** Per device: parameters, gradients and optimizer state of every shard it holds; each
 forward task's output from its start until its backward task ends; received activations and
@@ -47,6 +48,7 @@ import numpy as np
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.sim import kernels as _kernels
+from placement_rl.sim import network as _network
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import TASK_KINDS, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
@@ -233,7 +235,9 @@ class SimContext:
             name for link in topology.links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
         )
         self._capacity = np.array([d.memory_bytes for d in devices], dtype=np.float64)
-        self._build_routes()
+        self.network = _network.network(topology)
+        # the simulator's resources are devices then link directions: direction d is resource D + d
+        self._route_res = self.network.route_dirs + D
         self._build_edges()
         self._owner: dict[str, int] = {}
         self._key_ops: dict[str, list[int]] = {}
@@ -251,40 +255,8 @@ class SimContext:
         self._compiled: dict[tuple[int, OpConfig], _CompiledOp] = {}
         self._shared_owners = sorted({self._owner[k] for k, users in self._key_ops.items() if len(users) > 1})
         self._shared_cache: dict[Any, dict[str, np.ndarray]] = {}
-        self._ring_cache: dict[tuple[int, ...], tuple[np.ndarray, float, float, str]] = {}
 
     # ----------------------------------------------------------- static parts
-    def _build_routes(self) -> None:
-        topo = self.topology
-        D = self.num_devices
-        link_dir: dict[tuple[str, str], int] = {}
-        for k, link in enumerate(topo.links):
-            link_dir[(link.a, link.b)] = D + 2 * k
-            link_dir[(link.b, link.a)] = D + 2 * k + 1
-        ptr = np.zeros(D * D + 1, np.int64)
-        res: list[int] = []
-        self.route_bw = np.full(D * D, np.inf)
-        self.route_lat = np.zeros(D * D)
-        self.route_kind: list[str] = [""] * (D * D)
-        names = [d.name for d in topo.devices]
-        for i in range(D):
-            for j in range(D):
-                if i != j:
-                    route = topo.route(names[i], names[j])
-                    hops = [link_dir[(a, b)] for a, b in zip(route.path, route.path[1:])]
-                    res.extend(hops)
-                    self.route_bw[i * D + j] = route.bandwidth_bytes_per_s
-                    self.route_lat[i * D + j] = route.latency_s
-                    narrow = min(route.links, key=lambda k: topo.links[k].bandwidth_bytes_per_s)
-                    self.route_kind[i * D + j] = topo.links[narrow].kind
-                ptr[i * D + j + 1] = len(res)
-        self.route_ptr = ptr
-        self.route_res = np.array(res, dtype=np.int64)
-        self.route_len = np.diff(ptr)
-        kinds = sorted(set(self.route_kind) - {""})
-        self._kind_names = kinds
-        self.route_kind_id = np.array([kinds.index(k) if k else -1 for k in self.route_kind], dtype=np.int64)
-
     def _build_edges(self) -> None:
         g = self.graph
         arr = g.arrays
@@ -302,35 +274,12 @@ class SimContext:
             ranks.append(rank)
             box = t.src_output == 0 or len(src.output_shapes[t.src_output]) == len(src.output_shapes[0])
             prod_box.append(box)
-            s_src, s_dst = _plain_sample_axis(src), _plain_sample_axis(dst)
+            s_src, s_dst = src.plain_sample_axis, dst.plain_sample_axis
             same.append(box and rank == len(dst.output_shapes[0]) and s_src == s_dst and s_dst >= 0)
         self.e_rank = np.array(ranks, dtype=np.int64)
         self.e_same = np.array(same, dtype=np.bool_)
         self.e_prod_box = np.array(prod_box, dtype=np.bool_)
-        self.op_sample_axis = np.array([_plain_sample_axis(op) for op in g.ops], dtype=np.int64)
-
-    def _ring(self, devices: tuple[int, ...]) -> tuple[np.ndarray, float, float, str]:
-        """Link directions, effective bandwidth, latency and bottleneck kind of a ring over ``devices``."""
-        cached = self._ring_cache.get(devices)
-        if cached is not None:
-            return cached
-        D = self.num_devices
-        hops = [(devices[k] * D + devices[(k + 1) % len(devices)]) for k in range(len(devices))]
-        uses: dict[int, int] = {}
-        for pair in hops:
-            for x in self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]]:
-                uses[int(x)] = uses.get(int(x), 0) + 1
-        best = (math.inf, 0.0, "")
-        for pair in hops:
-            links = self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]]
-            share = max(uses[int(x)] for x in links)
-            bw = self.route_bw[pair] / share
-            if bw < best[0]:
-                best = (bw, self.route_lat[pair], self.route_kind[pair])
-        latency = max(self.route_lat[p] for p in hops)
-        result = (np.array(sorted(uses), dtype=np.int64), best[0], latency, best[2])
-        self._ring_cache[devices] = result
-        return result
+        self.op_sample_axis = np.array([op.plain_sample_axis for op in g.ops], dtype=np.int64)
 
     # ---------------------------------------------------------- compilation
     #: compiled configurations kept; searches visit many more, so the cache is cleared when full.
@@ -422,7 +371,7 @@ class SimContext:
         key = self._op_key[index]
         if key is not None and self._owner[key] == index and op.param_bytes > 0:
             groups = [
-                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard) if sh == k))
+                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard, strict=True) if sh == k))
                 for k in range(shards)
             ]
             self._set_sync(compiled, self._sync_template(groups, op.param_bytes / shards, cfg.sync, compiled.ps_device))
@@ -433,6 +382,7 @@ class SimContext:
     ) -> dict[str, np.ndarray]:
         """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``."""
         D = self.num_devices
+        net = self.network
         static_dev: list[int] = []
         kind: list[int] = []
         duration: list[float] = []
@@ -446,11 +396,15 @@ class SimContext:
             if len(group) < 2 or mode == "duplicate":
                 continue
             if mode == "all_reduce":
-                links, bw, lat, link_kind = self._ring(group)
+                ring = net.rings((group,))
                 kind.append(_ALL_REDUCE)
-                duration.append(self.cost.all_reduce_time_s(shard_bytes, len(group), bw, lat, link_kind))
+                duration.append(
+                    self.cost.all_reduce_time_s(
+                        shard_bytes, len(group), ring.bandwidth_bytes_per_s, ring.latency_s, ring.kind
+                    )
+                )
                 nbytes.append(2.0 * (len(group) - 1) * shard_bytes)
-                res.append(links)
+                res.append(ring.dirs + D)
                 after_backward.append(True)
                 continue
             workers = [d for d in group if d != ps]
@@ -466,11 +420,11 @@ class SimContext:
                     kind.append(direction)
                     duration.append(
                         self.cost.transfer_time_s(
-                            shard_bytes, self.route_bw[pair], self.route_lat[pair], self.route_kind[pair]
+                            shard_bytes, net.route_bw[pair], net.route_lat[pair], net.route_kind[pair]
                         )
                     )
                     nbytes.append(shard_bytes)
-                    res.append(self.route_res[self.route_ptr[pair] : self.route_ptr[pair + 1]])
+                    res.append(self._route_res[net.route_ptr[pair] : net.route_ptr[pair + 1]])
                     after_backward.append(direction == _PS_PUSH)
         return {
             "static_devices": np.array(static_dev, dtype=np.int64),
@@ -521,7 +475,7 @@ class SimContext:
         shards = first.shards if same else 1
         members: list[dict[int, None]] = [{} for _ in range(shards)]
         for u in users:
-            for d, sh in zip(ops[u].devices.tolist(), ops[u].task_shard.tolist()):
+            for d, sh in zip(ops[u].devices.tolist(), ops[u].task_shard.tolist(), strict=True):
                 members[sh if same else 0][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
@@ -668,7 +622,8 @@ class SimContext:
             np.int32
         )
         num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, data["sync_bytes"]])
-        comm_res, comm_len = _ragged_gather(self.route_ptr[pairs], self.route_len[pairs], self.route_res)
+        net = self.network
+        comm_res, comm_len = _ragged_gather(net.route_ptr[pairs], net.route_len[pairs], self._route_res)
         res = np.concatenate([task_dev, task_dev, comm_res, data["sync_res"]]).astype(np.int64)
         res_len = np.concatenate([np.ones(2 * F, np.int64), comm_len, data["sync_res_len"]])
         res_ptr = np.concatenate(([0], np.cumsum(res_len)))
@@ -691,15 +646,16 @@ class SimContext:
         )
 
     def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
-        bw = self.route_bw[pairs]
+        net = self.network
+        bw = net.route_bw[pairs]
         table = self.cost.comm_table
         if table is not None and pairs.size:
-            kinds = self.route_kind_id[pairs]
+            kinds = net.route_kind_id[pairs]
             bw = bw.copy()
-            for k, name in enumerate(self._kind_names):
+            for k, name in enumerate(net.kind_names):
                 for i in np.nonzero(kinds == k)[0]:  # comm tables are small and opt-in; clarity over speed here
                     bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
-        return np.where(num_bytes > 0, self.route_lat[pairs] + num_bytes / bw, 0.0)
+        return np.where(num_bytes > 0, net.route_lat[pairs] + num_bytes / bw, 0.0)
 
     def peak_memory(
         self, ops: OpArrays, tasks: _Tasks, start: np.ndarray, end: np.ndarray, only_over: bool = False
@@ -796,12 +752,6 @@ class SimContext:
             critical_tasks=_kernels.critical_chain(crit, end),
             tasks=table,
         )
-
-
-def _plain_sample_axis(op: Op) -> int:
-    """Axis of the op's (non-reduction) sample dimension in its first output, or -1."""
-    dim = op.sample_dim
-    return dim.axis if dim is not None and not dim.reduction else -1
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:

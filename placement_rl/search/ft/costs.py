@@ -62,7 +62,10 @@ from the holder with the fastest route, all transfers at once, in
 Collective groups: for a factor subset, all groups run at once, each as a ring in flat-index order;
 a ring hop's bandwidth is its route's bottleneck divided by the number of hops (of all the rings)
 that cross its most shared link direction; ``beta`` is the slowest hop, ``alpha`` the largest hop
-latency (as the simulator's ring all-reduce). Cached per factor subset.
+latency (:meth:`placement_rl.sim.network.Network.rings`, the simulator's ring all-reduce being the
+one-ring case). Cached per factor subset. Flat device ``i`` is topology device
+``topology.device_index(names[i])``; routes come from the topology's shared
+:class:`~placement_rl.sim.network.Network`.
 
 **Node costs** of op ``v`` under configuration ``c`` with ``P`` partitions (Eq. 1)::
 
@@ -117,6 +120,7 @@ import numpy as np
 from placement_rl.graph import Op, OpGraph, ParallelDim
 from placement_rl.plan import OpConfig
 from placement_rl.sim.cost import CostModel
+from placement_rl.sim.network import network
 from placement_rl.topology import DeviceTopology
 
 _R = -1  # layout label: replicated
@@ -402,7 +406,10 @@ def _split_degree(layout: _Layout) -> int:
 
 # ------------------------------------------------------------------------------------ communication
 class _Comm:
-    """Collective and re-scheduling times over one ordered device set (all caches live here)."""
+    """Collective and re-scheduling times over one ordered device set (all caches live here).
+
+    Devices are FT's flat indices: flat device ``i`` is ``names[i]``, topology device ``devices[i]``.
+    """
 
     def __init__(
         self, topology: DeviceTopology, names: Sequence[str], cost: CostModel, rescheduling: str = "collectives"
@@ -414,7 +421,8 @@ class _Comm:
         self.names = list(names)
         self.n = len(names)
         self.cost = cost
-        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float, str]] = {}
+        self.network = network(topology)
+        self.devices = np.array([topology.device_index(name) for name in self.names], dtype=np.int64)
         self._groups: dict[_Group, tuple[float, float, str]] = {}
         self._paths: dict[tuple[int, int, int], float] = {}
         # (factor sizes, labels, divisibility) -> state -> (split degree, moves); see _moves
@@ -442,20 +450,6 @@ class _Comm:
         return found
 
     # ---- routes and groups
-    def _route(self, a: int, b: int) -> tuple[tuple[int, ...], float, float, str]:
-        """(link directions, bottleneck bandwidth, latency, bottleneck kind) from flat device a to b."""
-        found = self._routes.get((a, b))
-        if found is None:
-            topo = self.topology
-            route = topo.route(self.names[a], self.names[b])
-            dirs = []
-            for (x, _), k in zip(zip(route.path, route.path[1:]), route.links):
-                dirs.append(2 * k + (0 if topo.links[k].a == x else 1))
-            narrow = min(route.links, key=lambda k: topo.links[k].bandwidth_bytes_per_s)
-            found = (tuple(dirs), route.bandwidth_bytes_per_s, route.latency_s, topo.links[narrow].kind)
-            self._routes[a, b] = found
-        return found
-
     def group(self, digits: _Group) -> tuple[float, float, str]:
         """(bandwidth, latency, link kind) of concurrent rings over the devices that differ in ``digits``."""
         found = self._groups.get(digits)
@@ -471,21 +465,8 @@ class _Comm:
         for stride, size in key:
             varying += (t // stride) % size * stride
         f = math.prod(size for _, size in key)
-        rings = t[np.lexsort((t, t - varying))].reshape(-1, f).tolist()
-        hops = [(ring[k], ring[(k + 1) % f]) for ring in rings for k in range(f)]
-        uses: dict[int, int] = {}
-        for a, b in hops:
-            for d in self._route(a, b)[0]:
-                uses[d] = uses.get(d, 0) + 1
-        best = (math.inf, 0.0, "")
-        latency = 0.0
-        for a, b in hops:
-            dirs, bw, lat, kind = self._route(a, b)
-            share = max(uses[d] for d in dirs)
-            latency = max(latency, lat)
-            if bw / share < best[0]:
-                best = (bw / share, lat, kind)
-        found = self._groups[key] = self._groups[digits] = (best[0], latency, best[2])
+        rings = self.network.rings(self.devices[t[np.lexsort((t, t - varying))]].reshape(-1, f).tolist())
+        found = self._groups[key] = self._groups[digits] = (rings.bandwidth_bytes_per_s, rings.latency_s, rings.kind)
         return found
 
     # ---- re-scheduling
@@ -649,19 +630,7 @@ class _Comm:
         """(n, n) route bandwidth and latency between flat devices; for route ``a * n + b``, the link
         directions it crosses are ``dirs[ptr[a * n + b] : ptr[a * n + b + 1]]`` (built once)."""
         if self._route_matrices is None:
-            n = self.n
-            bw = np.full((n, n), math.inf)
-            lat = np.zeros((n, n))
-            lengths = np.zeros(n * n, np.int64)
-            dirs: list[int] = []
-            for a in range(n):
-                for b in range(n):
-                    if a != b:
-                        route_dirs, bw[a, b], lat[a, b], _ = self._route(a, b)
-                        dirs.extend(route_dirs)
-                        lengths[a * n + b] = len(route_dirs)
-            ptr = np.concatenate(([0], np.cumsum(lengths)))
-            self._route_matrices = (bw, lat, ptr, np.array(dirs, dtype=np.int64))
+            self._route_matrices = self.network.submatrices(self.devices)
         return self._route_matrices
 
     def _p2p_time_s(self, src: _Layout, dst: _Layout, num_bytes: float) -> float:
@@ -740,12 +709,6 @@ def _boxes(layout: _Layout, axes: Sequence[int], n: int) -> tuple[np.ndarray, np
 
 
 # --------------------------------------------------------------------------------------- cost graph
-def _plain_sample_axis(op: Op) -> int:
-    """Axis of the op's non-reduction sample dimension in its first output, or -1 (as the simulator)."""
-    dim = op.sample_dim
-    return dim.axis if dim is not None and not dim.reduction else -1
-
-
 def resolve_devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
     """The device names in use: ``None`` for all, a count ``n`` for the first ``n``, or names (checked)."""
     all_names = [d.name for d in topology.devices]
@@ -932,7 +895,7 @@ def _edge_costs(
         u, v = index[t.src], index[t.dst]
         src, dst = ops[u], ops[v]
         box = t.src_output == 0 or len(src.output_shapes[t.src_output]) == len(src.output_shapes[0])
-        s_src, s_dst = _plain_sample_axis(src), _plain_sample_axis(dst)
+        s_src, s_dst = src.plain_sample_axis, dst.plain_sample_axis
         if box and len(t.shape) == len(dst.output_shapes[0]) and s_src == s_dst and s_dst >= 0:
             mode: tuple[str, int] = ("same", -1)
         elif box and s_src >= 0:
