@@ -2,15 +2,20 @@
 
 The head gets its own temp dir and free ports, and is stopped by the PID of the `ray start --block`
 process this test launched (never `ray stop`: other Ray instances may be running on the machine).
+It runs under Ray's token authentication (the README's ``RAY_AUTH_MODE=token``) with a token this
+test generates and hands to the head and the job client alike (``RAY_AUTH_TOKEN``), so it needs no
+``~/.ray/auth_token``. ``ray`` and ``placement-rl`` are the scripts installed beside this Python.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).with_name  # the environment's scripts, whatever PATH says
 
 
 def _free_port() -> int:
@@ -30,10 +35,20 @@ def _free_port() -> int:
 
 
 @pytest.fixture()
-def ray_head() -> Iterator[str]:
-    """A fresh Ray head (dashboard on a free port); yields the job-server address."""
-    if shutil.which("ray") is None:
-        pytest.fail("the `ray` command is not on PATH; install the project with its dependencies")
+def auth_env() -> dict[str, str]:
+    """The environment of the head and the job client: token authentication with a fresh token."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture()
+def ray_head(auth_env: dict[str, str]) -> Iterator[str]:
+    """A fresh Ray head (dashboard on a free port) under token authentication; yields the job-server address."""
+    for script in ("ray", "placement-rl"):
+        if not BIN(script).is_file():
+            pytest.fail(f"no `{script}` beside {sys.executable}; install the project with its dependencies")
     temp_dir = tempfile.mkdtemp(prefix="prl")  # short: Ray's unix socket paths have a length limit
     names = (
         "port",
@@ -49,7 +64,7 @@ def ray_head() -> Iterator[str]:
     ports = {name: _free_port() for name in names}
     first_worker = _free_port()
     cmd = [
-        "ray",
+        str(BIN("ray")),
         "start",
         "--head",
         "--block",
@@ -62,7 +77,7 @@ def ray_head() -> Iterator[str]:
         *(f"--{k}={v}" for k, v in ports.items()),
     ]
     log = open(Path(temp_dir) / "head.log", "w")
-    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=auth_env)
     address = f"http://127.0.0.1:{ports['dashboard-port']}"
     try:
         deadline = time.monotonic() + 90
@@ -91,14 +106,18 @@ def ray_head() -> Iterator[str]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def test_ray_job_submit_trains(ray_head: str, tiny_yaml: Path, tmp_path: Path) -> None:
+def test_ray_job_submit_trains(
+    ray_head: str, auth_env: dict[str, str], tiny_yaml: Path, tmp_path: Path, repo_root: Path
+) -> None:
+    # The head enforces the token: a request without it is refused.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"{ray_head}/api/jobs/", timeout=10)
+    assert refused.value.code in (401, 403)
     config = tmp_path / "job.yaml"
     config.write_text(tiny_yaml.read_text().replace(str(tiny_yaml.parent / "run"), str(tmp_path / "run")))
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
-    env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(
         [
-            "ray",
+            str(BIN("ray")),
             "job",
             "submit",
             "--address",
@@ -106,14 +125,14 @@ def test_ray_job_submit_trains(ray_head: str, tiny_yaml: Path, tmp_path: Path) -
             "--working-dir",
             ".",
             "--",
-            "placement-rl",
+            str(BIN("placement-rl")),
             "train",
             str(config),
             "--iterations",
             "2",
         ],
-        cwd=ROOT,
-        env=env,
+        cwd=repo_root,
+        env=auth_env,
         capture_output=True,
         text=True,
         timeout=600,
