@@ -199,14 +199,13 @@ def test_write_chrome_trace_writes_a_loadable_file(tmp_path: Path) -> None:
     assert len(_x_events(doc)) == 7
 
 
-def test_importing_trace_pulls_in_neither_matplotlib_nor_ray_nor_torch() -> None:
+def test_importing_trace_pulls_in_neither_matplotlib_nor_ray_nor_torch(repo_root: Path) -> None:
     code = (
         "import sys, placement_rl.sim.trace; "
         "bad = [m for m in ('matplotlib', 'ray', 'torch') if m in sys.modules]; "
         "assert not bad, bad"
     )
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -37,7 +37,7 @@ def test_param_bytes_equal_the_modules(name: str, zoo_graph) -> None:  # type: i
 
 
 def test_batch_size_scales_activations_not_parameters(zoo_graph) -> None:  # type: ignore[no-untyped-def]
-    small = zoo.load("resnet50", batch_size=8)
+    small = zoo_graph("resnet50", batch_size=8)
     big = zoo_graph("resnet50")  # 64
     assert small.param_bytes == big.param_bytes
     assert big.forward_flops == pytest.approx(small.forward_flops * 8, rel=1e-6)
