@@ -7,7 +7,7 @@ import pytest
 
 from placement_rl.graph import Op, OpGraph, ParallelDim
 from placement_rl.plan import OpConfig, Plan
-from placement_rl.search.ft.costs import _Comm
+from placement_rl.search.ft.rescheduling import _Comm
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.network import Network, network
 from placement_rl.sim.result import TASK_KINDS

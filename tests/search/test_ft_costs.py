@@ -9,7 +9,8 @@ import pytest
 
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import Plan, data_parallel
-from placement_rl.search.ft.costs import CostGraph, build_cost_graph, mesh_shapes, op_configs
+from placement_rl.search.ft.configs import mesh_shapes, op_configs
+from placement_rl.search.ft.costs import CostGraph, build_cost_graph
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset

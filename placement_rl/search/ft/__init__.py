@@ -2,9 +2,10 @@
 
 ``frontier(graph, topology)`` returns every Pareto-optimal strategy of TensorOpt's search space
 (seed 000, sec. 2-4): each op gets a device mesh over the devices in use and a tensor map
-(:func:`placement_rl.search.ft.costs.op_configs`), each re-scheduled tensor a reuse option, and
-the costs are TensorOpt's additive estimates (:mod:`placement_rl.search.ft.costs`). The frontier
-algorithm (eliminations, Linear DP, unrolling) is :mod:`placement_rl.search.ft.frontier`.
+(:func:`placement_rl.search.ft.configs.op_configs`), each re-scheduled tensor a reuse option, and
+the costs are TensorOpt's additive estimates (:mod:`placement_rl.search.ft.costs`, with the layout
+changes priced in :mod:`placement_rl.search.ft.rescheduling`). The frontier algorithm
+(eliminations, Linear DP, unrolling) is :mod:`placement_rl.search.ft.frontier`.
 
 Every point carries a shared :class:`~placement_rl.plan.Plan`, so it can be re-evaluated by the
 simulator (``simulate(graph, topology, point.plan)``); FT's own numbers are its additive estimate.
@@ -30,7 +31,8 @@ import numpy as np
 
 from placement_rl.graph import OpGraph
 from placement_rl.plan import Plan
-from placement_rl.search.ft.costs import CostGraph, build_cost_graph, resolve_devices
+from placement_rl.search.ft.configs import resolve_devices
+from placement_rl.search.ft.costs import CostGraph, build_cost_graph
 from placement_rl.search.ft.frontier import Elimination, MapChunks, frontier_of
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import SimResult
@@ -110,7 +112,7 @@ def run_ft(
         devices: the devices in use: names, a count (the first ``n`` devices) or None (all).
         method: ``ldp`` (FT-LDP) or ``elimination`` (FT-Elimination).
         cost_model: the shared cost model (default :class:`CostModel`).
-        max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.costs.op_configs`).
+        max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.configs.op_configs`).
         map_chunks: maps independent chunks of work (serial by default; Ray tasks in
             :func:`placement_rl.rl.parallel.ft_frontier`).
         progress: called with (steps done, total) as the eliminations proceed.
