@@ -3,6 +3,9 @@
     python benchmarks/envs.py steps [--episodes 20]    # steps/s, 60 groups x 16 devices, one core
     python benchmarks/envs.py agents [--seeds 5]       # random and greedy on inception_v3 and vgg19 x tag-testbed
 
+``--models`` replaces the models (steps uses the first); a tiny run: ``steps --episodes 1 --models lenet``,
+``agents --seeds 1 --models lenet``.
+
 ``steps`` plays episodes with a random agent on inception_v3 x tag-testbed (60 op groups, 16 GPUs),
 every step including the partial plan's simulation, after one warm-up episode; it prints the median
 steps/s over episodes (the final simulation on the original graph included). Run it with
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -24,13 +28,15 @@ from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Placement-v0 sequential/device", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "device"}),
     ("Placement-v0 sequential/tag", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "tag"}),
-    ("Placement-v0 one_shot (317 ops)", "placement_rl/Placement-v0", {"mode": "one_shot"}),
+    ("Placement-v0 one_shot (every op in one step)", "placement_rl/Placement-v0", {"mode": "one_shot"}),
     ("Sharding-v0", "placement_rl/Sharding-v0", {}),
 ]
+MODELS = ("inception_v3", "vgg19")
 
 
-def steps(episodes: int) -> None:
-    generator = {"kind": "fixed", "model": "inception_v3", "topology": "tag-testbed"}
+def steps(episodes: int, model: str = "inception_v3") -> None:
+    generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
+    print(f"{model} x tag-testbed")
     print("| env | steps/episode | median steps/s | median ms/step |")
     print("|---|---|---|---|")
     for label, env_id, options in CASES:
@@ -47,10 +53,10 @@ def steps(episodes: int) -> None:
         print(f"| {label} | {n} | {rate:,.0f} | {1e3 / rate:.2f} |", flush=True)
 
 
-def agents(seeds: int) -> None:
+def agents(seeds: int, models: Sequence[str] = MODELS) -> None:
     print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes |")
     print("|---|---|---|---|---|---|---|")
-    for model in ("inception_v3", "vgg19"):
+    for model in models:
         generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
         for label, options in (("device", {"action_space": "device"}), ("tag", {"action_space": "tag"})):
             env = gym.make("placement_rl/Placement-v0", config={"generator": generator, "reward": "speedup", **options})
@@ -66,16 +72,21 @@ def agents(seeds: int) -> None:
                 )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["steps", "agents"])
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--models", default=None, help="comma-separated zoo models (steps: inception_v3; agents: inception_v3,vgg19)"
+    )
+    args = parser.parse_args(argv)
+    models = args.models.split(",") if args.models else None
     if args.what == "steps":
-        steps(args.episodes)
+        steps(args.episodes, models[0] if models else "inception_v3")
     else:
-        agents(args.seeds)
+        agents(args.seeds, models or MODELS)
 
 
 if __name__ == "__main__":

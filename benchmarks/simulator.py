@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/simulator.py [--repeats 20]
+    python benchmarks/simulator.py [--repeats 20] [--model inception_v3] [--groups 60]
 
 Cases (issue 3): a full simulation of inception_v3 (317 ops, not coarsened) data-parallel on 16 GPUs
 (tensoropt and flexflow-p100 presets), and 60-group plans of inception_v3 on tag-testbed (random
@@ -12,7 +12,8 @@ once per machine and caches), on one core (``NUMBA_NUM_THREADS=1``; the kernels 
 ``tasks/s`` counts every simulated task (compute, transfers, synchronization) over the whole
 ``SimContext.simulate`` call: plan compilation, task-graph construction, scheduling, memory sweep and
 result assembly. ``memory`` is the peak of Python/numpy allocations during one simulation
-(tracemalloc) plus the bytes of the arrays the numba kernels return.
+(tracemalloc) plus the bytes of the arrays the numba kernels return. ``--model`` and ``--groups``
+replace inception_v3 and its 60 groups (a tiny run: ``--repeats 1 --model lenet --groups 4``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import statistics
 import time
 import tracemalloc
+from collections.abc import Sequence
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -52,12 +54,16 @@ def _measure(ctx: SimContext, plan: Plan, repeats: int) -> tuple[int, float, flo
     return result.num_tasks, median, result.num_tasks / median, (peak + kernel_bytes) / 2**20
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
-    graph = zoo.load("inception_v3")
-    coarse = coarsen(graph, 60)
+    parser.add_argument("--model", default="inception_v3", help="the zoo model")
+    parser.add_argument("--groups", type=int, default=60, help="op groups of the coarsened cases")
+    args = parser.parse_args(argv)
+    model = args.model
+    graph = zoo.load(model)
+    coarse = coarsen(graph, args.groups)
     rng = np.random.default_rng(0)
     print("| case | tasks | median ms | tasks/s | memory MiB |")
     print("|---|---|---|---|---|")
@@ -65,7 +71,8 @@ def main() -> None:
         topo = load_preset(preset)
         row = _measure(SimContext(graph, topo), data_parallel(graph, topo), args.repeats)
         print(
-            f"| inception_v3 data parallel, {preset} (16 GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |"
+            f"| {model} data parallel, {preset} ({topo.num_devices} GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | "
+            f"{row[2]:,.0f} | {row[3]:.1f} |"
         )
     testbed = load_preset("tag-testbed")
     ctx = SimContext(coarse, testbed)
@@ -81,14 +88,13 @@ def main() -> None:
         start = time.perf_counter()
         tasks.append(ctx.simulate(p, validate=False).num_tasks)
         times.append(time.perf_counter() - start)
+    groups = f"{model} {coarse.num_ops} groups"
     print(
-        f"| inception_v3 60 groups, random single-device placements, tag-testbed | {int(np.median(tasks)):,} | "
+        f"| {groups}, random single-device placements, tag-testbed | {int(np.median(tasks)):,} | "
         f"{statistics.median(times) * 1e3:.2f} | {sum(tasks) / sum(times):,.0f} | - |"
     )
     row = _measure(ctx, data_parallel(coarse, testbed), args.repeats)
-    print(
-        f"| inception_v3 60 groups, data parallel, tag-testbed | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |"
-    )
+    print(f"| {groups}, data parallel, tag-testbed | {row[0]:,} | {row[1] * 1e3:.2f} | {row[2]:,.0f} | {row[3]:.1f} |")
 
 
 if __name__ == "__main__":
