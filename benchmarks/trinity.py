@@ -1,6 +1,6 @@
 """Trinity results (mirrors Trinity Table 4) and zero-shot evaluation on unseen topologies.
 
-    python benchmarks/trinity.py table [--iterations 30]   # per model x preset: train, then compare
+    python benchmarks/trinity.py table [--iterations 30] [--cases vgg19@trinity,...]   # train, then compare
     python benchmarks/trinity.py zero-shot [--iterations 20] [--topologies 10] [--model vgg19]
 
 ``table`` trains one policy per (model, preset) from ``tune_configs/trinity_ppo.yaml`` with the
@@ -20,11 +20,11 @@ import dataclasses
 import time
 from pathlib import Path
 
-from placement_rl import simulate, zoo
-from placement_rl.plan import data_parallel, expert, single_device
+from placement_rl import zoo
+from placement_rl.methods import MethodResult, compare_methods
+from placement_rl.rl.agents import policy_method
 from placement_rl.rl.config import load_train_config
-from placement_rl.rl.trinity import load_policy, policy_plan, train
-from placement_rl.search import mcmc
+from placement_rl.rl.train import train
 from placement_rl.topology import load_preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,51 +36,42 @@ CASES = [
     ("gnmt", "tag-testbed"),
     ("vgg19", "tag-testbed"),
 ]
+LABELS = {
+    "single_device": "single GPU",
+    "data_parallel": "data parallel",
+    "expert": "expert",
+    "trinity": "Trinity (learned)",
+}
 
 
-def _row(model: str, preset: str, method: str, result, dp_s: float, search_s: float) -> str:  # type: ignore[no-untyped-def]
-    comm_gb = float(result.link_bytes.max()) / 1e9 if result.link_bytes.size else 0.0
-    oom = " (OOM)" if result.oom else ""
+def _row(model: str, preset: str, r: MethodResult, label: str, search_s: float) -> str:
+    oom = " (OOM)" if r.oom else ""
     return (
-        f"| {model} | {preset} | {method} | {result.makespan_s * 1e3:,.1f}{oom} | {dp_s / result.makespan_s:.2f}x | "
-        f"{comm_gb:.2f} | {result.peak_memory_bytes.max() / 2**30:.2f} | {search_s:.1f} |"
+        f"| {model} | {preset} | {label} | {r.makespan_s * 1e3:,.1f}{oom} | {r.speedup_over_dp:.2f}x | "
+        f"{r.busiest_link_bytes / 1e9:.2f} | {r.max_peak_memory_bytes / 2**30:.2f} | {search_s:.1f} |"
     )
 
 
-def table(iterations: int, out: Path) -> None:
-    import gymnasium as gym
-
+def table(iterations: int, out: Path, cases: list[tuple[str, str]]) -> None:
     base = load_train_config(ROOT / "tune_configs" / "trinity_ppo.yaml")
     print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
     print("|---|---|---|---|---|---|---|---|")
-    for model, preset in CASES:
-        topo = load_preset(preset)
+    for model, preset in cases:
         env_cfg = {**base.env, "generator": {"kind": "fixed", "model": model, "topology": preset}}
-        cfg = dataclasses.replace(
-            base,
-            name=f"trinity-{model}-{preset}",
-            env=env_cfg,
-            run=dataclasses.replace(base.run, iterations=iterations),
+        cfg = base.replace(
+            name=f"trinity-{model}-{preset}", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
         )
         start = time.perf_counter()
         run_dir = train(cfg, out_dir=out / cfg.name, progress=None)
         train_s = time.perf_counter() - start
-        module, _ = load_policy(run_dir / "checkpoint_final")
-        env = gym.make("placement_rl/Placement-v0", config=env_cfg)
-        info = policy_plan(module, env)
-        graph = zoo.load(model)
-        dp = simulate(graph, topo, data_parallel(graph, topo))
-        rows = [
-            ("single GPU", simulate(graph, topo, single_device(graph, topo)), 0.0),
-            ("data parallel", dp, 0.0),
-            ("expert", simulate(graph, topo, expert(graph, topo)), 0.0),
-        ]
-        t = time.perf_counter()
-        found = mcmc(graph, topo, budget=f"{train_s:.0f}s", seed=0, progress=False)
-        rows.append((f"MCMC ({train_s:.0f} s)", found.result, time.perf_counter() - t))
-        rows.append(("Trinity (learned)", simulate(graph, topo, info["plan"]), train_s + info["search_s"]))
-        for method, result, search_s in rows:
-            print(_row(model, preset, method, result, dp.makespan_s, search_s), flush=True)
+        methods = ["single_device", "data_parallel", "expert", "mcmc", policy_method(run_dir / "checkpoint_final")]
+        options = {
+            "mcmc": {"budget": f"{max(train_s, 1):.0f}s", "seed": 0, "initial": ("data_parallel", "expert", "random")}
+        }
+        for r in compare_methods(zoo.load(model), load_preset(preset), methods, options=options):
+            label = f"MCMC ({max(train_s, 1):.0f} s)" if r.method == "mcmc" else LABELS[r.method]
+            search_s = r.search_s + (train_s if r.method == "trinity" else 0.0)  # the policy's search is its training
+            print(_row(model, preset, r, label, search_s), flush=True)
 
 
 def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None:
@@ -92,8 +83,8 @@ def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None
         **base.env,
         "generator": {"kind": "random", "models": [model], "topology_split": "train", "num_topologies": 200},
     }
-    cfg = dataclasses.replace(
-        base, name=f"trinity-{model}-random", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
+    cfg = base.replace(
+        name=f"trinity-{model}-random", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
     )
     run_dir = train(cfg, out_dir=out / cfg.name, progress=print)
     from placement_rl.topology import topology_seeds
@@ -105,10 +96,11 @@ def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None
     wins = 0
     for inst in dict.fromkeys(r.instance for r in rows):
         by = {r.method: r for r in rows if r.instance == inst}
-        p = by["policy"]
-        wins += p.speedup > 1 and not p.oom
+        p = by["trinity"]
+        wins += p.speedup_over_dp > 1 and not p.oom
         print(
-            f"| {inst} | {p.speedup:.2f}x | {by['expert'].speedup:.2f}x | {by['mcmc'].speedup:.2f}x | {'yes' if p.oom else 'no'} |"
+            f"| {inst} | {p.speedup_over_dp:.2f}x | {by['expert'].speedup_over_dp:.2f}x | "
+            f"{by['mcmc'].speedup_over_dp:.2f}x | {'yes' if p.oom else 'no'} |"
         )
     print(f"policy beats data parallel on {wins}/{count} unseen topologies")
 
@@ -120,9 +112,15 @@ def main() -> None:
     parser.add_argument("--topologies", type=int, default=10)
     parser.add_argument("--out", default="out/benchmarks")
     parser.add_argument("--model", default=None, help="zero-shot: the zoo model (default: the shipped config's)")
+    parser.add_argument(
+        "--cases",
+        default=",".join(f"{m}@{t}" for m, t in CASES),
+        help="table: comma-separated MODEL@PRESET instances (default: the six of Trinity Table 4's mirror)",
+    )
     args = parser.parse_args()
     if args.what == "table":
-        table(args.iterations, Path(args.out))
+        cases = [tuple(c.split("@", 1)) for c in args.cases.split(",")]
+        table(args.iterations, Path(args.out), cases)  # type: ignore[arg-type]
     else:
         zero_shot(args.iterations, args.topologies, Path(args.out), args.model)
 

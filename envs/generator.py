@@ -59,10 +59,19 @@ def _zoo_graph(model: str, batch_size: int | None) -> OpGraph:
     return zoo.load(model, batch_size=batch_size)
 
 
-@lru_cache(maxsize=64)
 def _grouped(graph: OpGraph, max_groups: int, seed: int) -> OpGraph:
+    """``graph`` itself when it is small enough, else its (cached) METIS coarsening.
+
+    The small case bypasses the cache on purpose: the cache compares graphs by value, and the env
+    tells "no coarsening" by identity (``groups is graph``).
+    """
     if graph.num_ops <= max_groups:
         return graph
+    return _coarsened(graph, max_groups, seed)
+
+
+@lru_cache(maxsize=64)
+def _coarsened(graph: OpGraph, max_groups: int, seed: int) -> OpGraph:
     return coarsen(graph, max_groups=max_groups, seed=seed)
 
 

@@ -213,7 +213,7 @@ def static_arrays(
         "device_bandwidth": bandwidth,
     }
     if layout.structure_dim:
-        from placement_rl.policies.node2vec import node2vec_embedding
+        from placement_rl.graph.node2vec import node2vec_embedding
 
         structure = np.zeros((layout.max_nodes, layout.structure_dim), np.float32)
         structure[:G] = node2vec_embedding(G, edge_index[:, : len(tensors)], dim=layout.structure_dim, seed=0)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from placement_rl.policies import node2vec
-from placement_rl.policies.node2vec import node2vec_embedding, node2vec_walks
+
+from placement_rl.graph import node2vec
+from placement_rl.graph.node2vec import node2vec_embedding, node2vec_walks
 
 
 def _undirected(edge_index: np.ndarray) -> set[tuple[int, int]]:

@@ -8,6 +8,7 @@ from placement_rl import plan as plans
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.graph.coarsen import coarsen
+from placement_rl.methods import BASELINES, baseline_plan
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.topology import load_preset
 
@@ -38,10 +39,11 @@ def _tiny() -> OpGraph:
 
 
 @pytest.mark.parametrize("model", ["inception_v3", "gnmt", "transformer"])
-@pytest.mark.parametrize("kind", ["single", "dp", "expert", "layerwise"])
+@pytest.mark.parametrize("kind", BASELINES)
 def test_constructors_give_valid_plans(model: str, kind: str, zoo_graph, testbed) -> None:  # type: ignore[no-untyped-def]
     graph = zoo_graph(model)
-    p = plans.constructors()[kind](graph, testbed)
+    p = baseline_plan(kind, graph, testbed)
+    assert p.name == kind
     p.validate(graph, testbed)
     assert set(p.configs) == {op.name for op in graph.ops}
 
@@ -118,8 +120,8 @@ def test_missing_and_unknown_ops(testbed) -> None:  # type: ignore[no-untyped-de
 
 def test_json_round_trip(tmp_path, zoo_graph, testbed) -> None:  # type: ignore[no-untyped-def]
     graph = zoo_graph("inception_v3")
-    for kind, build in plans.constructors().items():
-        p = build(graph, testbed)
+    for kind in BASELINES:
+        p = baseline_plan(kind, graph, testbed)
         path = tmp_path / f"{kind}.json"
         p.to_json(path)
         back = Plan.from_json(path)

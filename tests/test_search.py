@@ -140,10 +140,25 @@ def test_bad_search_arguments(zoo_graph) -> None:  # type: ignore[no-untyped-def
 
 
 def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.rl.parallel import RayMap
+
     graph = coarsen(zoo_graph("inception_v3"), 20)
     topo = load_preset("tag-testbed")
-    result = mcmc(graph, topo, budget=150, chains=2, seed=3)
-    assert result.chains == 2
+    ray_map = RayMap()
+    reports: list[tuple[int, object]] = []
+    result = mcmc(graph, topo, budget=150, chains=2, seed=3, task_map=ray_map, progress=True)
+    assert result.chains == 2 and ray_map.tasks == 2
+    # The chains as Ray tasks give what the default in-process map gives.
+    serial = mcmc(graph, topo, budget=150, chains=2, seed=3)
+    assert serial.plan == result.plan and serial.proposals == result.proposals
+    # Progress reported by remote tasks reaches the caller, tagged by task; the latest value wins.
+    def _report_twice(x: int, report) -> int:  # type: ignore[no-untyped-def]  # local: shipped by value
+        report(x)
+        report(2 * x)
+        return x
+
+    assert ray_map(_report_twice, [(1,), (2,)], lambda k, value: reports.append((k, value))) == [1, 2]
+    assert dict(reports) == {0: 2, 1: 4}
     # Each chain is deterministic: rerun them in-process and compare.
     options = {"beta": 50.0, "oom_penalty": 10.0, "space_options": {}, "cost_model": None, "delta": True}
     local = [
@@ -155,10 +170,10 @@ def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ig
 
 
 def test_subset_data_parallel_keeps_the_fast_device_group(zoo_graph) -> None:  # type: ignore[no-untyped-def]
-    from placement_rl.search.mcmc import best_subset_data_parallel
+    from placement_rl.plan import subset_data_parallel
 
     graph = zoo_graph("inception_v3")  # batch 96: communication-bound on tag-testbed's 100 Gb/s network
     topo = load_preset("tag-testbed")
-    plan = best_subset_data_parallel(graph, topo, [d.name for d in topo.devices])
+    plan = subset_data_parallel(graph, topo, [d.name for d in topo.devices])
     assert sorted(plan.devices_used()) == [f"m0/gpu{k}" for k in range(4)]  # the NVLink V100 machine
     assert simulate(graph, topo, plan).makespan_s < simulate(graph, topo, data_parallel(graph, topo)).makespan_s / 2

@@ -2,11 +2,11 @@
 TAG strategies (:mod:`.constructors`)."""
 
 from placement_rl.plan.constructors import (
-    constructors,
     data_parallel,
     expert,
     layerwise,
     single_device,
+    subset_data_parallel,
     tag_group_config,
     tag_strategy,
 )
@@ -30,11 +30,11 @@ __all__ = [
     "Plan",
     "SyncMode",
     "TagOption",
-    "constructors",
     "data_parallel",
     "expert",
     "layerwise",
     "single_device",
+    "subset_data_parallel",
     "tag_group_config",
     "tag_strategy",
 ]

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -196,6 +195,25 @@ def tag_group_config(group: Op, devices: Sequence[str], option: str, ps_index: i
     raise ValueError(f"TAG option {option!r} for group {group.name!r}; expected one of {list(TAG_OPTIONS)}")
 
 
-def constructors() -> dict[str, Any]:
-    """The named plan constructors the CLI offers: ``single``, ``dp``, ``expert``, ``layerwise``."""
-    return {"single": single_device, "dp": data_parallel, "expert": expert, "layerwise": layerwise}
+def subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
+    """The fastest data-parallel plan over one device group: all ``devices`` (default: every device),
+    those of one machine, or those of one device type (ties: fewer devices).
+
+    The one constructor that simulates: the candidates are judged by the shared simulator, a plan
+    that does not fit costing its makespan times ``1 + 10 (1 + overflow)`` (the searches' OOM cost).
+    On heterogeneous clusters, dropping slow devices or slow links is a move no single-op change makes.
+    """
+    from placement_rl.sim import oom_cost, simulate
+
+    devices = _device_names(topology, devices)
+    groups: dict[tuple[str, ...], None] = {tuple(devices): None}
+    for key in ("machine", "device_type"):
+        by: dict[str, list[str]] = {}
+        for name in devices:
+            by.setdefault(getattr(topology.device(name), key), []).append(name)
+        groups.update(dict.fromkeys(tuple(g) for g in by.values()))
+    plans = [data_parallel(graph, topology, list(g)) for g in groups]
+    results = [simulate(graph, topology, p) for p in plans]
+    costs = [oom_cost(r.makespan_s, r.peak_memory_bytes, r.memory_capacity_bytes, 10.0) for r in results]
+    best = min(range(len(plans)), key=lambda k: (costs[k], len(plans[k].devices_used())))
+    return Plan(graph.name, dict(plans[best].configs), name="subset_data_parallel", metadata=plans[best].metadata)

@@ -1,249 +1,207 @@
-"""Training and sweep configuration: YAML -> validated frozen dataclasses.
+"""Training and sweep configuration: YAML -> validated frozen dataclasses, for any registered agent.
 
-A training file (``tune_configs/trinity_ppo.yaml``) has the sections ``env``, ``model``, ``ppo`` and
-``run`` plus a ``name``. ``env`` holds ``placement_rl/Placement-v0`` options (validated by
-:class:`placement_rl.envs.PlacementConfig`); the other sections are the dataclasses below, one
-docstring per field. A sweep file (``tune_configs/trinity_sweep.yaml``) names a training file as its
-``base``, may override its values, and gives a search space over dotted keys
-(``ppo.lr: {loguniform: [1e-4, 1e-2]}``).
+A training file (``tune_configs/trinity_ppo.yaml``) has ``name``, ``agent`` (a registered agent,
+:mod:`placement_rl.rl.agents`; ``trinity`` when absent), ``env`` (options of the agent's environment,
+validated by the environment's own config), ``run`` (:class:`RunSection`), and the agent's own
+sections (Trinity: ``model`` and ``ppo``), each a config dataclass with a docstring per field.
 
-Unknown keys are errors that list the valid keys; malformed YAML is an error that names the file
-and line. This module reads files; the algorithms and envs never do.
+A sweep file (``tune_configs/trinity_sweep.yaml``) names a training file as its ``base``, may
+override its values, and gives a search space over dotted keys (``ppo.lr: {loguniform: [1e-4,
+1e-2]}``): any field of the agent's sections, or one of the env keys the agent lists.
+
+Every record goes through :func:`placement_rl.config.parse`: unknown keys are errors that list the
+valid keys, values are checked (numbers must be finite), malformed YAML is an error that names the
+file and line. This module reads files; the algorithms and envs never do.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import importlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from placement_rl.config import as_mapping, check_known, choice, integer, option, parse, text
 from placement_rl.errors import SchemaError
+from placement_rl.rl.agents import Agent, get_agent
 
-
-def _check(section: str, data: Any, cls: type) -> dict[str, Any]:
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise SchemaError(f"{section}: expected a mapping, got {type(data).__name__} {data!r}")
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(data) - set(valid))
-    if unknown:
-        raise SchemaError(f"{section}: unknown key(s) {unknown}; valid keys: {valid}")
-    return dict(data)
-
-
-def _number(
-    section: str,
-    name: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    integer: bool = False,
-    low_open: bool = False,
-) -> None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise SchemaError(f"{section}.{name} = {value!r}; expected {'an integer' if integer else 'a number'}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise SchemaError(f"{section}.{name} = {value!r}; expected {'>' if low_open else '>='} {low}")
-    if high is not None and value > high:
-        raise SchemaError(f"{section}.{name} = {value!r}; expected <= {high}")
-
-
-@dataclass(frozen=True)
-class ModelSection:
-    """The Trinity RLModule (``placement_rl.policies.trinity.TrinityRLModule``)."""
-
-    hidden: int = 256
-    """Hidden size of the schedule network's encoder and decoder LSTMs."""
-    hidden_partition: tuple[int, int] = (64, 128)
-    """Hidden sizes of the partition network."""
-    dropout: float = 0.3
-    """Dropout of the partition network (training pass only)."""
-    c: float = 5.0
-    """Logit range: logits are ``c * tanh(u / temperature)``."""
-    temperature: float = 10.0
-    """Softness of the ``tanh`` squashing."""
-    logit_noise: float = 0.1
-    """Largest uniform noise added to the logits while exploring early."""
-    noise_steps: int = 500
-    """Sampled actions (per EnvRunner) that get the noise."""
-
-    def validate(self) -> None:
-        _number("model", "hidden", self.hidden, low=1, integer=True)
-        if len(self.hidden_partition) != 2:
-            raise SchemaError(f"model.hidden_partition = {list(self.hidden_partition)}; expected two sizes")
-        for h in self.hidden_partition:
-            _number("model", "hidden_partition", h, low=1, integer=True)
-        _number("model", "dropout", self.dropout, low=0, high=0.95)
-        _number("model", "c", self.c, low=0, low_open=True)
-        _number("model", "temperature", self.temperature, low=0, low_open=True)
-        _number("model", "logit_noise", self.logit_noise, low=0)
-        _number("model", "noise_steps", self.noise_steps, low=0, integer=True)
-
-    def model_config(self) -> dict[str, Any]:
-        return {**asdict(self), "hidden_partition": list(self.hidden_partition)}
-
-
-@dataclass(frozen=True)
-class PPOSection:
-    """RLlib PPO's training options."""
-
-    lr: float = 1e-3
-    """Adam learning rate (Trinity reports 0.1 for its own scale of logits; 1e-3 suits this module)."""
-    clip_param: float = 0.2
-    """PPO's clip range epsilon."""
-    entropy_coeff: float = 0.01
-    """Entropy bonus."""
-    grad_clip: float = 1.0
-    """Gradient-norm clipping (Trinity: 1.0)."""
-    train_batch_size: int = 64
-    """Env steps (= sampled plans in one-shot mode) per training iteration."""
-    minibatch_size: int = 32
-    """SGD minibatch size."""
-    num_epochs: int = 4
-    """SGD passes over each batch."""
-    vf_loss_coeff: float = 0.5
-    """Weight of the value loss (the value head is the moving reward baseline)."""
-    gamma: float = 1.0
-    """Discount (one-step episodes in one-shot mode)."""
-    lambda_: float = 1.0
-    """GAE lambda (YAML key ``lambda_``)."""
-
-    def validate(self) -> None:
-        _number("ppo", "lr", self.lr, low=0, low_open=True)
-        _number("ppo", "clip_param", self.clip_param, low=0, low_open=True)
-        _number("ppo", "entropy_coeff", self.entropy_coeff, low=0)
-        _number("ppo", "grad_clip", self.grad_clip, low=0, low_open=True)
-        _number("ppo", "train_batch_size", self.train_batch_size, low=1, integer=True)
-        _number("ppo", "minibatch_size", self.minibatch_size, low=1, integer=True)
-        if self.minibatch_size > self.train_batch_size:
-            raise SchemaError(
-                f"ppo.minibatch_size = {self.minibatch_size}; expected <= train_batch_size ({self.train_batch_size})"
-            )
-        _number("ppo", "num_epochs", self.num_epochs, low=1, integer=True)
-        _number("ppo", "vf_loss_coeff", self.vf_loss_coeff, low=0)
-        _number("ppo", "gamma", self.gamma, low=0, high=1)
-        _number("ppo", "lambda_", self.lambda_, low=0, high=1)
+#: Top-level keys every training file may have, besides its agent's sections.
+COMMON_KEYS = ("name", "agent", "env", "run")
 
 
 @dataclass(frozen=True)
 class RunSection:
     """How long, where and on how many workers to train."""
 
-    iterations: int = 50
+    iterations: int = option(50, rule=integer(1))
     """Training iterations."""
-    num_env_runners: int = 1
+    num_env_runners: int = option(1, rule=integer(0))
     """EnvRunner actors sampling in parallel (0: sample in the driver)."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = option(10, rule=integer(1))
     """Save a checkpoint every this many iterations (and always at the end)."""
-    output_dir: str = "out/trinity"
+    output_dir: str = option("out/trinity", rule=text())
     """Run directory: checkpoints, ``progress.csv``, TensorBoard events, the resolved config."""
-    seed: int = 0
+    seed: int = option(0, rule=integer(0))
     """Seed of the env runners' envs and of torch."""
 
-    def validate(self) -> None:
-        _number("run", "iterations", self.iterations, low=1, integer=True)
-        _number("run", "num_env_runners", self.num_env_runners, low=0, integer=True)
-        _number("run", "checkpoint_every", self.checkpoint_every, low=1, integer=True)
-        _number("run", "seed", self.seed, low=0, integer=True)
-        if not isinstance(self.output_dir, str) or not self.output_dir:
-            raise SchemaError(f"run.output_dir = {self.output_dir!r}; expected a directory path")
+
+def env_config_class(env_id: str) -> Any:
+    """The config class of a registered environment (``placement_rl/Placement-v0`` -> PlacementConfig)."""
+    from placement_rl.envs.registry import ENV_IDS
+    from placement_rl.errors import UnknownNameError
+
+    if env_id not in ENV_IDS:
+        raise UnknownNameError("environment", env_id, ENV_IDS)
+    module, cls = ENV_IDS[env_id].split(":")
+    return getattr(importlib.import_module(module), cls).config_class
+
+
+def check_env(agent: Agent, env: Any, where: str) -> dict[str, Any]:
+    """The agent's env options: the YAML's, with the agent's required options, checked in full here
+    (an unknown model or topology fails now, not inside a Ray worker)."""
+    from placement_rl.envs import make_generator, make_reward
+
+    options = as_mapping(env, where)
+    for key, value in agent.env_options.items():
+        if key in options and options[key] != value:
+            raise SchemaError(f"{where}.{key} = {options[key]!r}; the {agent.name} agent needs {value!r}")
+        options[key] = value
+    try:
+        parsed = env_config_class(agent.env_id).parse(options)
+        make_generator(parsed.generator)
+        make_reward(parsed.reward, parsed.reward_options)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"{where}: {exc}") from None
+    return options
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run (see the module docstring)."""
+    """One training run (see the module docstring).
+
+    Attributes:
+        name: run name (also the default output folder name).
+        agent: the registered agent's name.
+        env: the agent's environment options (its required options applied).
+        run: how long and where to train.
+        sections: the agent's own sections by name (``cfg.ppo`` reads ``sections["ppo"]``).
+    """
 
     name: str = "trinity"
-    """Run name (also the default output folder name)."""
-    env: Mapping[str, Any] = field(default_factory=dict)
-    """``placement_rl/Placement-v0`` options; ``mode`` is forced to ``one_shot``."""
-    model: ModelSection = field(default_factory=ModelSection)
-    ppo: PPOSection = field(default_factory=PPOSection)
-    run: RunSection = field(default_factory=RunSection)
+    agent: str = "trinity"
+    env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    run: RunSection = dataclasses.field(default_factory=RunSection)
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        sections = self.__dict__.get("sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} has no attribute or agent section {name!r}")
+
+    @property
+    def agent_spec(self) -> Agent:
+        return get_agent(self.agent)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "config") -> TrainConfig:
-        top = _check(where, data, cls)
-        env = top.get("env") or {}
-        if not isinstance(env, Mapping):
-            raise SchemaError(f"{where}.env: expected a mapping, got {env!r}")
-        env = dict(env)
-        if env.get("mode", "one_shot") != "one_shot":
-            raise SchemaError(f"{where}.env.mode = {env['mode']!r}; Trinity trains in 'one_shot' mode")
-        env["mode"] = "one_shot"
-        from placement_rl.envs import PlacementConfig, make_generator, make_reward
-
-        try:
-            parsed = PlacementConfig.parse(env)
-            make_generator(parsed.generator)  # unknown models / topologies fail here, not in a worker
-            make_reward(parsed.reward, parsed.reward_options)
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"{where}.env: {exc}") from None
-        model = _check(f"{where}.model", top.get("model"), ModelSection)
-        if "hidden_partition" in model:
-            model["hidden_partition"] = tuple(model["hidden_partition"])
-        cfg = cls(
-            name=str(top.get("name", "trinity")),
-            env=env,
-            model=ModelSection(**model),
-            ppo=PPOSection(**_check(f"{where}.ppo", top.get("ppo"), PPOSection)),
-            run=RunSection(**_check(f"{where}.run", top.get("run"), RunSection)),
+        top = as_mapping(data, where)
+        name = top.get("agent", "trinity")
+        if not isinstance(name, str):
+            raise SchemaError(f"{where}: agent = {name!r}; expected the name of a registered agent")
+        agent = get_agent(name)
+        check_known(top, [*COMMON_KEYS, *agent.sections], where)
+        run_name = top.get("name", agent.name)
+        if not isinstance(run_name, str) or not run_name:
+            raise SchemaError(f"{where}: name = {run_name!r}; expected a non-empty string")
+        return cls(
+            name=run_name,
+            agent=agent.name,
+            env=check_env(agent, top.get("env"), f"{where}.env"),
+            run=parse(RunSection, top.get("run"), f"{where}.run"),
+            sections={key: parse(section, top.get(key), f"{where}.{key}") for key, section in agent.sections.items()},
         )
-        cfg.model.validate()
-        cfg.ppo.validate()
-        cfg.run.validate()
-        return cfg
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["env"] = copy.deepcopy(dict(self.env))
-        d["model"]["hidden_partition"] = list(self.model.hidden_partition)
-        return d
+        """The resolved config as YAML/JSON data (what ``train_config.json`` holds)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "agent": self.agent,
+            "env": copy.deepcopy(dict(self.env)),
+            "run": dataclasses.asdict(self.run),
+        }
+        for key, section in self.sections.items():
+            out[key] = _plain(dataclasses.asdict(section))
+        return out
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with top-level fields or whole sections replaced (``run=...``, ``ppo=...``)."""
+        sections = dict(self.sections)
+        for key in [k for k in changes if k in sections]:
+            sections[key] = changes.pop(key)
+        return dataclasses.replace(self, sections=sections, **changes)
 
 
+def _plain(value: Any) -> Any:
+    """Tuples as lists, so the dict round-trips through YAML and JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------ sweeps
 SEARCH_KINDS = ("choice", "grid", "uniform", "loguniform", "randint")
 
 
 @dataclass(frozen=True)
-class SweepConfig:
-    """A Tune sweep over a training config."""
+class SweepOptions:
+    """The options of a sweep file besides ``base``, ``overrides`` and ``search``."""
 
-    base: TrainConfig
-    """The training config the trials start from (``base:`` path plus ``overrides:``)."""
-    search: Mapping[str, tuple[str, tuple[Any, ...]]]
-    """Dotted key -> (kind, values): ``{"ppo.lr": ("loguniform", (1e-4, 1e-2))}``."""
-    num_samples: int = 4
+    num_samples: int = option(4, rule=integer(1))
     """Trials to sample (each grid point is repeated this many times)."""
-    metric: str = "episode_return_mean"
-    """The result to rank trials by (``episode_return_mean`` or ``best_speedup``)."""
-    mode: str = "max"
+    metric: str = option("episode_return_mean", rule=choice(("episode_return_mean", "best_speedup")))
+    """The result to rank trials by."""
+    mode: str = option("max", rule=choice(("max", "min")))
     """``max`` or ``min``."""
-    cpus_per_trial: int = 1
+    cpus_per_trial: int = option(1, rule=integer(1))
     """CPUs each trial reserves (the driver plus its env runners); trials never oversubscribe."""
-    output_dir: str = "out/trinity_sweep"
+    output_dir: str = option("out/sweep", rule=text())
     """Where Tune writes trials, the results table and the best config."""
 
 
-_SWEEP_KEYS = ("base", "overrides", "search", "num_samples", "metric", "mode", "cpus_per_trial", "output_dir")
-_SEARCHABLE = {
-    "ppo": {f.name for f in fields(PPOSection)},
-    "model": {f.name for f in fields(ModelSection)},
-    "env": {
-        "one_shot_groups",
-        "reward_options.alpha",
-        "reward_options.beta",
-        "reward_options.gamma",
-        "reward_options.c_hat_gb",
-        "reward_options.m_hat_gib",
-    },
-}
+@dataclass(frozen=True)
+class SweepConfig:
+    """A Tune sweep over a training config.
+
+    Attributes:
+        base: the training config the trials start from (``base:`` path plus ``overrides:``).
+        search: dotted key -> (kind, values): ``{"ppo.lr": ("loguniform", (1e-4, 1e-2))}``.
+        options: trials, metric, resources and output folder.
+    """
+
+    base: TrainConfig
+    search: Mapping[str, tuple[str, tuple[Any, ...]]]
+    options: SweepOptions = dataclasses.field(default_factory=SweepOptions)
+
+    def __getattr__(self, name: str) -> Any:
+        options = self.__dict__.get("options")
+        if options is not None and name in {f.name for f in dataclasses.fields(SweepOptions)}:
+            return getattr(options, name)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+
+
+def searchable_keys(cfg: TrainConfig) -> list[str]:
+    """The dotted keys a sweep over ``cfg`` may vary."""
+    agent = cfg.agent_spec
+    keys = [f"{s}.{f.name}" for s, cls in agent.sections.items() for f in dataclasses.fields(cls)]
+    return sorted([*keys, *(f"env.{k}" for k in agent.searchable_env)])
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,29 +241,23 @@ def load_train_config(path: str | Path) -> TrainConfig:
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep YAML file (its ``base`` is resolved relative to it)."""
-    data = read_yaml(path)
     where = str(path)
-    if not isinstance(data, Mapping):
-        raise SchemaError(f"{where}: expected a mapping at the top level")
-    unknown = sorted(set(data) - set(_SWEEP_KEYS))
-    if unknown:
-        raise SchemaError(f"{where}: unknown key(s) {unknown}; valid keys: {list(_SWEEP_KEYS)}")
+    data = as_mapping(read_yaml(path), where)
+    check_known(data, ["base", "overrides", "search", *(f.name for f in dataclasses.fields(SweepOptions))], where)
     if "base" not in data:
         raise SchemaError(f"{where}: missing 'base' (the training config file the sweep starts from)")
     base_path = Path(path).parent / str(data["base"])
-    base_raw = read_yaml(base_path)
-    overrides = data.get("overrides") or {}
-    if not isinstance(overrides, Mapping):
-        raise SchemaError(f"{where}.overrides: expected a mapping")
-    base = TrainConfig.from_dict(_merge(base_raw or {}, overrides), where=f"{base_path} + {where}.overrides")
-    search_raw = data.get("search") or {}
+    overrides = as_mapping(data.get("overrides"), f"{where}.overrides")
+    base = TrainConfig.from_dict(
+        _merge(read_yaml(base_path) or {}, overrides), where=f"{base_path} + {where}.overrides"
+    )
+    search_raw = data.get("search")
     if not isinstance(search_raw, Mapping) or not search_raw:
         raise SchemaError(f"{where}.search: expected a non-empty mapping of dotted keys to search domains")
+    valid = searchable_keys(base)
     search: dict[str, tuple[str, tuple[Any, ...]]] = {}
     for key, domain in search_raw.items():
-        section, _, rest = str(key).partition(".")
-        if section not in _SEARCHABLE or rest not in _SEARCHABLE[section]:
-            valid = sorted(f"{s}.{k}" for s, ks in _SEARCHABLE.items() for k in ks)
+        if key not in valid:
             raise SchemaError(f"{where}.search: unknown key {key!r}; searchable keys: {valid}")
         if not isinstance(domain, Mapping) or len(domain) != 1:
             raise SchemaError(
@@ -319,19 +271,5 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         if kind in ("uniform", "loguniform", "randint") and len(values) != 2:
             raise SchemaError(f"{where}.search.{key}.{kind}: expected [low, high], got {values!r}")
         search[str(key)] = (kind, tuple(values))
-    cfg = SweepConfig(
-        base=base,
-        search=search,
-        num_samples=data.get("num_samples", 4),
-        metric=data.get("metric", "episode_return_mean"),
-        mode=data.get("mode", "max"),
-        cpus_per_trial=data.get("cpus_per_trial", 1),
-        output_dir=data.get("output_dir", "out/trinity_sweep"),
-    )
-    _number(where, "num_samples", cfg.num_samples, low=1, integer=True)
-    _number(where, "cpus_per_trial", cfg.cpus_per_trial, low=1, integer=True)
-    if cfg.mode not in ("max", "min"):
-        raise SchemaError(f"{where}.mode = {cfg.mode!r}; expected 'max' or 'min'")
-    if cfg.metric not in ("episode_return_mean", "best_speedup"):
-        raise SchemaError(f"{where}.metric = {cfg.metric!r}; expected 'episode_return_mean' or 'best_speedup'")
-    return cfg
+    options = parse(SweepOptions, {k: v for k, v in data.items() if k not in ("base", "overrides", "search")}, where)
+    return SweepConfig(base=base, search=search, options=options)

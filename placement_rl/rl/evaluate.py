@@ -1,26 +1,26 @@
-"""Evaluate a trained policy on (unseen) topologies and models next to the baselines."""
+"""Evaluate a trained policy on (unseen) topologies and models next to the baselines.
+
+One :func:`placement_rl.methods.compare_methods` per instance: the policy (a method named after its
+agent), data parallelism, the expert strategy and, optionally, MCMC at a fixed budget.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from placement_rl.rl.trinity import load_policy, policy_plan
+from placement_rl.methods import MethodResult, compare_methods
+from placement_rl.rl.agents import load_policy, policy_method
 
 
-@dataclass(frozen=True)
-class MethodResult:
-    """One method's plan on one instance."""
-
-    instance: str
-    method: str
-    makespan_s: float
-    speedup: float
-    peak_memory_bytes: int
-    comm_bytes: float
-    oom: bool
-    search_s: float
+def training_models(env: dict[str, Any]) -> list[str]:
+    """The zoo models a training config's generator drew from."""
+    gen = env.get("generator") or {}
+    if not isinstance(gen, dict):
+        return ["inception_v3"]
+    if gen.get("model"):
+        return [gen["model"]]
+    return list(gen.get("models", ["inception_v3"]))
 
 
 def evaluate(
@@ -28,72 +28,43 @@ def evaluate(
     topologies: Sequence[str],
     models: Sequence[str] | None = None,
     *,
-    mcmc_budget: str | int | None = "2s",
+    mcmc_budget: Any = "2s",
     progress: Callable[[str], None] | None = None,
 ) -> list[MethodResult]:
     """Run the policy deterministically on every (model, topology) and the baselines beside it.
 
     Args:
-        checkpoint: a ``checkpoint_*`` folder of a training run.
+        checkpoint: a ``checkpoint_*`` folder of a training run (RLlib state: a trusted folder only).
         topologies: topology specs (presets, ``random:SEED``, files).
         models: zoo models (default: the training config's generator model(s)).
         mcmc_budget: MCMC's budget per instance (``None`` skips MCMC).
+        progress: called with one line per instance.
 
     Returns:
-        Rows for ``policy``, ``dp``, ``expert`` and ``mcmc`` per instance.
+        Rows for the policy (named after its agent), ``data_parallel``, ``expert`` and ``mcmc`` per instance.
     """
-    import time
+    from placement_rl import zoo
+    from placement_rl.topology import resolve_topology
 
-    import gymnasium as gym
-
-    from placement_rl import simulate
-    from placement_rl.plan import expert
-    from placement_rl.search import mcmc
-
-    module, cfg = load_policy(checkpoint)
+    policy = load_policy(checkpoint)
+    method = policy_method(policy)
     if models is None:
-        gen = cfg.env.get("generator") or {}
-        models = (
-            [gen["model"]] if isinstance(gen, dict) and gen.get("model") else list(gen.get("models", ["inception_v3"]))
-        )
+        models = training_models(dict(policy.config.env))
+    methods: list[Any] = [method, "data_parallel", "expert"]
+    options = {}
+    if mcmc_budget is not None:
+        methods.append("mcmc")
+        options["mcmc"] = {"budget": mcmc_budget, "seed": 0, "initial": ("data_parallel", "expert", "random")}
     rows: list[MethodResult] = []
-    base_env = {k: v for k, v in cfg.env.items() if k != "generator"}
     for model in models:
-        for topo in topologies:
-            env = gym.make(
-                "placement_rl/Placement-v0",
-                config={**base_env, "generator": {"kind": "fixed", "model": model, "topology": topo}},
-            )
-            info = policy_plan(module, env)
-            inst = env.unwrapped.data.instance  # type: ignore[attr-defined]
-            name = inst.name
-            dp = env.unwrapped.data.baseline  # type: ignore[attr-defined]
-
-            def row(method: str, result: Any, search_s: float, name: str = name, dp: Any = dp) -> MethodResult:
-                return MethodResult(
-                    name,
-                    method,
-                    result.makespan_s,
-                    dp.makespan_s / result.makespan_s,
-                    int(result.peak_memory_bytes.max()),
-                    result.comm_bytes,
-                    result.oom,
-                    search_s,
-                )
-
-            policy_result = simulate(inst.graph, inst.topology, info["plan"], validate=False)
-            rows.append(row("policy", policy_result, info["search_s"]))
-            rows.append(row("dp", dp, 0.0))
-            start = time.perf_counter()
-            ex = simulate(inst.graph, inst.topology, expert(inst.graph, inst.topology))
-            rows.append(row("expert", ex, time.perf_counter() - start))
-            if mcmc_budget is not None:
-                start = time.perf_counter()
-                found = mcmc(inst.graph, inst.topology, budget=mcmc_budget, seed=0, progress=False)
-                rows.append(row("mcmc", found.result, time.perf_counter() - start))
+        graph = zoo.load(model)
+        for spec in topologies:
+            found = compare_methods(graph, resolve_topology(spec), methods, options=options)
+            rows.extend(found)
             if progress is not None:
+                mine = found[0]
                 progress(
-                    f"{name}: policy {policy_result.makespan_s * 1e3:.1f} ms, "
-                    f"{dp.makespan_s / policy_result.makespan_s:.2f}x over data parallel"
+                    f"{mine.instance}: {mine.method} {mine.makespan_s * 1e3:.1f} ms, "
+                    f"{mine.speedup_over_dp:.2f}x over data parallel"
                 )
     return rows

@@ -1,38 +1,98 @@
-"""Trinity training on RLlib: build the PPO config, train, sweep with Tune, load trained policies.
+"""The Trinity agent (seed 004): RLlib PPO training the partition + schedule RLModule
+(:class:`placement_rl.policies.trinity.TrinityRLModule`) in ``Placement-v0``'s one-shot mode.
 
-This is the Ray edge of the project (the core never imports Ray). ``placement-rl train FILE.yaml``
-and ``placement-rl tune FILE.yaml`` call :func:`train` and :func:`sweep`; inside ``ray job submit``
-they attach to the job's cluster with a plain ``ray.init()``.
+Importing this module registers the agent ``trinity`` (:mod:`placement_rl.rl.agents`). Its YAML
+sections are ``model`` (:class:`ModelSection`) and ``ppo`` (:class:`PPOSection`); the trainer,
+Tune and evaluation are agent-agnostic (:mod:`placement_rl.rl.train`).
 """
 
 from __future__ import annotations
 
-import csv
-import json
-import math
-import os
 import time
-from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
+from placement_rl.config import Rule, integer, number, option
+from placement_rl.errors import SchemaError
+from placement_rl.rl.agents import Agent, register_agent
+from placement_rl.rl.config import TrainConfig
 
 ENV_ID = "placement_rl/Placement-v0"
-CONFIG_FILE = "train_config.json"
+
+_TWO_SIZES = Rule(
+    lambda v: (
+        isinstance(v, tuple)
+        and len(v) == 2
+        and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in v)
+    ),
+    "two positive integer sizes",
+)
 
 
-def _ensure_ray() -> None:
-    import ray
+@dataclass(frozen=True)
+class ModelSection:
+    """The Trinity RLModule (``placement_rl.policies.trinity.TrinityRLModule``)."""
 
-    if not ray.is_initialized():
-        ray.init(log_to_driver=False)  # plain init: a local Ray, or the cluster of a `ray job submit`
+    hidden: int = option(256, rule=integer(1))
+    """Hidden size of the schedule network's encoder and decoder LSTMs."""
+    hidden_partition: tuple[int, int] = option((64, 128), rule=_TWO_SIZES)
+    """Hidden sizes of the partition network."""
+    dropout: float = option(0.3, rule=number(0, 0.95))
+    """Dropout of the partition network (training pass only)."""
+    c: float = option(5.0, rule=number(0, low_open=True))
+    """Logit range: logits are ``c * tanh(u / temperature)``."""
+    temperature: float = option(10.0, rule=number(0, low_open=True))
+    """Softness of the ``tanh`` squashing."""
+    logit_noise: float = option(0.1, rule=number(0))
+    """Largest uniform noise added to the logits while exploring early."""
+    noise_steps: int = option(500, rule=integer(0))
+    """Sampled actions (per EnvRunner) that get the noise."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hidden_partition, list):  # YAML lists
+            object.__setattr__(self, "hidden_partition", tuple(self.hidden_partition))
+
+    def model_config(self) -> dict[str, Any]:
+        return {**asdict(self), "hidden_partition": list(self.hidden_partition)}
+
+
+@dataclass(frozen=True)
+class PPOSection:
+    """RLlib PPO's training options."""
+
+    lr: float = option(1e-3, rule=number(0, low_open=True))
+    """Adam learning rate (Trinity reports 0.1 for its own scale of logits; 1e-3 suits this module)."""
+    clip_param: float = option(0.2, rule=number(0, low_open=True))
+    """PPO's clip range epsilon."""
+    entropy_coeff: float = option(0.01, rule=number(0))
+    """Entropy bonus."""
+    grad_clip: float = option(1.0, rule=number(0, low_open=True))
+    """Gradient-norm clipping (Trinity: 1.0)."""
+    train_batch_size: int = option(64, rule=integer(1))
+    """Env steps (= sampled plans in one-shot mode) per training iteration."""
+    minibatch_size: int = option(32, rule=integer(1))
+    """SGD minibatch size."""
+    num_epochs: int = option(4, rule=integer(1))
+    """SGD passes over each batch."""
+    vf_loss_coeff: float = option(0.5, rule=number(0))
+    """Weight of the value loss (the value head is the moving reward baseline)."""
+    gamma: float = option(1.0, rule=number(0, 1))
+    """Discount (one-step episodes in one-shot mode)."""
+    lambda_: float = option(1.0, rule=number(0, 1))
+    """GAE lambda (YAML key ``lambda_``)."""
+
+    def validate(self, where: str) -> None:
+        if self.minibatch_size > self.train_batch_size:
+            raise SchemaError(
+                f"{where}: minibatch_size = {self.minibatch_size}; expected <= train_batch_size ({self.train_batch_size})"
+            )
 
 
 def _metrics_callback() -> type:
-    """An RLlib callback that logs the final plan's speedup and makespan of every episode."""
+    """An RLlib callback that logs the final plan's speedup and out-of-memory rate of every episode."""
     from ray.rllib.callbacks.callbacks import RLlibCallback
 
     class PlacementMetrics(RLlibCallback):
@@ -49,7 +109,7 @@ def _metrics_callback() -> type:
     return PlacementMetrics
 
 
-def algorithm_config(cfg: TrainConfig, env_overrides: Mapping[str, Any] | None = None) -> Any:
+def algorithm_config(cfg: TrainConfig) -> Any:
     """The RLlib ``PPOConfig`` of a training config (new API stack, Trinity RLModule)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
@@ -58,13 +118,12 @@ def algorithm_config(cfg: TrainConfig, env_overrides: Mapping[str, Any] | None =
     from placement_rl.policies.trinity import TrinityRLModule
 
     register_rllib_envs()
-    ppo = cfg.ppo
-    env = {**cfg.env, **(env_overrides or {}), "mode": "one_shot"}
+    ppo: PPOSection = cfg.ppo
     return (
         PPOConfig()
         .api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
         .framework("torch")
-        .environment(ENV_ID, env_config=env)
+        .environment(ENV_ID, env_config=dict(cfg.env))
         .env_runners(num_env_runners=cfg.run.num_env_runners, num_envs_per_env_runner=1, batch_mode="complete_episodes")
         .learners(num_learners=0)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=TrinityRLModule, model_config=cfg.model.model_config()))
@@ -88,117 +147,28 @@ def algorithm_config(cfg: TrainConfig, env_overrides: Mapping[str, Any] | None =
     )
 
 
-def summarize(result: Mapping[str, Any]) -> dict[str, float]:
-    """The figures of one training iteration that the CSV, TensorBoard and progress line show."""
-    runners = result.get("env_runners", {})
-    learner = result.get("learners", {}).get("default_policy", {})
-
-    def num(value: Any) -> float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return float("nan")
-
-    return {
-        "iteration": num(result.get("training_iteration")),
-        "env_steps": num(result.get("num_env_steps_sampled_lifetime", runners.get("num_env_steps_sampled_lifetime"))),
-        "episode_return_mean": num(runners.get("episode_return_mean")),
-        "speedup_mean": num(runners.get("speedup_mean")),
-        "best_speedup": num(runners.get("best_speedup")),
-        "oom_fraction": num(runners.get("oom_fraction")),
-        "policy_loss": num(learner.get("policy_loss")),
-        "vf_loss": num(learner.get("vf_loss")),
-        "entropy": num(learner.get("entropy")),
-        "time_s": num(result.get("time_total_s")),
-    }
-
-
-def train(
-    cfg: TrainConfig, *, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = print
-) -> Path:
-    """Train Trinity; returns the run directory.
-
-    The run directory holds ``train_config.json`` (the resolved config), ``progress.csv`` (one row
-    per iteration), TensorBoard events (``tb/``), ``checkpoint_NNNNNN/`` every
-    ``run.checkpoint_every`` iterations and ``checkpoint_final/``, and ``learning_curve.png``.
-    """
-    import torch
-    from tensorboardX import SummaryWriter
-
-    from placement_rl.rl.plots import learning_curve_png
-
-    _ensure_ray()
-    torch.manual_seed(cfg.run.seed)
-    run_dir = Path(out_dir or cfg.run.output_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
-    algo = algorithm_config(cfg).build_algo()
-    rows: list[dict[str, float]] = []
-    writer = SummaryWriter(str(run_dir / "tb"))
-    try:
-        with open(run_dir / "progress.csv", "w", newline="") as f:
-            table: csv.DictWriter[str] | None = None
-            for it in range(1, cfg.run.iterations + 1):
-                row = summarize(algo.train())
-                rows.append(row)
-                if table is None:
-                    table = csv.DictWriter(f, fieldnames=list(row))
-                    table.writeheader()
-                table.writerow(row)
-                f.flush()
-                for key, value in row.items():
-                    if key != "iteration" and math.isfinite(value):
-                        writer.add_scalar(key, value, it)
-                if progress is not None:
-                    progress(
-                        f"[{cfg.name}] iter {it}/{cfg.run.iterations}  steps {row['env_steps']:.0f}  "
-                        f"return {row['episode_return_mean']:.3f}  speedup {row['speedup_mean']:.2f}x "
-                        f"(best {row['best_speedup']:.2f}x)  entropy {row['entropy']:.2f}  {row['time_s']:.0f}s"
-                    )
-                if it % cfg.run.checkpoint_every == 0:
-                    algo.save_to_path(str(run_dir / f"checkpoint_{it:06d}"))
-        algo.save_to_path(str(run_dir / "checkpoint_final"))
-    finally:
-        writer.close()
-        algo.stop()
-    learning_curve_png(rows, run_dir / "learning_curve.png", title=cfg.name)
-    return run_dir
-
-
 def module_checkpoint(path: str | Path) -> Path:
     """The RLModule folder inside an algorithm checkpoint (or ``path`` if it already is one)."""
     p = Path(path)
     for candidate in (p / "learner_group" / "learner" / "rl_module" / "default_policy", p):
-        if (
-            (candidate / "module_state.pt").is_file()
-            or (candidate / "module_state.pkl").is_file()
-            or (candidate / "class_and_ctor_args.pkl").is_file()
-        ):
+        if any((candidate / f).is_file() for f in ("module_state.pt", "module_state.pkl", "class_and_ctor_args.pkl")):
             return candidate
     raise FileNotFoundError(
         f"{str(p)!r} is not a Trinity checkpoint: expected learner_group/learner/rl_module/default_policy inside it"
     )
 
 
-def load_policy(checkpoint: str | Path) -> tuple[Any, TrainConfig]:
-    """The trained RLModule and the training config of a checkpoint (``checkpoint_*`` of a run dir)."""
+def load_module(checkpoint: Path) -> Any:
+    """The trained RLModule of a checkpoint, in evaluation mode (RLlib state: a trusted folder only)."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from placement_rl.envs import register_envs
-
-    register_envs()
-    ckpt = Path(checkpoint)
-    config_path = next((d / CONFIG_FILE for d in (ckpt, *ckpt.parents) if (d / CONFIG_FILE).is_file()), None)
-    if config_path is None:
-        raise FileNotFoundError(f"no {CONFIG_FILE} in {str(ckpt)!r} or its parents; is it a placement-rl run?")
-    cfg = TrainConfig.from_dict(json.loads(config_path.read_text()), where=str(config_path))
-    module = RLModule.from_checkpoint(module_checkpoint(ckpt))
+    module = RLModule.from_checkpoint(module_checkpoint(checkpoint))
     module.eval()
-    return module, cfg
+    return module
 
 
-def policy_plan(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
-    """Run the policy deterministically (greedy decoding) for one episode of ``env``; the final info."""
+def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
+    """Run the policy deterministically (greedy decoding) for the one step of a one-shot episode."""
     import torch
     from ray.rllib.core import Columns
 
@@ -212,94 +182,26 @@ def policy_plan(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
     return {**info, "reward": float(reward), "search_s": time.perf_counter() - start}
 
 
-def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -> Path:
-    """Run a Tune sweep; writes ``results.csv`` (a row per trial) and ``best_config.yaml``; returns the folder."""
-    import ray
-    import yaml
-    from ray import tune
-
-    _ensure_ray()
-    out = Path(cfg.output_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    cpus = int(ray.available_resources().get("CPU", os.cpu_count() or 1))
-    base = cfg.base
-    concurrent = max(1, cpus // cfg.cpus_per_trial)
-    runners = max(0, cfg.cpus_per_trial - 1)
-    space: dict[str, Any] = {}
-    for key, (kind, values) in cfg.search.items():
-        domain = {
-            "choice": tune.choice,
-            "grid": tune.grid_search,
-            "uniform": lambda v: tune.uniform(*v),
-            "loguniform": lambda v: tune.loguniform(*v),
-            "randint": lambda v: tune.randint(*v),
-        }[kind]
-        space[key] = domain(list(values))
-
-    def trial(config: dict[str, Any]) -> None:
-        resolved = base.to_dict()
-        for key, value in config.items():
-            set_dotted(resolved, key, value)
-        resolved["run"]["num_env_runners"] = runners
-        trial_cfg = TrainConfig.from_dict(resolved, where="trial")
-        algo = algorithm_config(trial_cfg).build_algo()
-        try:
-            for _ in range(trial_cfg.run.iterations):
-                tune.report(summarize(algo.train()))
-        finally:
-            algo.stop()
-
-    reporter = _ProgressCallback(progress)
-    tuner = tune.Tuner(
-        tune.with_resources(trial, {"cpu": cfg.cpus_per_trial}),
-        param_space=space,
-        tune_config=tune.TuneConfig(
-            num_samples=cfg.num_samples, metric=cfg.metric, mode=cfg.mode, max_concurrent_trials=concurrent
-        ),
-        run_config=tune.RunConfig(name="trials", storage_path=str(out), verbose=0, callbacks=[reporter]),
-    )
-    results = tuner.fit()
-    rows = []
-    for r in results:
-        if r.metrics is None:
-            continue
-        rows.append(
+TRINITY = register_agent(
+    Agent(
+        name="trinity",
+        description="Trinity: PPO with a partition network and a seq2seq schedule network",
+        env_id=ENV_ID,
+        env_options={"mode": "one_shot"},
+        sections={"model": ModelSection, "ppo": PPOSection},
+        algorithm=algorithm_config,
+        load_module=load_module,
+        act=act,
+        searchable_env=frozenset(
             {
-                **{f"config/{k}": v for k, v in r.config.items()},
-                **{k: r.metrics.get(k) for k in ("episode_return_mean", "speedup_mean", "best_speedup", "iteration")},
-                "error": str(r.error) if r.error else "",
+                "one_shot_groups",
+                "reward_options.alpha",
+                "reward_options.beta",
+                "reward_options.gamma",
+                "reward_options.c_hat_gb",
+                "reward_options.m_hat_gib",
             }
-        )
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))
-        w.writeheader()
-        w.writerows(rows)
-    best = results.get_best_result(metric=cfg.metric, mode=cfg.mode)
-    resolved = base.to_dict()
-    for key, value in best.config.items():
-        set_dotted(resolved, key, value)
-    (out / "best_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    if progress is not None:
-        progress(
-            f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}"
-        )
-    return out
-
-
-class _ProgressCallback:
-    """A Tune callback printing one line per trial result (Tune's own table is off)."""
-
-    def __new__(cls, progress: Callable[[str], None] | None) -> Any:
-        from ray.tune import Callback
-
-        class Progress(Callback):  # type: ignore[misc]
-            def on_trial_result(
-                self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
-            ) -> None:
-                if progress is not None:
-                    progress(
-                        f"[{trial.trial_id}] iter {result.get('iteration', 0):.0f}  return "
-                        f"{result.get('episode_return_mean', float('nan')):.3f}  speedup {result.get('speedup_mean', float('nan')):.2f}x"
-                    )
-
-        return Progress()
+        ),
+        learner_metrics=("policy_loss", "vf_loss", "entropy"),
+    )
+)

@@ -12,8 +12,8 @@ memory.
 Initial candidates (FlexFlow): data parallelism, the expert strategy and random strategies. Each
 candidate is searched until its share of the budget (seconds or proposals) is spent, or until no
 improvement was found for half of that share. With ``chains=N`` the candidates are spread over N
-independent chains with their own seeds, run as Ray tasks (:mod:`placement_rl.rl.parallel`); the best
-plan wins.
+independent chains with their own seeds, run by an injected task map (serially by default; as Ray
+tasks with :class:`placement_rl.rl.parallel.RayMap`); the best plan wins.
 
 Proposals are evaluated by delta simulation by default (:class:`~placement_rl.sim.delta.DeltaSimulator`:
 only the changed op's tasks and their neighbourhood are rebuilt and the schedule is resumed from the
@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from placement_rl.graph import OpGraph
-from placement_rl.plan import OpConfig, Plan, data_parallel, expert
+from placement_rl.parallel import TaskMap, serial_map
+from placement_rl.plan import OpConfig, Plan, data_parallel, expert, subset_data_parallel
+from placement_rl.progress import Progress
 from placement_rl.search.space import SearchSpace
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator, oom_cost
@@ -156,25 +158,8 @@ def initial_plan(
     if name == "random":
         return space.random_plan(rng)
     if name == "subset_data_parallel":
-        return best_subset_data_parallel(graph, topology, space.devices)
+        return subset_data_parallel(graph, topology, space.devices)
     raise ValueError(f"initial candidate {name!r}; expected one of {list(EXTENDED_CANDIDATES)}")
-
-
-def best_subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str]) -> Plan:
-    """The fastest data-parallel plan over one device group: all ``devices``, those of one machine, or
-    those of one device type (ties: fewer devices)."""
-    from placement_rl.sim.simulator import simulate
-
-    groups: dict[tuple[str, ...], None] = {tuple(devices): None}
-    for key in ("machine", "device_type"):
-        by: dict[str, list[str]] = {}
-        for name in devices:
-            by.setdefault(getattr(topology.device(name), key), []).append(name)
-        groups.update(dict.fromkeys(tuple(g) for g in by.values()))
-    plans = [data_parallel(graph, topology, list(g)) for g in groups]
-    results = [simulate(graph, topology, p) for p in plans]
-    best = min(range(len(plans)), key=lambda k: (plan_cost(results[k], 10.0), len(plans[k].devices_used())))
-    return Plan(graph.name, dict(plans[best].configs), name="subset_data_parallel", metadata=plans[best].metadata)
 
 
 Reporter = Callable[[int, float], None]
@@ -306,6 +291,7 @@ def mcmc(
     cost_model: CostModel | None = None,
     delta: bool = True,
     progress: bool = False,
+    task_map: TaskMap | None = None,
     **space_options: Any,
 ) -> MCMCResult:
     """Search for a fast plan with FlexFlow's MCMC (see the module docstring).
@@ -314,8 +300,7 @@ def mcmc(
         graph: the op graph.
         topology: the cluster.
         budget: seconds (``"30s"``) or proposals (``100000``), per chain.
-        chains: independent chains; more than one run as Ray tasks on the local Ray or the cluster
-            ``ray.init()`` finds (``RAY_ADDRESS``).
+        chains: independent chains, each with its own seed and share of the initial candidates.
         seed: chain ``k`` uses seed ``seed + k``; the same seed and proposal budget give the same plan.
         beta: scale-free inverse temperature (``beta / cost(initial)`` multiplies cost differences).
         oom_penalty: cost multiplier for plans that do not fit.
@@ -325,55 +310,60 @@ def mcmc(
         cost_model: the simulator's cost model.
         delta: evaluate proposals with delta simulation (same results, faster).
         progress: show a progress bar of proposals and the best cost.
+        task_map: runs the chains (:mod:`placement_rl.parallel`); the default runs them one after
+            the other in this process, :class:`placement_rl.rl.parallel.RayMap` as Ray tasks. The
+            result does not depend on it (with a proposal budget).
         **space_options: passed to :class:`SearchSpace` (``max_partitions``, ``dim_kinds``, ``devices``).
 
     Returns:
         The best plan with its simulation and the search statistics.
     """
     budget = Budget.parse(budget)
-    if chains < 1:
-        raise ValueError(f"chains = {chains}; expected at least 1")
+    if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
+        raise ValueError(f"chains = {chains!r}; expected at least 1")
     bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
     if bad or not initial:
         raise ValueError(
             f"initial candidates {list(initial)}; expected a non-empty subset of {list(EXTENDED_CANDIDATES)}"
         )
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
-    if chains > 1:
-        from placement_rl.rl.parallel import run_chains
-
-        return run_chains(
-            graph,
-            topology,
-            budget=budget,
-            chains=chains,
-            seed=seed,
-            beta=beta,
-            oom_penalty=oom_penalty,
-            initial=initial,
-            cost_model=cost_model,
-            delta=delta,
-            progress=progress,
-            space_options=space_options,
-        )
+    options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
+               "delta": delta}  # fmt: skip
+    args = [
+        (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
+    ]
     start = time.perf_counter()
-    bar = _progress_bar(budget, progress)
-    outcome = run_chain(
-        graph,
-        topology,
-        budget,
-        seed=seed,
-        candidates=list(initial),
-        beta=beta,
-        oom_penalty=oom_penalty,
-        space_options=space_options,
-        cost_model=cost_model,
-        delta=delta,
-        report=bar.report if bar else None,
-    )
-    if bar:
-        bar.close()
-    return finish(graph, topology, [outcome], time.perf_counter() - start, cost_model, oom_penalty)
+    total = budget.proposals * chains if budget.proposals is not None else budget.seconds
+    label = "mcmc" if chains == 1 else f"mcmc x{chains}"
+    with Progress(total, label, "proposal", enabled=progress, seconds=budget.seconds is not None) as bar:
+        latest: dict[int, tuple[int, float]] = {}
+
+        def report(chain: int, value: tuple[int, float]) -> None:
+            latest[chain] = value
+            done = sum(p for p, _ in latest.values())
+            bar.update_to(done, proposals=done, best_ms=f"{min(b for _, b in latest.values()) * 1e3:.3f}")
+
+        outcomes = (task_map or serial_map)(_chain_task, args, report if progress else None)
+    return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
+
+
+def chain_candidates(initial: Sequence[str], chains: int) -> list[list[str]]:
+    """Initial candidates per chain: round-robin, every chain at least one."""
+    return [[c for j, c in enumerate(initial) if j % chains == k] or [initial[k % len(initial)]] for k in range(chains)]
+
+
+def _chain_task(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    budget: Budget,
+    seed: int,
+    candidates: list[str],
+    options: dict[str, Any],
+    report: Callable[[tuple[int, float]], None] | None = None,
+) -> dict[str, Any]:
+    """One chain as a task of a :class:`~placement_rl.parallel.TaskMap` (module level, so Ray can ship it)."""
+    relay = None if report is None else (lambda proposals, best_cost_s: report((proposals, best_cost_s)))
+    return run_chain(graph, topology, budget, seed=seed, candidates=candidates, report=relay, **options)
 
 
 def finish(
@@ -406,37 +396,3 @@ def finish(
         elapsed_s=elapsed_s,
         chains=len(outcomes),
     )
-
-
-class _ProgressBar:
-    """A tqdm bar over proposals (or seconds) showing the best cost."""
-
-    def __init__(self, budget: Budget) -> None:
-        from tqdm.auto import tqdm
-
-        self.budget = budget
-        self.start = time.perf_counter()
-        if budget.proposals is not None:
-            self.bar = tqdm(total=budget.proposals, unit="proposal", desc="mcmc", dynamic_ncols=True)
-        else:  # a time budget: the bar is the time spent; the postfix counts proposals
-            self.bar = tqdm(
-                total=budget.seconds,
-                desc="mcmc",
-                dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
-            )
-        self.proposals = 0
-
-    def report(self, proposals: int, best_cost_s: float) -> None:
-        if self.budget.proposals is not None:
-            self.bar.update(proposals - self.bar.n)
-        else:
-            self.bar.update(min(time.perf_counter() - self.start, self.bar.total) - self.bar.n)
-        self.bar.set_postfix(proposals=proposals, best_ms=f"{best_cost_s * 1e3:.3f}")
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(budget: Budget, enabled: bool) -> _ProgressBar | None:
-    return _ProgressBar(budget) if enabled else None

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.plan import OpConfig, Plan
+from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from placement_rl.graph import Op, OpGraph
-from placement_rl.plan import OpConfig, Plan
+from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim import network as _network
 from placement_rl.sim.cost import CostModel

@@ -43,7 +43,7 @@ def tiny_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_run(ray_local: Any, tiny_yaml: Path) -> Path:
     """A finished 4-iteration training run of the tiny config (run folder)."""
     from placement_rl.rl.config import load_train_config
-    from placement_rl.rl.trinity import train
+    from placement_rl.rl.train import train
 
     cfg = load_train_config(tiny_yaml)
     return train(cfg, progress=None)

@@ -47,13 +47,18 @@ def test_shipped_configs_parse() -> None:
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ({"nmae": "x"}, r"unknown key\(s\) \['nmae'\]; valid keys: \['name', 'env', 'model', 'ppo', 'run'\]"),
-        ({"ppo": {"learning_rate": 0.1}}, r"ppo: unknown key\(s\) \['learning_rate'\]; valid keys: \['lr', "),
-        ({"run": {"iterations": 0}}, r"run.iterations = 0; expected >= 1"),
-        ({"ppo": {"lr": "fast"}}, r"ppo.lr = 'fast'; expected a number"),
+        (
+            {"nmae": "x"},
+            r"unknown key\(s\) \['nmae'\]; expected some of \['agent', 'env', 'model', 'name', 'ppo', 'run'\]",
+        ),
+        ({"ppo": {"learning_rate": 0.1}}, r"ppo: unknown key\(s\) \['learning_rate'\]; expected some of \["),
+        ({"run": {"iterations": 0}}, r"run: iterations = 0; expected an integer >= 1"),
+        ({"ppo": {"lr": "fast"}}, r"ppo: lr = 'fast'; expected a finite number > 0"),
+        ({"ppo": {"lr": float("nan")}}, r"ppo: lr = nan; expected a finite number > 0"),
         ({"ppo": {"train_batch_size": 8, "minibatch_size": 16}}, r"minibatch_size = 16; expected <= train_batch_size"),
-        ({"model": {"hidden_partition": [64]}}, r"hidden_partition = \[64\]; expected two sizes"),
-        ({"env": {"mode": "sequential"}}, r"env.mode = 'sequential'; Trinity trains in 'one_shot' mode"),
+        ({"model": {"hidden_partition": [64]}}, r"hidden_partition = \(64,\); expected two positive integer sizes"),
+        ({"env": {"mode": "sequential"}}, r"env.mode = 'sequential'; the trinity agent needs 'one_shot'"),
+        ({"agent": "alphazero"}, r"unknown agent 'alphazero'; expected one of: trinity"),
         ({"env": {"max_device": 8}}, r"unknown key\(s\) \['max_device'\]; expected some of"),
         ({"env": {"generator": {"kind": "fixed", "model": "resnet9000"}}}, r"unknown model 'resnet9000'"),
         ({"env": {"reward": "latency"}}, r"unknown reward 'latency'; expected one of: dense, mdpe, speedup"),
@@ -92,11 +97,11 @@ def test_cli_reports_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture
         ({"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "trials": 3}, r"unknown key\(s\) \['trials'\]"),
         (
             {"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "mode": "best"},
-            r"mode = 'best'; expected 'max' or 'min'",
+            r"mode = 'best'; expected one of \['max', 'min'\]",
         ),
         (
             {"base": "base.yaml", "overrides": {"ppo": {"lr": -1}}, "search": {"ppo.clip_param": {"choice": [0.1]}}},
-            r"ppo.lr = -1; expected > 0",
+            r"ppo: lr = -1; expected a finite number > 0",
         ),
     ],
 )

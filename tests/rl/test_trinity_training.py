@@ -48,7 +48,8 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
     import torch
     from ray.rllib.core import Columns
 
-    from placement_rl.rl.trinity import CONFIG_FILE, algorithm_config, load_policy
+    from placement_rl.rl.agents import CONFIG_FILE, load_policy
+    from placement_rl.rl.trinity import algorithm_config
 
     cfg = load_train_config(tiny_yaml)
     algo = algorithm_config(cfg).build_algo()
@@ -65,10 +66,10 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
     finally:
         algo.stop()
     (tmp_path / CONFIG_FILE).write_text(json.dumps(cfg.to_dict()))
-    module, restored_cfg = load_policy(tmp_path / "checkpoint")
-    assert restored_cfg == cfg
+    policy = load_policy(tmp_path / "checkpoint")
+    assert policy.config == cfg and policy.agent.name == "trinity"  # the checkpoint finds its agent by name
     with torch.no_grad():
-        after = module.forward_inference(batch)[Columns.ACTIONS]
+        after = policy.module.forward_inference(batch)[Columns.ACTIONS]
     assert torch.equal(before, after)
 
 
@@ -88,11 +89,12 @@ def test_evaluate_command(tiny_run: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in out["rows"]}
-    assert set(methods) == {"policy", "dp", "expert", "mcmc"}
-    assert methods["dp"]["speedup"] == pytest.approx(1.0)
-    policy = methods["policy"]
-    assert policy["speedup"] == pytest.approx(methods["dp"]["makespan_s"] / policy["makespan_s"])
-    assert out["instances"] == 1 and out["policy_beats_dp"] == int(policy["speedup"] > 1 and not policy["oom"])
+    assert set(methods) == {"trinity", "data_parallel", "expert", "mcmc"}
+    assert methods["data_parallel"]["speedup_over_dp"] == pytest.approx(1.0)
+    policy = methods["trinity"]
+    assert policy["speedup_over_dp"] == pytest.approx(methods["data_parallel"]["makespan_s"] / policy["makespan_s"])
+    beats = int(policy["speedup_over_dp"] > 1 and not policy["oom"])
+    assert out["instances"] == 1 and out["policy_beats_dp"] == beats
 
 
 def test_evaluate_rejects_too_many_devices(tiny_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,7 +124,7 @@ def test_plan_includes_the_policy(tiny_run: Path, tmp_path: Path, capsys: pytest
             "--topology",
             "trinity",
             "--methods",
-            "dp,policy",
+            "dp",
             "--checkpoint",
             str(tiny_run / "checkpoint_final"),
             "--out-dir",
@@ -133,8 +135,8 @@ def test_plan_includes_the_policy(tiny_run: Path, tmp_path: Path, capsys: pytest
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["method"]: r for r in out["methods"]}
-    assert set(rows) == {"dp", "policy"}
-    assert rows["policy"]["makespan_s"] > 0 and (tmp_path / "best_plan.json").is_file()
+    assert set(rows) == {"data_parallel", "trinity"}  # the policy's row is named after its agent
+    assert rows["trinity"]["makespan_s"] > 0 and (tmp_path / "best_plan.json").is_file()
 
 
 def test_tune_command(ray_local: Any, tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -171,8 +171,13 @@ def test_cli_frontier_and_profiling(zoo_graph, tmp_path: Path, capsys: pytest.Ca
     ("argv", "message"),
     [
         (["--devices", "99"], "--devices 99"),
-        (["--memory-limit", "lots"], "--memory-limit 'lots'"),
-        (["--mode", "profiling", "--device-counts", "0,2"], "--device-counts [0]"),
+        (["--memory-limit", "lots"], "argument --memory-limit: 'lots': expected GiB as a number or with a unit"),
+        (["--memory-limit", "nan"], "argument --memory-limit: 'nan': expected a positive amount"),
+        (
+            ["--mode", "profiling", "--device-counts", "0,2"],
+            "argument --device-counts: '0': expected a positive integer",
+        ),
+        (["--mode", "profiling", "--device-counts", "1,99"], "--device-counts [99]"),
         (["--model", "nosuchmodel"], "nosuchmodel"),
     ],
 )
@@ -184,14 +189,12 @@ def test_cli_frontier_bad_input(
 
 
 def test_ray_chunks_give_the_serial_frontier(ray_local, zoo_graph) -> None:  # type: ignore[no-untyped-def]
-    from placement_rl.rl.parallel import RayChunks, ft_frontier
+    from placement_rl.rl.parallel import RayMap
 
     graph, topo = zoo_graph("lenet"), load_preset("tensoropt")
     serial = run_ft(graph, topo, 8)
-    chunks = RayChunks(chunk_points=2_000)
+    chunks = RayMap(chunk_points=2_000)
     parallel = run_ft(graph, topo, 8, map_chunks=chunks)
     assert chunks.tasks > 1
     assert [(p.memory_bytes, p.time_s) for p in parallel.points] == [(p.memory_bytes, p.time_s) for p in serial.points]
     assert [p.plan.configs for p in parallel.points] == [p.plan.configs for p in serial.points]
-    again = ft_frontier(graph, topo, 8, progress=True)
-    assert [(p.memory_bytes, p.time_s) for p in again.points] == [(p.memory_bytes, p.time_s) for p in serial.points]

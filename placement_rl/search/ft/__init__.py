@@ -261,14 +261,23 @@ def profiling(
     topology: DeviceTopology,
     device_counts: Sequence[int] | None = None,
     memory_limit_bytes: float | None = None,
+    *,
+    stop_at_first_fit: bool = False,
     **kwargs: object,
 ) -> list[tuple[int, FrontierPoint | None, FTResult]]:
-    """Profiling mode: for each device count (default 1, 2, 4, ... and the total), the best point that fits."""
+    """Profiling mode: for each device count (default 1, 2, 4, ... and the total, ascending), the
+    fastest point that fits (None when none does) and the FT result.
+
+    With ``stop_at_first_fit`` the counts stop at the first that has a fitting point (the last row
+    is then mini-parallelism's answer). Keyword arguments go to :func:`run_ft`.
+    """
     counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
     out = []
-    for n in counts:
+    for n in sorted(counts):
         point, result = mini_time(graph, topology, n, memory_limit_bytes, **kwargs)
         out.append((n, point, result))
+        if stop_at_first_fit and point is not None:
+            break
     return out
 
 
@@ -283,12 +292,9 @@ def mini_parallelism(
 
     Returns (device count, the fastest fitting point at that count, its FT result), or None.
     """
-    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
-    for n in sorted(counts):
-        point, result = mini_time(graph, topology, n, memory_limit_bytes, **kwargs)
-        if point is not None:
-            return n, point, result
-    return None
+    rows = profiling(graph, topology, device_counts, memory_limit_bytes, stop_at_first_fit=True, **kwargs)
+    n, point, result = rows[-1]
+    return (n, point, result) if point is not None else None
 
 
 def default_device_counts(total: int) -> list[int]:

@@ -1,0 +1,258 @@
+"""What every command shares: parent parsers, ``type=`` converters, loaders and printers.
+
+Converters turn a command-line string into a checked value or raise ``argparse.ArgumentTypeError``
+with a message naming the value and what was expected; argparse prints it as ``error: argument
+--flag: ...`` and exits with status 2, before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from placement_rl.errors import UnknownNameError
+
+#: Short names the command line accepts for the baselines (the library knows only the long ones).
+METHOD_ALIASES: dict[str, str] = {"dp": "data_parallel", "single": "single_device"}
+
+_BYTE_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+
+
+# ----------------------------------------------------------------------------------- converters
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A finite number (``nan`` and ``inf`` are refused)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number")
+    return value
+
+
+def byte_size(text: str) -> float:
+    """A memory size: GiB as a plain number (``16``) or with a unit (``16GiB``, ``512MiB``, ``8GB``)."""
+    import math
+
+    lowered = text.strip().lower()
+    unit = next((u for u in sorted(_BYTE_UNITS, key=len, reverse=True) if lowered.endswith(u)), None)
+    number = lowered[: -len(unit)] if unit else lowered
+    try:
+        value = float(number) * (_BYTE_UNITS[unit] if unit else 2**30)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected GiB as a number or with a unit, e.g. 16, 16GiB, 512MiB"
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive amount")
+    return value
+
+
+def budget(text: str) -> Any:
+    """A search budget: seconds (``30s``, ``2m``) or a number of proposals (``100000``)."""
+    from placement_rl.search import Budget
+
+    try:
+        return Budget.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def optional_budget(text: str) -> Any:
+    """A budget, or ``none`` / ``0`` to skip."""
+    return None if text.strip().lower() in ("none", "0") else budget(text)
+
+
+def int_list(text: str) -> list[int]:
+    """Comma-separated positive integers (``1,2,4``)."""
+    return [positive_int(part) for part in text.split(",") if part.strip()] or _fail(
+        text, "a comma-separated list of counts"
+    )
+
+
+def name_list(text: str) -> list[str]:
+    """Comma-separated names (``lenet,resnet50``)."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    return names or _fail(text, "a comma-separated list of names")
+
+
+def method_list(text: str) -> list[str]:
+    """Comma-separated method names; the aliases ``dp`` and ``single`` are accepted."""
+    from placement_rl.methods import method_names
+
+    names = [METHOD_ALIASES.get(n, n) for n in name_list(text)]
+    valid = method_names()
+    for n in names:
+        if n not in valid:
+            raise argparse.ArgumentTypeError(f"unknown method {n!r}; expected some of: {', '.join(valid)}")
+    return names
+
+
+def _fail(text: str, what: str) -> Any:
+    raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
+
+
+# ------------------------------------------------------------------------------- parent parsers
+def json_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def instance_parser(model: str | None = None, topology: str | None = None) -> argparse.ArgumentParser:
+    """``--model`` / ``--topology`` / ``--batch-size`` (required when no default is given)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--model",
+        default=model,
+        required=model is None,
+        help="zoo model (see 'placement-rl models') or a graph .json" + (f" (default {model})" if model else ""),
+    )
+    p.add_argument(
+        "--topology",
+        default=topology,
+        required=topology is None,
+        help="preset (see 'placement-rl topologies'), random:SEED or a topology .json"
+        + (f" (default {topology})" if topology else ""),
+    )
+    p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the paper's)")
+    return p
+
+
+def cost_parser() -> argparse.ArgumentParser:
+    """The cost model's options."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
+    p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
+    p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
+    return p
+
+
+# ------------------------------------------------------------------------------------- loaders
+def load_graph(spec: str, batch_size: int | None = None) -> Any:
+    """A zoo model name or a path to a graph JSON file."""
+    from placement_rl import zoo
+    from placement_rl.graph import OpGraph
+
+    if spec.endswith(".json") or Path(spec).is_file():
+        if batch_size is not None:
+            raise ValueError("--batch-size applies to zoo models, not to graph files")
+        return OpGraph.from_json(spec)
+    return zoo.load(spec, batch_size=batch_size)
+
+
+def load_instance(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The graph and topology of ``--model`` / ``--topology`` / ``--batch-size``."""
+    from placement_rl.topology import resolve_topology
+
+    return load_graph(args.model, args.batch_size), resolve_topology(args.topology)
+
+
+def cost_model(args: argparse.Namespace) -> Any:
+    """The cost model of :func:`cost_parser`'s options."""
+    from placement_rl.sim import CommTable, CostModel, ProfileTable
+
+    return CostModel(
+        optimizer=args.optimizer,
+        profile=ProfileTable.from_json(args.profile) if args.profile else None,
+        comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
+    )
+
+
+def plan_for(spec: str, graph: Any, topology: Any) -> Any:
+    """A baseline's plan (``data_parallel``, ``dp``, ``expert``, ...) or a plan JSON file for ``graph``."""
+    from placement_rl.methods import BASELINES, baseline_plan
+    from placement_rl.plan import Plan
+
+    name = METHOD_ALIASES.get(spec, spec)
+    if name in BASELINES:
+        return baseline_plan(name, graph, topology)
+    if spec.endswith(".json") or Path(spec).is_file():
+        plan = Plan.from_json(spec)
+        if plan.graph_name != graph.name:
+            raise ValueError(f"plan {spec!r} was made for graph {plan.graph_name!r}, not {graph.name!r}")
+        return plan
+    raise UnknownNameError("plan", spec, [*BASELINES, *METHOD_ALIASES, "FILE.json"])
+
+
+def write_plan_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: str) -> list[Path]:
+    """The plan (JSON), its Gantt chart (PNG) and its Chrome trace, as ``out_dir/stem.*``."""
+    from placement_rl.sim.trace import gantt_png, write_chrome_trace
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.gantt.png", out_dir / f"{stem}.trace.json"]
+    plan.to_json(paths[0])
+    gantt_png(result, paths[1], title=title)
+    write_chrome_trace(result, paths[2], title=title)
+    return paths
+
+
+# ------------------------------------------------------------------------------------ printing
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for k, row in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.2f}"
+
+
+def gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.2f}"
+
+
+def method_rows_table(rows: list[Any]) -> None:
+    """The comparison table of :class:`~placement_rl.methods.MethodResult` rows."""
+    print_table(
+        ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM", "search s"],
+        [
+            [
+                r.method,
+                f"{r.makespan_s * 1e3:,.2f}",
+                f"{r.result.samples_per_s(r.batch_size):,.0f}",
+                f"{r.speedup_over_dp:.2f}x",
+                f"{r.max_peak_memory_bytes / 2**30:.2f}",
+                f"{r.result.comm_bytes / 1e9:.3f}",
+                r.devices_used,
+                ",".join(r.result.oom_devices) if r.oom else "no",
+                f"{r.search_s:.2f}",
+            ]
+            for r in rows
+        ],
+    )

@@ -1,0 +1,205 @@
+"""Commands that describe inputs: ``models``, ``topologies``, ``show-graph``, ``show-topology``, and
+``profile`` (measured op times)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from placement_rl.cli.common import (
+    json_parser,
+    load_graph,
+    name_list,
+    non_negative_int,
+    positive_int,
+    print_json,
+    print_table,
+)
+
+
+def _graph_stats(graph: Any) -> dict[str, Any]:
+    return {
+        "ops": graph.num_ops,
+        "param_bytes": graph.param_bytes,
+        "forward_flops": graph.forward_flops,
+        "backward_flops": graph.backward_flops,
+    }
+
+
+def cmd_models(args: argparse.Namespace) -> None:
+    from placement_rl import zoo
+
+    rows = [zoo.spec(n) for n in zoo.names()]
+    stats = {m.name: _graph_stats(zoo.load(m.name)) for m in rows} if args.stats else {}
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": m.name,
+                    "default_batch_size": m.default_batch_size,
+                    "source": m.source,
+                    "description": m.description,
+                    "options": m.options,
+                    **stats.get(m.name, {}),
+                }
+                for m in rows
+            ]
+        )
+        return
+    if args.stats:
+        print_table(
+            ["model", "batch", "ops", "params MiB", "fwd GFLOP", "bwd GFLOP", "source"],
+            [
+                [
+                    m.name,
+                    m.default_batch_size,
+                    stats[m.name]["ops"],
+                    f"{stats[m.name]['param_bytes'] / 2**20:,.1f}",
+                    f"{stats[m.name]['forward_flops'] / 1e9:,.1f}",
+                    f"{stats[m.name]['backward_flops'] / 1e9:,.1f}",
+                    m.source,
+                ]
+                for m in rows
+            ],
+        )
+        return
+    print_table(
+        ["model", "batch", "source", "description"],
+        [[m.name, m.default_batch_size, m.source, m.description] for m in rows],
+    )
+
+
+def cmd_topologies(args: argparse.Namespace) -> None:
+    from placement_rl.topology import load_preset, preset_names
+
+    topologies = [load_preset(n) for n in preset_names()]
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": t.name,
+                    "devices": t.num_devices,
+                    "machines": len(t.machines()),
+                    "device_types": sorted({d.device_type for d in t.devices}),
+                }
+                for t in topologies
+            ]
+        )
+        return
+    print_table(
+        ["topology", "machines", "devices", "device types"],
+        [
+            [t.name, len(t.machines()), t.num_devices, ", ".join(sorted({d.device_type for d in t.devices}))]
+            for t in topologies
+        ],
+    )
+
+
+def cmd_show_graph(args: argparse.Namespace) -> None:
+    graph = load_graph(args.model, args.batch_size)
+    if args.coarsen:
+        from placement_rl.graph.coarsen import coarsen
+
+        graph = coarsen(graph, args.coarsen)
+    if args.out:
+        graph.to_json(args.out)
+    if args.json:
+        print_json(graph.to_dict())
+        return
+    print(graph.summary())
+    if args.out:
+        print(f"  wrote {args.out}")
+    if args.ops:
+        print_table(
+            ["op", "type", "output", "fwd GFLOP", "params MiB", "parallel dims", "split"],
+            [
+                [
+                    op.name,
+                    op.op_type,
+                    "x".join(map(str, op.output_shapes[0])) or "scalar",
+                    f"{op.forward_flops / 1e9:.3f}",
+                    f"{op.param_bytes / 2**20:.2f}",
+                    ",".join(f"{d.name}:{d.kind[0]}{'(red)' if d.reduction else ''}" for d in op.parallel_dims),
+                    op.split,
+                ]
+                for op in graph.ops
+            ],
+        )
+
+
+def cmd_show_topology(args: argparse.Namespace) -> None:
+    from placement_rl.topology import resolve_topology
+
+    topology = resolve_topology(args.topology)
+    if args.out:
+        topology.to_json(args.out)
+    if args.json:
+        print_json(topology.to_dict())
+        return
+    print(topology.summary())
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    from placement_rl import zoo
+    from placement_rl.profiling import profile_models
+
+    models = args.models or zoo.names()
+    table = profile_models(
+        models,
+        batch_size=args.batch_size,
+        batch_splits=args.splits,
+        device=args.device,
+        device_type=args.device_type,
+        repeats=args.repeats,
+        progress=not args.json,
+    )
+    table.to_json(args.out)
+    device_types = sorted({key[0] for key in table.entries})
+    if args.json:
+        print_json({"out": args.out, "entries": len(table), "device_types": device_types, "models": models})
+        return
+    print(f"profiled {len(table)} op shapes of {len(models)} model(s) on {args.device} ({', '.join(device_types)})")
+    print(f"  wrote {args.out}; use it with --profile {args.out}")
+
+
+def add_commands(sub: Any) -> None:
+    """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    js = json_parser()
+    p = sub.add_parser("models", parents=[js], help="list the model zoo")
+    p.add_argument("--stats", action="store_true", help="import every model and show ops, parameters and FLOPs")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("topologies", parents=[js], help="list the preset device topologies")
+    p.set_defaults(func=cmd_topologies)
+
+    p = sub.add_parser("show-graph", parents=[js], help="import a zoo model (or read a graph JSON) and describe it")
+    p.add_argument("model", help="zoo model name (see 'placement-rl models') or a graph .json file")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the paper's)")
+    p.add_argument(
+        "--coarsen", type=non_negative_int, default=0, metavar="N", help="group the ops into at most N groups (METIS)"
+    )
+    p.add_argument("--ops", action="store_true", help="also list every op")
+    p.add_argument("--out", default=None, help="write the graph as JSON to this path")
+    p.set_defaults(func=cmd_show_graph)
+
+    p = sub.add_parser("show-topology", parents=[js], help="describe a device topology")
+    p.add_argument("topology", help="preset name (see 'placement-rl topologies'), 'random:SEED' or a .json file")
+    p.add_argument("--out", default=None, help="write the topology as JSON to this path")
+    p.set_defaults(func=cmd_show_topology)
+
+    p = sub.add_parser(
+        "profile", parents=[js], help="measure the zoo's op times on this machine's device into a profile table"
+    )
+    p.add_argument("--out", required=True, help="where to write the table (JSON)")
+    p.add_argument("--models", type=name_list, default=None, help="comma-separated zoo models (default: the whole zoo)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="batch size (default: each model's)")
+    p.add_argument(
+        "--splits",
+        type=lambda text: [positive_int(k) for k in text.split(",")],
+        default=[1],
+        help="also profile at batch/k for these k (data-parallel shapes), e.g. 1,2,4",
+    )
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
+    p.add_argument("--device-type", default=None, help="label for the entries (default: CPU or the CUDA device name)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed runs per op; the median is kept")
+    p.set_defaults(func=cmd_profile)

@@ -1,0 +1,163 @@
+"""``placement-rl plan`` (every method side by side, the best plan written out) and ``placement-rl
+simulate`` (one plan, in detail)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from placement_rl.cli.common import (
+    budget,
+    cost_model,
+    cost_parser,
+    instance_parser,
+    json_parser,
+    load_instance,
+    method_list,
+    method_rows_table,
+    plan_for,
+    positive_int,
+    print_json,
+    print_table,
+    write_plan_outputs,
+)
+
+#: The methods ``plan`` runs by default, data parallelism (the reference) first.
+DEFAULT_PLAN_METHODS = ("data_parallel", "single_device", "expert", "layerwise", "mcmc", "ft")
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from placement_rl.methods import best_result, compare_methods
+
+    graph, topology = load_instance(args)
+    methods: list[Any] = list(args.methods or DEFAULT_PLAN_METHODS)
+    options: dict[str, dict[str, Any]] = {}
+    if "mcmc" in methods:
+        options["mcmc"] = {"budget": args.mcmc_budget, "chains": args.chains, "seed": args.seed}
+        if args.chains > 1:
+            from placement_rl.rl.parallel import RayMap
+
+            options["mcmc"]["task_map"] = RayMap()
+    if "ft" in methods:
+        options["ft"] = {"max_configs": args.ft_max_configs}
+    if args.checkpoint:
+        from placement_rl.rl.agents import policy_method
+
+        methods.append(policy_method(args.checkpoint))
+    rows = compare_methods(
+        graph, topology, methods, cost_model=cost_model(args), options=options, progress=not args.json
+    )
+    best = best_result(rows)
+    out_dir = Path(args.out_dir or f"out/plan-{graph.name}-{topology.name}")
+    title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter)"
+    paths = write_plan_outputs(out_dir, "best_plan", best.plan, best.result, title)
+    if args.json:
+        print_json(
+            {
+                "model": graph.name,
+                "topology": topology.name,
+                "best": best.method,
+                "methods": [r.row() for r in rows],
+                "files": [str(p) for p in paths],
+            }
+        )
+        return
+    print(
+        f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)"
+    )
+    method_rows_table(rows)
+    print(f"best (fits in memory, lowest makespan): {best.method}")
+    for p in paths:
+        print(f"  wrote {p}")
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from placement_rl.sim import simulate
+
+    graph, topology = load_instance(args)
+    plan = plan_for(args.plan, graph, topology)
+    result = simulate(graph, topology, plan, cost_model(args))
+    title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
+    if args.trace:
+        from placement_rl.sim.trace import write_chrome_trace
+
+        write_chrome_trace(result, args.trace, title=title)
+    if args.gantt:
+        from placement_rl.sim.trace import gantt_png
+
+        gantt_png(result, args.gantt, title=title)
+    summary = {
+        "model": graph.name,
+        "topology": topology.name,
+        "plan": plan.name,
+        **result.summary(),
+        "samples_per_s": result.samples_per_s(graph.batch_size or 1),
+    }
+    if args.json:
+        print_json(summary)
+        return
+    print(title)
+    print(
+        f"  samples/s {summary['samples_per_s']:,.1f}; {result.num_tasks:,} tasks; OOM: "
+        f"{', '.join(result.oom_devices) if result.oom else 'no'}"
+    )
+    print(f"  communication {result.comm_bytes / 1e9:.3f} GB in {result.comm_time_s * 1e3:.2f} ms of transfers")
+    print_table(
+        ["device", "busy ms", "idle ms", "peak GiB", "memory GiB"],
+        [
+            [d, f"{b * 1e3:.2f}", f"{i * 1e3:.2f}", f"{p / 2**30:.2f}", f"{c / 2**30:.0f}"]
+            for d, b, i, p, c in zip(
+                result.device_names,
+                result.busy_s,
+                result.idle_s,
+                result.peak_memory_bytes,
+                result.memory_capacity_bytes,
+            )
+        ],
+    )
+    for path in (args.trace, args.gantt):
+        if path:
+            print(f"  wrote {path}")
+
+
+def add_commands(sub: Any) -> None:
+    """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    js, cost = json_parser(), cost_parser()
+    p = sub.add_parser(
+        "plan",
+        parents=[instance_parser("inception_v3", "tag-testbed"), cost, js],
+        help="run every placement method on a model and topology; keep the best plan",
+    )
+    p.add_argument(
+        "--methods",
+        type=method_list,
+        default=None,
+        help="comma-separated methods (default: data_parallel,single_device,expert,layerwise,mcmc,ft; "
+        "dp and single are short for the first two)",
+    )
+    p.add_argument("--ft-max-configs", type=positive_int, default=8, help="FT: configurations per op (default 8)")
+    p.add_argument(
+        "--mcmc-budget", type=budget, default="10s", help="MCMC budget per chain: seconds ('10s') or proposals"
+    )
+    p.add_argument("--chains", type=positive_int, default=1, help="MCMC chains; more than one run as Ray tasks")
+    p.add_argument("--seed", type=int, default=0, help="MCMC seed")
+    p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="also run a trained policy (a checkpoint_* folder of a training run; it must come from a trusted place)",
+    )
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "simulate",
+        parents=[instance_parser(), cost, js],
+        help="simulate one plan and report time, memory and communication",
+    )
+    p.add_argument(
+        "--plan", required=True, help="data_parallel (dp), single_device (single), expert, layerwise or a plan .json"
+    )
+    p.add_argument("--trace", default=None, help="write a Chrome trace (open in Perfetto) to this path")
+    p.add_argument("--gantt", default=None, help="write a Gantt chart PNG to this path")
+    p.set_defaults(func=cmd_simulate)

@@ -1,0 +1,120 @@
+"""``placement-rl train`` / ``tune`` / ``evaluate``: learned agents on RLlib (any registered agent)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from placement_rl.cli.common import json_parser, name_list, optional_budget, positive_int, print_json, print_table
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from placement_rl.rl.config import load_train_config
+    from placement_rl.rl.train import train
+
+    cfg = load_train_config(args.config)
+    if args.iterations is not None:
+        import dataclasses
+
+        cfg = cfg.replace(run=dataclasses.replace(cfg.run, iterations=args.iterations))
+    run_dir = train(cfg, out_dir=args.out_dir)
+    print(f"wrote {run_dir} (checkpoint_final/, progress.csv, tb/, learning_curve.png)")
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    from placement_rl.rl.config import load_sweep_config
+    from placement_rl.rl.train import sweep
+
+    out = sweep(load_sweep_config(args.config))
+    print(f"wrote {out / 'results.csv'} and {out / 'best_config.yaml'}")
+
+
+def topology_list(spec: str) -> list[str]:
+    """``test`` / ``train`` (10 random topologies of that split), ``test:N`` / ``train:N``, or comma-separated specs."""
+    from placement_rl.topology import topology_seeds
+
+    if spec in ("test", "train"):
+        return [f"random:{s}" for s in topology_seeds(spec, 10)]  # type: ignore[arg-type]
+    if spec.startswith(("test:", "train:")):
+        split, _, count = spec.partition(":")
+        if not count.isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"{spec!r}: expected '{split}:COUNT' with a positive COUNT")
+        return [f"random:{s}" for s in topology_seeds(split, int(count))]  # type: ignore[arg-type]
+    return name_list(spec)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from placement_rl.rl.evaluate import evaluate
+
+    rows = evaluate(
+        args.checkpoint,
+        args.topologies,
+        args.models,
+        mcmc_budget=args.mcmc_budget,
+        progress=None if args.json else lambda line: print(line, file=sys.stderr),
+    )
+    policy = rows[0].method if rows else "policy"
+    instances = list(dict.fromkeys(r.instance for r in rows))
+    wins = sum(1 for r in rows if r.method == policy and not r.oom and r.speedup_over_dp > 1.0)
+    if args.json:
+        print_json({"rows": [r.row() for r in rows], "instances": len(instances), "policy_beats_dp": wins})
+        return
+    print_table(
+        ["instance", "method", "ms/iter", "vs DP", "peak mem GiB", "comm GB", "OOM", "search s"],
+        [
+            [
+                r.instance,
+                r.method,
+                f"{r.makespan_s * 1e3:,.2f}",
+                f"{r.speedup_over_dp:.2f}x",
+                f"{r.max_peak_memory_bytes / 2**30:.2f}",
+                f"{r.result.comm_bytes / 1e9:.3f}",
+                "yes" if r.oom else "no",
+                f"{r.search_s:.2f}",
+            ]
+            for r in rows
+        ],
+    )
+    budget = args.mcmc_budget or "off"
+    print(f"{policy} beats data parallel on {wins}/{len(instances)} instances (MCMC budget {budget})")
+
+
+def add_commands(sub: Any) -> None:
+    """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    p = sub.add_parser("train", help="train a learned agent (Trinity: PPO on RLlib) from a YAML config")
+    p.add_argument("config", help="training YAML, e.g. tune_configs/trinity_ppo.yaml")
+    p.add_argument("--iterations", type=positive_int, default=None, help="override run.iterations")
+    p.add_argument("--out-dir", default=None, help="override run.output_dir")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("tune", help="sweep an agent's hyperparameters with Ray Tune from a YAML config")
+    p.add_argument("config", help="sweep YAML, e.g. tune_configs/trinity_sweep.yaml")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "evaluate",
+        parents=[json_parser()],
+        help="run a trained policy on (unseen) topologies and models next to the baselines",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint_* folder of a training run (it must come from a trusted place)",
+    )
+    p.add_argument(
+        "--topologies",
+        type=topology_list,
+        default="test",
+        help="'test' / 'train' (10 random topologies of that split), 'test:N', or comma-separated specs",
+    )
+    p.add_argument(
+        "--models", type=name_list, default=None, help="comma-separated zoo models (default: the training model)"
+    )
+    p.add_argument(
+        "--mcmc-budget",
+        type=optional_budget,
+        default="2s",
+        help="MCMC budget per instance ('2s', proposals, or 'none')",
+    )
+    p.set_defaults(func=cmd_evaluate)

@@ -1,0 +1,372 @@
+"""``placement-rl search mcmc`` (FlexFlow's MCMC) and ``placement-rl frontier`` (TensorOpt's FT and its modes)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from placement_rl.cli.common import (
+    budget,
+    byte_size,
+    cost_model,
+    cost_parser,
+    finite_float,
+    gib,
+    instance_parser,
+    int_list,
+    json_parser,
+    load_instance,
+    ms,
+    name_list,
+    non_negative_int,
+    optional_budget,
+    positive_int,
+    print_json,
+    print_table,
+)
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    from placement_rl.methods import baseline_plan
+    from placement_rl.search import mcmc
+    from placement_rl.sim import simulate
+
+    graph, topology = load_instance(args)
+    costs = cost_model(args)
+    task_map = None
+    if args.chains > 1:
+        from placement_rl.rl.parallel import RayMap
+
+        task_map = RayMap()
+    found = mcmc(
+        graph,
+        topology,
+        budget=args.budget,
+        chains=args.chains,
+        seed=args.seed,
+        beta=args.beta,
+        initial=args.initial,
+        cost_model=costs,
+        delta=not args.full_simulation,
+        progress=not args.json,
+        task_map=task_map,
+    )
+    dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), costs)
+    if args.out:
+        found.plan.to_json(args.out)
+    summary = {
+        "model": graph.name,
+        "topology": topology.name,
+        **found.summary(),
+        "data_parallel_makespan_s": dp.makespan_s,
+        "speedup_over_dp": dp.makespan_s / found.result.makespan_s,
+        "out": args.out,
+    }
+    if args.json:
+        print_json(summary)
+        return
+    r = found.result
+    print(
+        f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
+        f"({summary['speedup_over_dp']:.2f}x over data parallel at {dp.makespan_s * 1e3:.3f} ms)"
+    )
+    print(
+        f"  peak memory {r.peak_memory_bytes.max() / 2**30:.2f} GiB, OOM: {', '.join(r.oom_devices) if r.oom else 'no'}, "
+        f"communication {r.comm_bytes / 1e9:.3f} GB"
+    )
+    print(
+        f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
+        f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}"
+    )
+    print("  initial candidates: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found.initial_costs_s.items()))
+    if args.out:
+        print(f"  wrote {args.out}")
+
+
+def _ft_options(args: argparse.Namespace, graph: Any, costs: Any) -> dict[str, Any]:
+    """Keyword arguments of :func:`placement_rl.search.ft.run_ft` from the command line."""
+    options: dict[str, Any] = {
+        "method": args.method,
+        "cost_model": costs,
+        "max_configs": args.max_configs or None,
+        "tolerance": args.tolerance,
+        "rescheduling": args.rescheduling,
+    }
+    if args.ray:
+        from placement_rl.rl.parallel import RayMap
+
+        options["map_chunks"] = RayMap()
+    return options
+
+
+def cmd_frontier(args: argparse.Namespace) -> None:
+    from placement_rl.io import write_json
+    from placement_rl.methods import baseline_plan
+    from placement_rl.plots import frontier_png, profiling_png
+    from placement_rl.progress import step_progress
+    from placement_rl.search import mcmc
+    from placement_rl.search.ft import device_memory_bytes, profiling, run_ft
+    from placement_rl.sim import SimContext
+
+    graph, topology = load_instance(args)
+    costs = cost_model(args)
+    if args.devices is not None and args.devices > topology.num_devices:
+        raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
+    out_dir = Path(args.out_dir or f"out/frontier-{graph.name}-{topology.name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = SimContext(graph, topology, costs)
+    options = _ft_options(args, graph, costs)
+    desc = f"FT-{args.method} {graph.name}"
+
+    if args.mode in ("profiling", "mini-parallelism"):
+        bad = [n for n in args.device_counts or [] if n > topology.num_devices]
+        if bad:
+            raise ValueError(f"--device-counts {bad}; topology {topology.name!r} has 1..{topology.num_devices} devices")
+        with step_progress(graph.num_ops, desc, not args.json) as report:
+            found = profiling(
+                graph,
+                topology,
+                args.device_counts,
+                args.memory_limit,
+                stop_at_first_fit=args.mode == "mini-parallelism",
+                progress=report,
+                **options,
+            )
+        rows = []
+        for n, point, result in found:
+            cap = device_memory_bytes(topology, n) if args.memory_limit is None else args.memory_limit
+            sim = ctx.simulate(point.plan) if point is not None else None
+            rows.append(
+                {
+                    "devices": n,
+                    "memory_limit_bytes": cap,
+                    "frontier_points": len(result.points),
+                    "search_s": result.search_s,
+                    "exact": result.stats.exact,
+                    "time_s": point.time_s if point else None,
+                    "memory_bytes": point.memory_bytes if point else None,
+                    "simulated_makespan_s": sim.makespan_s if sim else None,
+                    "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()) if sim else None,
+                    "plan": point.plan.to_dict() if point else None,
+                }
+            )
+        document = {
+            "format": "placement_rl.ft_profile",
+            "schema_version": 1,
+            "model": graph.name,
+            "topology": topology.name,
+            "mode": args.mode,
+            "method": args.method,
+            "rows": rows,
+        }
+        write_json(out_dir / f"{args.mode}.json", document)
+        png = None
+        if args.mode == "profiling":
+            png = profiling_png(
+                [(r["devices"], r["time_s"]) for r in rows],
+                out_dir / "profiling.png",
+                title=f"FT profiling: {graph.name} on {topology.name}",
+            )
+        if args.json:
+            print_json({**document, "files": [str(out_dir / f"{args.mode}.json")] + ([str(png)] if png else [])})
+            return
+        print(f"FT-{args.method} {args.mode} for {graph.name} on {topology.name}")
+        print_table(
+            ["GPUs", "FT time ms", "FT memory GiB", "simulated ms", "simulated GiB", "points", "search s"],
+            [
+                [
+                    r["devices"],
+                    ms(r["time_s"]),
+                    gib(r["memory_bytes"]),
+                    ms(r["simulated_makespan_s"]),
+                    gib(r["simulated_peak_memory_bytes"]),
+                    r["frontier_points"],
+                    f"{r['search_s']:.2f}",
+                ]
+                for r in rows
+            ],
+        )
+        if args.mode == "mini-parallelism":
+            fit = rows[-1] if rows and rows[-1]["time_s"] is not None else None
+            print(f"  fewest GPUs that fit: {fit['devices'] if fit else 'none (every count is out of memory)'}")
+        print(f"  wrote {out_dir / f'{args.mode}.json'}" + (f" and {png}" if png else ""))
+        return
+
+    with step_progress(graph.num_ops, f"{desc} x {args.devices or topology.num_devices}", not args.json) as report:
+        result = run_ft(graph, topology, args.devices, progress=report, **options)
+    cap = device_memory_bytes(topology, args.devices) if args.memory_limit is None else args.memory_limit
+    best = result.fastest_within(cap)
+    points = []
+    for p in result.points:
+        sim = ctx.simulate(p.plan)
+        points.append(
+            {
+                "memory_bytes": p.memory_bytes,
+                "time_s": p.time_s,
+                "simulated_makespan_s": sim.makespan_s,
+                "simulated_peak_memory_bytes": float(sim.peak_memory_bytes.max()),
+                "simulated_oom": sim.oom,
+                "fits": p.memory_bytes <= cap,
+                "plan": p.plan.to_dict(),
+                "reuse": p.reuse,
+            }
+        )
+    baselines = {}
+    for label, name in (("data parallel", "data_parallel"), ("expert", "expert")):
+        r = ctx.simulate(baseline_plan(name, graph, topology))
+        baselines[label] = (float(r.peak_memory_bytes.max()), r.makespan_s)
+    if args.mcmc_budget is not None:
+        found_mcmc = mcmc(graph, topology, budget=args.mcmc_budget, cost_model=costs, progress=not args.json)
+        baselines["MCMC"] = (float(found_mcmc.result.peak_memory_bytes.max()), found_mcmc.result.makespan_s)
+    s = result.stats
+    document = {
+        "format": "placement_rl.frontier",
+        "schema_version": 1,
+        "model": graph.name,
+        "topology": topology.name,
+        "method": args.method,
+        "devices": result.points[0].num_devices if result.points else None,
+        "memory_limit_bytes": cap,
+        "exact": s.exact,
+        "search_s": result.search_s,
+        "eliminations": {
+            "node": s.node,
+            "edge": s.edge,
+            "branch": s.branch,
+            "heuristic": s.heuristic,
+            "ldp_steps": s.ldp_steps,
+        },
+        "baselines": {
+            k: {"simulated_peak_memory_bytes": m, "simulated_makespan_s": t} for k, (m, t) in baselines.items()
+        },
+        "points": points,
+    }
+    write_json(out_dir / "frontier.json", document)
+    png = frontier_png(
+        [(p.memory_bytes, p.time_s) for p in result.points],
+        out_dir / "frontier.png",
+        simulated=[(q["simulated_peak_memory_bytes"], q["simulated_makespan_s"]) for q in points],
+        baselines=baselines,
+        memory_limit_bytes=cap,
+        title=f"FT-{args.method}: {graph.name} on {topology.name}",
+    )
+    if best is not None:
+        best.plan.to_json(out_dir / "mini_time_plan.json")
+    if args.json:
+        print_json(
+            {k: v for k, v in document.items() if k != "points"}
+            | {
+                "frontier": [{k: v for k, v in q.items() if k != "plan"} for q in points],
+                "files": [str(out_dir / "frontier.json"), str(png)],
+            }
+        )
+        return
+    exactness = "exact" if s.exact else f"{s.heuristic} heuristic eliminations"
+    print(
+        f"FT-{args.method} frontier for {graph.name} on {topology.name} ({document['devices']} GPUs): "
+        f"{len(points)} points in {result.search_s:.2f} s ({exactness}; "
+        f"node {s.node}, edge {s.edge}, branch {s.branch}, LDP steps {s.ldp_steps})"
+    )
+    print_table(
+        ["memory GiB", "time ms", "simulated ms", "simulated GiB", "fits"],
+        [
+            [
+                gib(q["memory_bytes"]),
+                ms(q["time_s"]),
+                ms(q["simulated_makespan_s"]),
+                gib(q["simulated_peak_memory_bytes"]),
+                "yes" if q["fits"] else "no",
+            ]
+            for q in points
+        ],
+    )
+    for label, (m, t) in baselines.items():
+        print(f"  {label}: {t * 1e3:.2f} ms, {m / 2**30:.2f} GiB (simulated)")
+    if best is None:
+        print(f"  mini-time: no strategy fits in {cap / 2**30:.2f} GiB per device (out of memory)")
+    else:
+        print(
+            f"  mini-time under {cap / 2**30:.2f} GiB: {best.time_s * 1e3:.2f} ms (FT estimate); "
+            f"wrote {out_dir / 'mini_time_plan.json'}"
+        )
+    print(f"  wrote {out_dir / 'frontier.json'} and {png}")
+
+
+def add_commands(sub: Any) -> None:
+    """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    js, cost = json_parser(), cost_parser()
+    p = sub.add_parser(
+        "search",
+        parents=[instance_parser(), cost, js],
+        help="search for a plan: 'search mcmc' (FlexFlow's MCMC with delta simulation)",
+    )
+    p.add_argument("algorithm", choices=["mcmc"], help="the search algorithm")
+    p.add_argument(
+        "--budget", type=budget, default="30s", help="per chain: seconds ('30s', '2m') or proposals ('100000')"
+    )
+    p.add_argument("--chains", type=positive_int, default=1, help="independent chains; more than one run as Ray tasks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--beta", type=finite_float, default=50.0, help="scale-free inverse temperature")
+    p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
+    p.add_argument(
+        "--initial",
+        type=name_list,
+        default="data_parallel,expert,random",
+        help="initial candidates: data_parallel, expert, random (FlexFlow's) and subset_data_parallel",
+    )
+    p.add_argument("--out", default=None, help="write the best plan (JSON) here")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser(
+        "frontier",
+        parents=[instance_parser("transformer", "tensoropt"), cost, js],
+        help="TensorOpt's FT: the memory vs time cost frontier and its modes",
+    )
+    p.add_argument(
+        "--mode",
+        default="frontier",
+        choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
+        help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling",
+    )
+    p.add_argument("--devices", type=positive_int, default=None, help="devices in use: the first N (default all)")
+    p.add_argument(
+        "--device-counts",
+        type=int_list,
+        default=None,
+        help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,..)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=byte_size,
+        default=None,
+        help="per-device memory limit, GiB or with a unit (default: device memory)",
+    )
+    p.add_argument("--method", default="ldp", choices=["ldp", "elimination"], help="FT-LDP (default) or FT-Elimination")
+    p.add_argument(
+        "--max-configs",
+        type=non_negative_int,
+        default=16,
+        help="configurations per op (default 16, replication and data parallelism always kept; 0 = all)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=finite_float,
+        default=0.01,
+        help="relative time resolution of the frontier (default 0.01; 0 = exact, slow on large graphs)",
+    )
+    p.add_argument(
+        "--rescheduling",
+        default="collectives",
+        choices=["collectives", "point_to_point"],
+        help="price layout changes as collectives (TensorOpt, default) or point to point (the simulator)",
+    )
+    p.add_argument(
+        "--mcmc-budget",
+        type=optional_budget,
+        default="5s",
+        help="MCMC baseline budget for the frontier plot ('none' to skip)",
+    )
+    p.add_argument("--ray", action="store_true", help="split large frontier products over Ray tasks")
+    p.add_argument("--out-dir", default=None, help="where frontier.json, the PNG and the mini-time plan go")
+    p.set_defaults(func=cmd_frontier)

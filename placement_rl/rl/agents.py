@@ -1,0 +1,168 @@
+"""Learned agents, registered by name: the trainer, Tune, evaluation and ``plan --checkpoint`` look
+them up here and never name one.
+
+An :class:`Agent` says which environment it acts in (and the env options it needs), which YAML
+sections configure it (each a config dataclass, :mod:`placement_rl.config`), how to build its RLlib
+algorithm from a :class:`~placement_rl.rl.config.TrainConfig`, how to load a trained module from a
+checkpoint, and how to make one plan with it. A run directory records its agent's name in
+``train_config.json``, so a checkpoint finds its agent by itself.
+
+Built-in agents are imported on first use (:data:`BUILTIN_AGENTS`); another agent registers with
+:func:`register_agent` when its module is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from placement_rl.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from placement_rl.graph import OpGraph
+    from placement_rl.methods import Method
+    from placement_rl.plan import Plan
+    from placement_rl.rl.config import TrainConfig
+    from placement_rl.topology import DeviceTopology
+
+#: name -> module that registers the agent when imported.
+BUILTIN_AGENTS: dict[str, str] = {"trinity": "placement_rl.rl.trinity"}
+
+#: The file of a run directory that records its resolved training config (and so its agent).
+CONFIG_FILE = "train_config.json"
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A learned placement agent.
+
+    Attributes:
+        name: the registry name (the ``agent:`` key of a training YAML).
+        description: one line for listings.
+        env_id: the Gymnasium id it acts in (``placement_rl/Placement-v0``).
+        env_options: env options the agent requires (they override the YAML's ``env``).
+        sections: YAML section name -> config dataclass (parsed with :func:`placement_rl.config.parse`).
+        searchable_env: the ``env.*`` keys a Tune sweep may vary.
+        algorithm: ``TrainConfig -> RLlib AlgorithmConfig`` (not yet built).
+        learner_metrics: the learner's result keys reported per iteration (e.g. ``policy_loss``).
+        load_module: checkpoint folder -> the trained module, in evaluation mode.
+        act: ``(module, env) -> final info`` of one deterministic episode (``info["plan"]``).
+    """
+
+    name: str
+    description: str
+    env_id: str
+    env_options: Mapping[str, Any]
+    sections: Mapping[str, type]
+    algorithm: Callable[[TrainConfig], Any]
+    load_module: Callable[[Path], Any]
+    act: Callable[[Any, Any], dict[str, Any]]
+    searchable_env: frozenset[str] = frozenset()
+    learner_metrics: tuple[str, ...] = ()
+
+
+_AGENTS: dict[str, Agent] = {}
+
+
+def register_agent(agent: Agent) -> Agent:
+    """Make ``agent`` known by its name."""
+    _AGENTS[agent.name] = agent
+    return agent
+
+
+def agent_names() -> list[str]:
+    """Every agent name, built-in ones included."""
+    return sorted({*_AGENTS, *BUILTIN_AGENTS})
+
+
+def get_agent(name: str) -> Agent:
+    """The agent called ``name`` (importing a built-in one on first use)."""
+    if name not in _AGENTS and name in BUILTIN_AGENTS:
+        importlib.import_module(BUILTIN_AGENTS[name])
+    if name not in _AGENTS:
+        raise UnknownNameError("agent", name, agent_names())
+    return _AGENTS[name]
+
+
+# --------------------------------------------------------------------------- trained policies
+@dataclass(frozen=True)
+class Policy:
+    """A trained module with its training config and agent."""
+
+    agent: Agent
+    config: TrainConfig
+    module: Any
+    checkpoint: Path
+
+
+def run_config_path(checkpoint: str | Path) -> Path:
+    """The ``train_config.json`` of the run a checkpoint folder belongs to (itself or a parent)."""
+    ckpt = Path(checkpoint)
+    if not ckpt.exists():
+        raise FileNotFoundError(f"checkpoint {str(ckpt)!r} does not exist")
+    found = next((d / CONFIG_FILE for d in (ckpt, *ckpt.parents) if (d / CONFIG_FILE).is_file()), None)
+    if found is None:
+        raise FileNotFoundError(f"no {CONFIG_FILE} in {str(ckpt)!r} or its parents; is it a placement-rl run?")
+    return found
+
+
+def load_policy(checkpoint: str | Path) -> Policy:
+    """The trained policy of a checkpoint folder (``checkpoint_*`` of a run directory).
+
+    RLlib checkpoints hold pickled state: load only checkpoints from a trusted place.
+    """
+    import json
+
+    from placement_rl.rl.config import TrainConfig
+
+    path = run_config_path(checkpoint)
+    config = TrainConfig.from_dict(json.loads(path.read_text()), where=str(path))
+    agent = get_agent(config.agent)
+    return Policy(agent, config, agent.load_module(Path(checkpoint)), Path(checkpoint))
+
+
+class _GivenInstance:
+    """An instance generator that always yields one graph on one topology (what a method is asked)."""
+
+    def __init__(self, graph: OpGraph, topology: DeviceTopology) -> None:
+        self.graph = graph
+        self.topology = topology
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Any:
+        from placement_rl.envs import make_instance
+
+        return make_instance(self.graph, self.topology, max_groups)
+
+
+def policy_env(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Any:
+    """The agent's environment, configured as in training, on ``graph`` x ``topology``."""
+    import gymnasium as gym
+
+    import placement_rl.envs  # noqa: F401  (registers the ids)
+
+    options = {k: v for k, v in policy.config.env.items() if k != "generator"}
+    return gym.make(policy.agent.env_id, config={**options, "generator": _GivenInstance(graph, topology)})
+
+
+def policy_plan(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Plan:
+    """The plan the trained policy makes for ``graph`` on ``topology`` (deterministic)."""
+    info = policy.agent.act(policy.module, policy_env(policy, graph, topology))
+    plan: Plan = info["plan"]
+    return plan
+
+
+def policy_method(checkpoint: Policy | str | Path, name: str | None = None) -> Method:
+    """A :class:`~placement_rl.methods.Method` planning with a trained policy (named after its agent)."""
+    from placement_rl.methods import Method
+
+    policy = checkpoint if isinstance(checkpoint, Policy) else load_policy(checkpoint)
+    return Method(
+        name or policy.agent.name,
+        lambda problem: policy_plan(policy, problem.graph, problem.topology),
+        f"{policy.agent.description} ({policy.checkpoint})",
+    )

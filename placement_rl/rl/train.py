@@ -1,0 +1,197 @@
+"""Agent-agnostic training and Tune sweeps on RLlib.
+
+``placement-rl train FILE.yaml`` and ``placement-rl tune FILE.yaml`` call :func:`train` and
+:func:`sweep`. The config names its agent (:mod:`placement_rl.rl.agents`), which builds the RLlib
+algorithm; everything else (the loop, checkpoints, ``progress.csv``, TensorBoard, the learning
+curve, Tune's trials and the results table) is the same for every agent. Inside ``ray job submit``
+they attach to the job's cluster (:func:`placement_rl.rl.runtime.ensure_ray`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from placement_rl.rl.agents import CONFIG_FILE
+from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
+from placement_rl.rl.runtime import ensure_ray
+
+
+def summarize(result: Mapping[str, Any], learner_metrics: tuple[str, ...] = ()) -> dict[str, float]:
+    """The figures of one training iteration that the CSV, TensorBoard and progress line show."""
+    runners = result.get("env_runners", {})
+    learner = result.get("learners", {}).get("default_policy", {})
+
+    def num(value: Any) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return float("nan")
+
+    row = {
+        "iteration": num(result.get("training_iteration")),
+        "env_steps": num(result.get("num_env_steps_sampled_lifetime", runners.get("num_env_steps_sampled_lifetime"))),
+        "episode_return_mean": num(runners.get("episode_return_mean")),
+        "speedup_mean": num(runners.get("speedup_mean")),
+        "best_speedup": num(runners.get("best_speedup")),
+        "oom_fraction": num(runners.get("oom_fraction")),
+    }
+    row.update({key: num(learner.get(key)) for key in learner_metrics})
+    row["time_s"] = num(result.get("time_total_s"))
+    return row
+
+
+def build_algorithm(cfg: TrainConfig) -> Any:
+    """The agent's RLlib algorithm for ``cfg``, built."""
+    return cfg.agent_spec.algorithm(cfg).build_algo()
+
+
+def train(
+    cfg: TrainConfig, *, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = print
+) -> Path:
+    """Train ``cfg``'s agent; returns the run directory.
+
+    The run directory holds ``train_config.json`` (the resolved config, naming the agent),
+    ``progress.csv`` (one row per iteration), TensorBoard events (``tb/``), ``checkpoint_NNNNNN/``
+    every ``run.checkpoint_every`` iterations and ``checkpoint_final/``, and ``learning_curve.png``.
+    """
+    import torch
+    from tensorboardX import SummaryWriter
+
+    from placement_rl.plots import learning_curve_png
+
+    ensure_ray()
+    torch.manual_seed(cfg.run.seed)
+    run_dir = Path(out_dir or cfg.run.output_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
+    metrics = cfg.agent_spec.learner_metrics
+    algo = build_algorithm(cfg)
+    rows: list[dict[str, float]] = []
+    writer = SummaryWriter(str(run_dir / "tb"))
+    try:
+        with open(run_dir / "progress.csv", "w", newline="") as f:
+            table: csv.DictWriter[str] | None = None
+            for it in range(1, cfg.run.iterations + 1):
+                row = summarize(algo.train(), metrics)
+                rows.append(row)
+                if table is None:
+                    table = csv.DictWriter(f, fieldnames=list(row))
+                    table.writeheader()
+                table.writerow(row)
+                f.flush()
+                for key, value in row.items():
+                    if key != "iteration" and math.isfinite(value):
+                        writer.add_scalar(key, value, it)
+                if progress is not None:
+                    extra = "  ".join(f"{k} {row[k]:.3f}" for k in metrics)
+                    progress(
+                        f"[{cfg.name}] iter {it}/{cfg.run.iterations}  steps {row['env_steps']:.0f}  "
+                        f"return {row['episode_return_mean']:.3f}  speedup {row['speedup_mean']:.2f}x "
+                        f"(best {row['best_speedup']:.2f}x)  {extra}  {row['time_s']:.0f}s"
+                    )
+                if it % cfg.run.checkpoint_every == 0:
+                    algo.save_to_path(str(run_dir / f"checkpoint_{it:06d}"))
+        algo.save_to_path(str(run_dir / "checkpoint_final"))
+    finally:
+        writer.close()
+        algo.stop()
+    learning_curve_png(rows, run_dir / "learning_curve.png", title=cfg.name)
+    return run_dir
+
+
+def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -> Path:
+    """Run a Tune sweep; writes ``results.csv`` (a row per trial) and ``best_config.yaml``; returns the folder."""
+    import ray
+    import yaml
+    from ray import tune
+
+    ensure_ray()
+    out = Path(cfg.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cpus = int(ray.available_resources().get("CPU", os.cpu_count() or 1))
+    base = cfg.base
+    metrics = base.agent_spec.learner_metrics
+    concurrent = max(1, cpus // cfg.cpus_per_trial)
+    runners = max(0, cfg.cpus_per_trial - 1)
+    domains: dict[str, Callable[[list[Any]], Any]] = {
+        "choice": tune.choice,
+        "grid": tune.grid_search,
+        "uniform": lambda v: tune.uniform(*v),
+        "loguniform": lambda v: tune.loguniform(*v),
+        "randint": lambda v: tune.randint(*v),
+    }
+    space = {key: domains[kind](list(values)) for key, (kind, values) in cfg.search.items()}
+
+    def trial(config: dict[str, Any]) -> None:
+        resolved = base.to_dict()
+        for key, value in config.items():
+            set_dotted(resolved, key, value)
+        resolved["run"]["num_env_runners"] = runners
+        trial_cfg = TrainConfig.from_dict(resolved, where="trial")
+        algo = build_algorithm(trial_cfg)
+        try:
+            for _ in range(trial_cfg.run.iterations):
+                tune.report(summarize(algo.train(), metrics))
+        finally:
+            algo.stop()
+
+    tuner = tune.Tuner(
+        tune.with_resources(trial, {"cpu": cfg.cpus_per_trial}),
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            num_samples=cfg.num_samples, metric=cfg.metric, mode=cfg.mode, max_concurrent_trials=concurrent
+        ),
+        run_config=tune.RunConfig(
+            name="trials", storage_path=str(out), verbose=0, callbacks=[_progress_callback(progress)]
+        ),
+    )
+    results = tuner.fit()
+    rows = []
+    for r in results:
+        if r.metrics is None:
+            continue
+        rows.append(
+            {
+                **{f"config/{k}": v for k, v in r.config.items()},
+                **{k: r.metrics.get(k) for k in ("episode_return_mean", "speedup_mean", "best_speedup", "iteration")},
+                "error": str(r.error) if r.error else "",
+            }
+        )
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))
+        w.writeheader()
+        w.writerows(rows)
+    best = results.get_best_result(metric=cfg.metric, mode=cfg.mode)
+    resolved = base.to_dict()
+    for key, value in best.config.items():
+        set_dotted(resolved, key, value)
+    (out / "best_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    if progress is not None:
+        progress(
+            f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}"
+        )
+    return out
+
+
+def _progress_callback(progress: Callable[[str], None] | None) -> Any:
+    """A Tune callback printing one line per trial result (Tune's own table is off)."""
+    from ray.tune import Callback
+
+    class Progress(Callback):  # type: ignore[misc]
+        def on_trial_result(
+            self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+        ) -> None:
+            if progress is not None:
+                progress(
+                    f"[{trial.trial_id}] iter {result.get('iteration', 0):.0f}  return "
+                    f"{result.get('episode_return_mean', float('nan')):.3f}  "
+                    f"speedup {result.get('speedup_mean', float('nan')):.2f}x"
+                )
+
+    return Progress()

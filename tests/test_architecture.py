@@ -1,0 +1,111 @@
+"""The import rules of docs/architecture.md, checked on the source (every import, also inside functions)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Packages of placement_rl from the bottom layer up; a module may import only its own layer and below.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "io", "config", "progress", "parallel", "plots"),
+    ("ops",),
+    ("graph", "zoo"),
+    ("topology",),
+    ("plan.core",),
+    ("sim",),
+    ("plan", "plan.constructors"),  # constructors may judge candidates by simulation (subset data parallelism)
+    ("search", "profiling"),
+    ("methods",),
+    ("envs",),
+    ("policies", "rl"),
+    ("cli",),
+]
+
+
+def _layer_of(module: str) -> int:
+    """The layer index of a dotted module name inside placement_rl (longest matching prefix)."""
+    best, found = -1, -1
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > best:
+                best, found = len(name), i
+    if found < 0:
+        raise AssertionError(f"module placement_rl.{module} is in no layer of docs/architecture.md")
+    return found
+
+
+def _modules() -> list[tuple[str, Path]]:
+    """(module name inside placement_rl, path) of every source file, envs/ and policies/ included."""
+    out = []
+    for path in sorted((ROOT / "placement_rl").rglob("*.py")):
+        rel = path.relative_to(ROOT / "placement_rl").with_suffix("")
+        out.append((".".join(p for p in rel.parts if p != "__init__"), path))
+    for pkg in ("envs", "policies"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            out.append((".".join(p for p in rel.parts if p != "__init__"), path))
+    return out
+
+
+def _imports(path: Path) -> list[tuple[str, int, str | None]]:
+    """(imported module, line, enclosing function or None) of every import statement."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[str, int, str | None]] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, child.name)
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                found.append((child.module, child.lineno, function))
+            visit(child, function)
+
+    visit(tree, None)
+    return found
+
+
+def test_every_module_sits_in_a_layer() -> None:
+    for module, _ in _modules():
+        if module:  # placement_rl/__init__.py re-exports the public API
+            _layer_of(module)
+
+
+@pytest.mark.parametrize(("module", "path"), _modules(), ids=[m or "placement_rl" for m, _ in _modules()])
+def test_imports_go_down_the_layers(module: str, path: Path) -> None:
+    if not module:
+        return  # placement_rl/__init__.py re-exports the public API
+    mine = _layer_of(module)
+    core = mine <= _layer_of("methods")
+    for imported, line, function in _imports(path):
+        top = imported.split(".")[0]
+        if top in ("ray", "rllib"):
+            allowed = mine >= _layer_of("rl") or (module == "envs.registry" and function == "register_rllib_envs")
+            assert allowed, f"{path.name}:{line} imports {imported}: only the Ray edge (rl, policies) may"
+        if imported.startswith("placement_rl."):
+            target = imported[len("placement_rl.") :]
+            theirs = _layer_of(target)
+            assert theirs <= mine, (
+                f"{path.name}:{line} (layer {LAYERS[mine]}) imports placement_rl.{target} "
+                f"(layer {LAYERS[theirs]}), a layer above it"
+            )
+        if core and top in ("yaml", "tensorboardX"):
+            raise AssertionError(f"{path.name}:{line}: the core reads no YAML and writes no TensorBoard ({imported})")
+
+
+def test_importing_the_core_loads_no_ray() -> None:
+    code = (
+        "import sys, placement_rl, placement_rl.search, placement_rl.search.ft, placement_rl.methods, "
+        "placement_rl.graph.coarsen, placement_rl.plan, placement_rl.zoo, placement_rl.envs;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'rllib')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"
