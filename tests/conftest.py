@@ -19,10 +19,10 @@ from placement_rl.graph import OpGraph
 TESTS = Path(__file__).resolve().parent
 RL_TESTS = TESTS / "rl"
 
-# Tests over about 5 s, from `pytest -q -m "not ray" --durations=0` on the 2-core machine (loaded:
-# other runs competing; seconds in the comments): node id without parameters -> the parameter ids
-# that are slow, or () for every case. A zoo graph is imported once per session (`zoo_graph`), so a
-# first import is charged to whichever test asks first; the cases here are slow by their own work.
+# Tests over about 5 s, from `pytest -q -m "not ray" --durations=0` on the 2-core machine with other
+# runs competing (seconds in the comments; about a third of that on an idle machine): node id without
+# parameters -> the parameter ids that are slow, or () for every case. A zoo graph is imported once per
+# session (`zoo_graph`), so a first import is charged to whichever test asks first.
 SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_cli.py::test_plan_runs_every_method_and_writes_the_best": (),  # 81 s: every method, MCMC, FT
     "tests/test_cli.py::test_search_mcmc_writes_the_best_plan": (),  # 22 s
@@ -32,7 +32,6 @@ SLOW: dict[str, tuple[str, ...]] = {
         "rnnlm-options1-tag-testbed-0-500",  # 11 s
         "transformer-options2-h100-2x8-60-400",  # 8 s
     ),
-    "tests/test_search.py::test_mcmc_improves_on_data_parallelism_and_reports_statistics": (),  # 10 s
     "tests/test_coarsen.py::test_every_op_in_exactly_one_group": (
         "gnmt-60",
         "inception_v3-60",

@@ -62,7 +62,6 @@ def _number(cell: str) -> float:
     return value
 
 
-@pytest.mark.slow
 def test_foundation(run: Run) -> None:
     rows = _table(run("foundation", "--repeats", "1", "--models", "lenet", "--coarsen-from", "lenet", "--groups", "4"))
     assert [r["what"] for r in rows] == ["import lenet", "coarsen lenet to 4 groups"]

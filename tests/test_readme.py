@@ -13,8 +13,6 @@ from placement_rl import zoo
 from placement_rl.graph import OpGraph
 from placement_rl.topology import TEST_SEEDS
 
-pytestmark = pytest.mark.slow  # the example imports inception_v3, coarsens it and simulates 16 GPUs
-
 
 def _example(readme: str) -> str:
     """The first fenced ``python`` block of the README's "What is here" section."""
