@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from placement_rl.errors import SchemaError
@@ -54,7 +55,9 @@ def check_header(document: Any, fmt: str, supported_versions: tuple[int, ...]) -
         )
 
 
-def check_keys(obj: dict[str, Any], where: str, required: set[str], optional: set[str] = frozenset()) -> None:
+def check_keys(
+    obj: dict[str, Any], where: str, required: AbstractSet[str], optional: AbstractSet[str] = frozenset()
+) -> None:
     """Reject unknown and missing keys in one JSON object, naming them and the valid keys."""
     if not isinstance(obj, dict):
         raise SchemaError(f"{where}: expected an object, got {type(obj).__name__}")

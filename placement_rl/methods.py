@@ -174,7 +174,7 @@ class MethodResult:
             "samples_per_s": r.samples_per_s(self.batch_size),
             "speedup_over_dp": self.speedup_over_dp,
             "max_peak_memory_bytes": self.max_peak_memory_bytes,
-            "peak_memory_bytes": {d: int(m) for d, m in zip(r.device_names, r.peak_memory_bytes)},
+            "peak_memory_bytes": {d: int(m) for d, m in zip(r.device_names, r.peak_memory_bytes, strict=True)},
             "comm_bytes": r.comm_bytes,
             "busiest_link_bytes": self.busiest_link_bytes,
             "oom": r.oom,

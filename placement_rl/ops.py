@@ -411,7 +411,7 @@ def taxonomy_table(types_width: int = 54) -> str:
 
     rows: dict[tuple[str, ...], list[str]] = {}
     for op_type, k in OP_KINDS.items():
-        key = (
+        key: tuple[str, ...] = (
             k.family,
             flops(k),
             f"{k.backward_factor:g}",
@@ -427,7 +427,7 @@ def taxonomy_table(types_width: int = 54) -> str:
     for key, names in rows.items():
         wrapped = _wrap(", ".join(sorted(names)), types_width)
         lines.append(_table_line((*key, wrapped[0]), widths))
-        lines.extend(_table_line(("",) * len(key) + (more,), widths) for more in wrapped[1:])
+        lines.extend(_table_line((*([""] * len(key)), more), widths) for more in wrapped[1:])
     lines.append(rule)
     lines.append("")
     lines.append("Default efficiency (fraction of peak FLOP/s; types not listed use ``CostModel.default_efficiency``):")

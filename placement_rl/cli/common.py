@@ -224,7 +224,7 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     cells = [headers] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     for k, row in enumerate(cells):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
 

@@ -113,6 +113,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
                 result.idle_s,
                 result.peak_memory_bytes,
                 result.memory_capacity_bytes,
+                strict=True,
             )
         ],
     )

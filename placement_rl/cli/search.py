@@ -71,10 +71,9 @@ def cmd_search(args: argparse.Namespace) -> None:
         f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
         f"({summary['speedup_over_dp']:.2f}x over data parallel at {dp.makespan_s * 1e3:.3f} ms)"
     )
-    print(
-        f"  peak memory {r.peak_memory_bytes.max() / 2**30:.2f} GiB, OOM: {', '.join(r.oom_devices) if r.oom else 'no'}, "
-        f"communication {r.comm_bytes / 1e9:.3f} GB"
-    )
+    oom = ", ".join(r.oom_devices) if r.oom else "no"
+    peak_gib = r.peak_memory_bytes.max() / 2**30
+    print(f"  peak memory {peak_gib:.2f} GiB, OOM: {oom}, communication {r.comm_bytes / 1e9:.3f} GB")
     print(
         f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
         f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}"

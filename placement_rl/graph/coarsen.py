@@ -31,6 +31,7 @@ output; and a split class that is ``none`` if any costed member is ``none``, els
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -38,7 +39,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pymetis
 
-from placement_rl.graph import Op, OpGraph, Tensor
+from placement_rl.graph import Op, OpGraph, SplitClass, Tensor
 from placement_rl.graph.ir import topological_order
 
 
@@ -92,7 +93,7 @@ def metis_parts(graph: OpGraph, nparts: int, *, balance_factor: float = 2.0, see
     arr = graph.arrays
     # Undirected, deduplicated adjacency with summed tensor bytes.
     pair_bytes: dict[tuple[int, int], int] = {}
-    for s, d, b in zip(arr.edge_src.tolist(), arr.edge_dst.tolist(), arr.edge_bytes.tolist()):
+    for s, d, b in zip(arr.edge_src.tolist(), arr.edge_dst.tolist(), arr.edge_bytes.tolist(), strict=True):
         key = (s, d) if s < d else (d, s)
         pair_bytes[key] = pair_bytes.get(key, 0) + b
     neighbours: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -175,13 +176,14 @@ def _merge_to(graph: OpGraph, assignment: list[int], max_groups: int, weights: n
     for i, g in enumerate(assignment):
         group_weight[g] = group_weight.get(g, 0.0) + float(weights[i])
     edges = {
-        (assignment[s], assignment[d]) for s, d in zip(graph.arrays.edge_src.tolist(), graph.arrays.edge_dst.tolist())
+        (assignment[s], assignment[d])
+        for s, d in zip(graph.arrays.edge_src.tolist(), graph.arrays.edge_dst.tolist(), strict=True)
     }
     edges = {(a, b) for a, b in edges if a != b}
     parent = {g: g for g in group_weight}
     while len(group_weight) > max_groups:
         order = _group_topo_order(group_weight, edges)
-        pairs = list(zip(order, order[1:]))
+        pairs = list(itertools.pairwise(order))
         joined = [p for p in pairs if p in edges]
         a, b = min(joined or pairs, key=lambda p: (group_weight[p[0]] + group_weight[p[1]], p))
         # Merge b into a.
@@ -268,7 +270,7 @@ def _build_coarse(graph: OpGraph, assignment: list[int], max_groups: int, balanc
         keys = {op.param_key: op.param_bytes for op in ops if op.param_key is not None and key_owner[op.param_key] == g}
         param_bytes = sum(keys.values()) + sum(op.param_bytes for op in ops if op.param_key is None)
         costed = [op.split for op in ops if op.parallel_dims or op.forward_flops > 0]
-        split = "none" if "none" in costed else "sum" if "sum" in costed else "concat"
+        split: SplitClass = "none" if "none" in costed else "sum" if "sum" in costed else "concat"
         sample = producer.sample_dim
         groups.append(
             Op(

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, Tensor
+from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, SplitClass, Tensor
 from placement_rl.ops import OpKind, op_kind
 
 _FUNCTION_TYPES: dict[Any, str] = {
@@ -351,7 +351,7 @@ def _propagate(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], extra
             return result
 
     # Inputs live where the weights live (meta for zoo models), whatever device the examples are on.
-    weight = next(iter(gm.parameters()), None)
+    weight: torch.Tensor | None = next(iter(gm.parameters()), None)
     if weight is None:
         weight = next(iter(gm.buffers()), None)
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -527,7 +527,7 @@ class _Builder:
             obj = getattr(obj, part)
         return obj
 
-    def _own(self, params: list[torch.Tensor]) -> int:
+    def _own(self, params: Sequence[torch.Tensor]) -> int:
         total = 0
         for p in params:
             if id(p) not in self.owned_params:
@@ -630,7 +630,7 @@ class _Builder:
             if isinstance(module, nn.RNNBase):
                 return _rnn_flops(op_type, module, ins[0].shape)
         elif rule == "pool":
-            kernel = module.kernel_size if module is not None else _arg_or_kwarg(node, 1, "kernel_size")
+            kernel: Any = module.kernel_size if module is not None else _arg_or_kwarg(node, 1, "kernel_size")
             if kernel is not None:
                 return float(out_numel * _kernel_elems(kernel, spatial_dims=len(out.shape) - 2))
         elif rule == "adaptive_pool":
@@ -646,7 +646,7 @@ class _Builder:
         from the arguments themselves, not from the op's deduplicated input tensors, so
         ``einsum("ij,ij->", x, x)`` sees two operands. ``None`` when an argument is not understood.
         """
-        args = list(node.args)
+        args: list[Any] = list(node.args)
         try:
             if args and isinstance(args[0], str):
                 operands = args[1:]
@@ -673,7 +673,7 @@ class _Builder:
         sample_axis: int | None,
         inputs: list[tuple[str, int, _TensorInfo]],
         has_params: bool,
-    ) -> tuple[tuple[ParallelDim, ...], str]:
+    ) -> tuple[tuple[ParallelDim, ...], SplitClass]:
         """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op, by its kind's rule."""
         shape = out.shape
         if sample_axis is None:
@@ -835,7 +835,9 @@ def _arg_or_kwarg(node: fx.Node, index: int, name: str) -> Any:
 
 def _kernel_elems(kernel: Sequence[int] | int, spatial_dims: int = 2) -> int:
     """Elements of a kernel given as a tuple or as one int repeated over ``spatial_dims`` axes."""
-    return math.prod(kernel) if isinstance(kernel, (tuple, list)) else int(kernel) ** spatial_dims
+    if isinstance(kernel, (tuple, list)):
+        return math.prod(kernel)
+    return int(kernel) ** spatial_dims  # type: ignore[arg-type]  # an int-like scalar (int, numpy int)
 
 
 __all__ = [

@@ -191,14 +191,14 @@ def _biased_neighbour(
     """A neighbour of each ``cur[i]`` drawn with node2vec weights given ``prev[i]``.
 
     Rejection sampling for up to :data:`_REJECTION_ROUNDS` rounds, then exact sampling by weight
-    class (:func:`_exact_biased`) for the walks still unaccepted. The return edge is handled as an outlier (as in KnightKing, Yang
-    et al. 2019): with ``w_out = max(1, 1/q)`` bounding every non-return weight and ``excess =
-    max(0, 1/p - w_out)``, a walk at a node of degree ``d`` proposes its previous node with
-    probability ``excess / (excess + d * w_out)`` and otherwise a uniform neighbour, and accepts
-    ``x`` with probability ``w(x) / (excess + w_out)`` if ``x`` is the previous node, else
-    ``w(x) / w_out``. This is exact, and the acceptance rate at a node of degree ``d >= 2`` is at
-    least ``(d - 1) / d * min(q, 1/q)`` whatever ``p`` (a small ``p`` at a hub does not make it
-    ``~1/d``). Walks at degree-1 nodes take their only edge without sampling.
+    class (:func:`_exact_biased`) for the walks still unaccepted. The return edge is handled as an
+    outlier (as in KnightKing, Yang et al. 2019): with ``w_out = max(1, 1/q)`` bounding every
+    non-return weight and ``excess = max(0, 1/p - w_out)``, a walk at a node of degree ``d``
+    proposes its previous node with probability ``excess / (excess + d * w_out)`` and otherwise a
+    uniform neighbour, and accepts ``x`` with probability ``w(x) / (excess + w_out)`` if ``x`` is
+    the previous node, else ``w(x) / w_out``. This is exact, and the acceptance rate at a node of
+    degree ``d >= 2`` is at least ``(d - 1) / d * min(q, 1/q)`` whatever ``p`` (a small ``p`` at a
+    hub does not make it ``~1/d``). Walks at degree-1 nodes take their only edge without sampling.
 
     Shapes:
         - cur, prev: ``(K,)``, every ``cur[i]`` of degree >= 1 and ``prev[i]`` a neighbour of it

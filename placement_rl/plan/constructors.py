@@ -168,7 +168,7 @@ def tag_strategy(
         if option == "model_parallel":
             sub = fine.subgraph(group.members)
             parts = metis_parts(sub, len(devs), seed=seed) if len(devs) > 1 else [0] * sub.num_ops
-            overrides.update({op.name: OpConfig.make(devs[p]) for op, p in zip(sub.ops, parts)})
+            overrides.update({op.name: OpConfig.make(devs[p]) for op, p in zip(sub.ops, parts, strict=True)})
     return Plan(coarse.name, configs, name="tag").expand(coarse, fine, overrides)
 
 
@@ -186,7 +186,7 @@ def tag_group_config(group: Op, devices: Sequence[str], option: str, ps_index: i
     if option in ("all_reduce", "parameter_server"):
         cfg = _split_config(group, "sample", devices, option)  # type: ignore[arg-type]
         if option == "parameter_server":
-            cfg = OpConfig.make(cfg.devices, cfg.degree_map, option, devices[ps_index % len(devices)])
+            cfg = OpConfig.make(cfg.devices, cfg.degree_map, "parameter_server", devices[ps_index % len(devices)])
         return cfg
     if option == "duplicate":
         return OpConfig.make(devices, {}, "duplicate")

@@ -87,7 +87,8 @@ class PPOSection:
     def validate(self, where: str) -> None:
         if self.minibatch_size > self.train_batch_size:
             raise SchemaError(
-                f"{where}: minibatch_size = {self.minibatch_size}; expected <= train_batch_size ({self.train_batch_size})"
+                f"{where}: minibatch_size = {self.minibatch_size}; "
+                f"expected <= train_batch_size ({self.train_batch_size})"
             )
 
 

@@ -5,8 +5,13 @@
   small instances (FlexFlow sec. 8.3).
 * :class:`SearchSpace`: the SOAP configuration sets both search over.
 * :mod:`placement_rl.search.ft`: TensorOpt's Frontier-Tracking (the memory vs time cost frontier),
-  built on :mod:`placement_rl.search.ft.costs` (configurations and additive costs) and
-  :mod:`placement_rl.search.ft.frontier` (frontier algebra, eliminations, Linear DP).
+  built on :mod:`placement_rl.search.ft.configs` (meshes and tensor maps),
+  :mod:`placement_rl.search.ft.rescheduling` (layout changes), :mod:`placement_rl.search.ft.costs`
+  (additive cost tables) and :mod:`placement_rl.search.ft.frontier` (frontier algebra,
+  eliminations, Linear DP).
+
+Work that splits into independent calls (MCMC chains, FT chunks) goes through an injected
+:class:`placement_rl.parallel.TaskMap`.
 """
 
 from placement_rl.search.exhaustive import ExhaustiveResult, exhaustive

@@ -115,7 +115,7 @@ def exhaustive(
             if cost < best_cost:
                 best_cost, best_cfgs = cost, list(chosen)
             return
-        for (cfg, comp), w in zip(options[k], work[k]):
+        for (cfg, comp), w in zip(options[k], work[k], strict=True):
             per_task = comp.forward_s + comp.backward_s
             np.add.at(busy, comp.devices, per_task)
             bound = max(float(busy.max()), (total + w + rest[k + 1]) / D)
@@ -127,7 +127,7 @@ def exhaustive(
             np.subtract.at(busy, comp.devices, per_task)
 
     visit(0, 0.0)
-    plan = Plan(graph.name, {op.name: c for op, c in zip(graph.ops, best_cfgs)}, name="exhaustive")
+    plan = Plan(graph.name, {op.name: c for op, c in zip(graph.ops, best_cfgs, strict=True)}, name="exhaustive")
     result = ctx.simulate(plan)
     return ExhaustiveResult(
         plan=plan,

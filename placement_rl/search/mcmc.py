@@ -378,7 +378,7 @@ def finish(
     from placement_rl.sim.simulator import simulate
 
     best = min(outcomes, key=lambda o: o["cost_s"])
-    plan = Plan(graph.name, {op.name: cfg for op, cfg in zip(graph.ops, best["configs"])}, name="mcmc")
+    plan = Plan(graph.name, {op.name: cfg for op, cfg in zip(graph.ops, best["configs"], strict=True)}, name="mcmc")
     result = simulate(graph, topology, plan, cost_model)
     initial: dict[str, float] = {}
     for o in outcomes:

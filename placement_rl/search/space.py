@@ -134,5 +134,5 @@ def _degree_combinations(op: Op, kinds: Sequence[str], max_partitions: int) -> l
     combos = []
     for degrees in itertools.product(*choices):
         if math.prod(degrees) <= max_partitions:
-            combos.append({d.name: k for d, k in zip(dims, degrees) if k > 1})
+            combos.append({d.name: k for d, k in zip(dims, degrees, strict=True) if k > 1})
     return combos or [{}]

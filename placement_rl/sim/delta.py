@@ -68,7 +68,7 @@ class DeltaSimulator:
         self.ops = ctx.with_shared(OpArrays.from_ops(self.compiled), self.compiled)
         self.edges = EdgeArrays.from_flat(*ctx.transfers(self.compiled))
         self._edges_of: list[list[int]] = [[] for _ in range(ctx.graph.num_ops)]
-        for e, (i, j) in enumerate(zip(ctx.e_src.tolist(), ctx.e_dst.tolist())):
+        for e, (i, j) in enumerate(zip(ctx.e_src.tolist(), ctx.e_dst.tolist(), strict=True)):
             self._edges_of[i].append(e)
             self._edges_of[j].append(e)
         self._capacity = ctx._capacity.astype(np.int64)
@@ -195,7 +195,9 @@ class DeltaSimulator:
 
     def plan(self, name: str = "plan") -> Plan:
         """The current plan."""
-        return Plan(self.ctx.graph.name, {op.name: c for op, c in zip(self.ctx.graph.ops, self.configs)}, name=name)
+        return Plan(
+            self.ctx.graph.name, {op.name: c for op, c in zip(self.ctx.graph.ops, self.configs, strict=True)}, name=name
+        )
 
     def result(self) -> SimResult:
         """The full simulation of the current plan."""

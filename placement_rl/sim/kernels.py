@@ -42,7 +42,7 @@ def _consumer_box(j_part, e_rank, same_layout, prod_sample_axis, need_lo, need_h
 
 
 @njit(cache=True)
-def _edge(
+def _edge(  # type: ignore[no-untyped-def]
     i_dev,
     i_replicas,
     i_prod_lo,
@@ -66,7 +66,7 @@ def _edge(
     com_b,
     kd,
     kc,
-):  # type: ignore[no-untyped-def]
+):
     """Transfers of one tensor: for each consumer task, each producer partition whose output overlaps
     what it reads. Same-device pairs are dependencies ``(dep_p, dep_q)``; the others transfers
     ``(com_p, com_q, com_b)``. Indices are local task indices of the producer and consumer ops.
@@ -104,7 +104,7 @@ def _edge(
 
 
 @njit(cache=True)
-def build_transfers(
+def build_transfers(  # type: ignore[no-untyped-def]
     e_src,
     e_dst,
     e_bytes,
@@ -122,7 +122,7 @@ def build_transfers(
     need_hi,
     samp_lo,
     samp_hi,
-):  # type: ignore[no-untyped-def]
+):
     """:func:`_edge` for every tensor of the graph, in edge order.
 
     Returns ``(dep_p, dep_q, com_p, com_q, com_b, n_dep, n_com)``: local task indices, bytes, and the
@@ -182,7 +182,7 @@ def build_transfers(
 
 
 @njit(cache=True)
-def edge_transfers(
+def edge_transfers(  # type: ignore[no-untyped-def]
     i_dev,
     i_replicas,
     i_prod_lo,
@@ -198,7 +198,7 @@ def edge_transfers(
     prod_box,
     sample_axis,
     nbytes,
-):  # type: ignore[no-untyped-def]
+):
     """:func:`_edge` for one tensor (delta simulation), returning ``(dep_p, dep_q, com_p, com_q, com_b)``."""
     empty_i = np.zeros(0, np.int64)
     kd, kc = _edge(
@@ -306,7 +306,7 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
 
 
 @njit(cache=True)
-def schedule_from(
+def schedule_from(  # type: ignore[no-untyped-def]
     duration,
     res_ptr,
     res,
@@ -318,7 +318,7 @@ def schedule_from(
     prefix_ready,
     prefix_start,
     prefix_end,
-):  # type: ignore[no-untyped-def]
+):
     """:func:`schedule`, resumed after a known prefix (delta simulation).
 
     ``prefix[t]`` marks tasks whose times are already known (``prefix_*``): every task that becomes

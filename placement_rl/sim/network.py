@@ -165,7 +165,7 @@ class Network:
         self._rings[key] = found
         return found
 
-    def submatrices(self, devices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def submatrices(self, devices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Routes among a subset of devices, indexed by position in ``devices`` (FT's flat indices).
 
         Args:

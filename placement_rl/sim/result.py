@@ -143,10 +143,10 @@ class SimResult:
             "oom": self.oom,
             "oom_devices": list(self.oom_devices),
             "max_peak_memory_bytes": int(self.peak_memory_bytes.max()) if self.peak_memory_bytes.size else 0,
-            "peak_memory_bytes": {d: int(m) for d, m in zip(self.device_names, self.peak_memory_bytes)},
+            "peak_memory_bytes": {d: int(m) for d, m in zip(self.device_names, self.peak_memory_bytes, strict=True)},
             "comm_bytes": self.comm_bytes,
             "comm_time_s": self.comm_time_s,
-            "busy_s": {d: float(b) for d, b in zip(self.device_names, self.busy_s)},
+            "busy_s": {d: float(b) for d, b in zip(self.device_names, self.busy_s, strict=True)},
             "num_tasks": self.num_tasks,
             "critical_path_length": int(self.critical_tasks.shape[0]),
         }

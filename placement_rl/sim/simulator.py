@@ -408,7 +408,7 @@ class SimContext:
                 after_backward.append(True)
                 continue
             workers = [d for d in group if d != ps]
-            pushes = []
+            pushes: list[int] = []
             for direction in (_PS_PUSH, _PS_PULL):  # push gradients; pull parameters once all pushes are in
                 for w in workers:
                     pair = w * D + ps if direction == _PS_PUSH else ps * D + w
@@ -459,7 +459,9 @@ class SimContext:
         the ops split the parameters differently, the parameters are treated as unsplit, held by
         every device any of them uses. Cached by the users' configurations.
         """
-        users = self._key_ops[self._op_key[owner]]
+        key = self._op_key[owner]
+        assert key is not None, f"op {owner} owns no parameters"
+        users = self._key_ops[key]
         first = ops[owner]
         same = all(ops[u].shards == first.shards for u in users)
         signature = (

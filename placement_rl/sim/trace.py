@@ -178,7 +178,7 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     num_bytes = np.asarray(tasks.num_bytes, dtype=np.float64)[keep]
     num_bytes = np.where(np.isfinite(num_bytes), num_bytes, 0.0).tolist()
     crit = critical[keep].tolist()
-    for k, op, lane, s, e, b, c in zip(kinds, ops, lane_ids, starts, ends, num_bytes, crit):
+    for k, op, lane, s, e, b, c in zip(kinds, ops, lane_ids, starts, ends, num_bytes, crit, strict=True):
         kind = TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}"
         op_name = _op_label(result, op)
         args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
@@ -375,7 +375,7 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
         if np.any(width_ms[group] > 0):  # zero-width bars are invisible: keep them out of the legend
             kinds_present.add(k)
         ax.broken_barh(
-            np.column_stack((start_ms[group], width_ms[group])),
+            np.column_stack((start_ms[group], width_ms[group])),  # type: ignore[arg-type]  # (N, 2) is accepted
             (y, bar_height),
             facecolors=colour,
             edgecolors="none",
@@ -387,7 +387,7 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
         for lane in np.unique(crit_lanes).tolist():
             sel = crit_idx[crit_lanes == lane]
             ax.broken_barh(
-                np.column_stack((start_ms[sel], width_ms[sel])),
+                np.column_stack((start_ms[sel], width_ms[sel])),  # type: ignore[arg-type]  # (N, 2) is accepted
                 (row_of_lane[lane] - bar_height / 2, bar_height),
                 facecolors="none",
                 edgecolors="black",
@@ -418,14 +418,14 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
 
     rows = list(range(len(labels)))
     ax.set_yticks(rows, [lab.text for lab in labels], fontsize=font_pt)
-    for tick, lab in zip(ax.get_yticklabels(), labels):
+    for tick, lab in zip(ax.get_yticklabels(), labels, strict=True):
         if lab.oom:
             tick.set_color("red")
             tick.set_fontweight("bold")
     if any(lab.memory_text for lab in labels):
         right = ax.secondary_yaxis("right")
         right.set_yticks(rows, [lab.memory_text for lab in labels], fontsize=font_pt)
-        for tick, lab in zip(right.get_yticklabels(), labels):
+        for tick, lab in zip(right.get_yticklabels(), labels, strict=True):
             if lab.oom:
                 tick.set_color("red")
         right.set_ylabel("peak / capacity memory")

@@ -178,8 +178,8 @@ class DeviceTopology:
         # rank of each node in name order: comparing rank tuples == comparing name tuples
         by_name = sorted(range(len(nodes)), key=lambda n: self._node_names[n])
         self._rank = [0] * len(nodes)
-        for rank, node in enumerate(by_name):
-            self._rank[node] = rank
+        for position, index in enumerate(by_name):
+            self._rank[index] = position
         self._check_connected()
 
         self._key = (name, devices, links, switches)

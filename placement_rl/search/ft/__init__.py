@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_rl.graph import OpGraph
-from placement_rl.plan import Plan
+from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.configs import resolve_devices
 from placement_rl.search.ft.costs import CostGraph, build_cost_graph
 from placement_rl.search.ft.frontier import Elimination, MapChunks, frontier_of
@@ -113,8 +113,8 @@ def run_ft(
         method: ``ldp`` (FT-LDP) or ``elimination`` (FT-Elimination).
         cost_model: the shared cost model (default :class:`CostModel`).
         max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.configs.op_configs`).
-        map_chunks: maps independent chunks of work (serial by default; Ray tasks in
-            :func:`placement_rl.rl.parallel.ft_frontier`).
+        map_chunks: a :class:`placement_rl.parallel.TaskMap` for independent chunks of work (serial by
+            default; :class:`placement_rl.rl.parallel.RayMap` runs them as Ray tasks).
         progress: called with (steps done, total) as the eliminations proceed.
         tolerance: relative time resolution of every frontier reduce. 0 gives the exact frontier
             (TensorOpt's algorithm as published). The default 0.01 keeps a point only when it is at
@@ -171,7 +171,7 @@ def frontier(
     return run_ft(graph, topology, devices, **kwargs).points  # type: ignore[arg-type]
 
 
-def _plan(graph: OpGraph, configs: list[list], chosen: np.ndarray, method: str, point: int) -> Plan:  # type: ignore[type-arg]
+def _plan(graph: OpGraph, configs: list[list[OpConfig]], chosen: np.ndarray, method: str, point: int) -> Plan:
     return Plan(
         graph.name,
         {op.name: configs[i][int(chosen[i])] for i, op in enumerate(graph.ops)},

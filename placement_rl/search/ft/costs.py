@@ -216,12 +216,12 @@ def _node_costs(
                 for spec in specs
             )
             sync = 0.0
-            m = op.bytes_written / partitions
+            memory_bytes = op.bytes_written / partitions
             if not has_consumer[i]:
-                m += op.output_bytes / out_parts
+                memory_bytes += op.output_bytes / out_parts
             if share:
                 shard_bytes = op.param_bytes / shards
-                m += shard_bytes * state_factor * share
+                memory_bytes += shard_bytes * state_factor * share
                 replicas = tuple(
                     (stride, size)
                     for stride, size, k in c.factors()
@@ -230,7 +230,7 @@ def _node_costs(
                 if replicas:
                     bw, lat, kind = comm.group(replicas)
                     sync = cost.all_reduce_time_s(shard_bytes, len(names) // shards, bw, lat, kind) * share
-            mem[s] = m
+            mem[s] = memory_bytes
             tim[s] = compute + sync
         mem.setflags(write=False)
         tim.setflags(write=False)
@@ -264,6 +264,29 @@ def _consumer_label(dims: tuple[ParallelDim, ...], mode: tuple[str, int]) -> Cal
         return _R
 
     return label
+
+
+def _producer_gradient_label(label: Callable[[int], int]) -> Callable[[int], int]:
+    """How a producer takes its output's gradient: as its forward ``label``, except that a mesh
+    dimension whose forward output is a partial sum takes the gradient replicated."""
+
+    def gradient(k: int) -> int:
+        return _R if label(k) == _P else label(k)
+
+    return gradient
+
+
+def _consumer_gradient_label(label: Callable[[int], int]) -> Callable[[int], int]:
+    """How a consumer sends its input's gradient back: a replicating mesh dimension (``k < 0``) sends
+    it replicated, one that splits the input sends it split alike, and one that splits something
+    else (the input is read whole) sends partial sums."""
+
+    def gradient(k: int) -> int:
+        if k < 0:
+            return _R
+        return label(k) if label(k) >= 0 else _P
+
+    return gradient
 
 
 def _layout_ids(comm: _Comm, cands: Sequence[_Candidate], label: Callable[[int], int]) -> np.ndarray:
@@ -305,14 +328,14 @@ def _edge_costs(
             fwd = _producer_label(src.parallel_dims, box)
             layout_cache[pkey] = (
                 _layout_ids(comm, cands[u], fwd),
-                _layout_ids(comm, cands[u], lambda k, f=fwd: _R if f(k) == _P else f(k)),
+                _layout_ids(comm, cands[u], _producer_gradient_label(fwd)),
             )
         ckey = ("consumer", _dims_key(dst), len(cands[v]), mode)
         if ckey not in layout_cache:
             need = _consumer_label(dst.parallel_dims, mode)
             layout_cache[ckey] = (
                 _layout_ids(comm, cands[v], need),
-                _layout_ids(comm, cands[v], lambda k, f=need: _R if k < 0 else (f(k) if f(k) >= 0 else _P)),
+                _layout_ids(comm, cands[v], _consumer_gradient_label(need)),
             )
         share = readers[t.src, t.src_output]
         sig = comm.sig_id(t.num_bytes, t.shape)

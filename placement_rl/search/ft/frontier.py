@@ -42,32 +42,28 @@ references down to the leaf tables.
 
 **Parallelism.** The cells of one :func:`combine` are independent (TensorOpt's multithreading over
 the configurations of one op). ``combine`` splits large ones into chunks of kept cells and hands
-them to ``map_chunks`` (serial by default; :mod:`placement_rl.rl.parallel` maps them onto Ray
-tasks). This module does not import Ray.
+them to ``map_chunks``, a :class:`placement_rl.parallel.TaskMap` (serial by default;
+:class:`placement_rl.rl.parallel.RayMap` runs them as Ray tasks). This module does not import Ray.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numba import njit
 
 from placement_rl.graph.ir import CycleError, topological_order
+from placement_rl.parallel import TaskMap, serial_map
 
-MapChunks = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+MapChunks = TaskMap
 
 #: candidate points of one combine chunk (bounds the working memory to a few hundred MB).
 CHUNK_POINTS = 4_000_000
-
-
-def serial_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """The default ``map_chunks``: call ``fn(*a)`` for each ``a`` in order."""
-    return [fn(*a) for a in args]
 
 
 @dataclass(eq=False)
@@ -211,7 +207,7 @@ def combine(
         # reduced partial product is usually far smaller than the raw one
         pairs = [(i, j) for i in range(len(tables)) for j in range(i + 1, len(tables))]
 
-        def joint(pair: tuple[int, int]) -> tuple[int, ...]:
+        def joint(pair: tuple[int, int], tables: list[Table] = tables) -> tuple[int, ...]:
             a, b = tables[pair[0]], tables[pair[1]]
             return a.variables + tuple(v for v in b.variables if v not in a.variables)
 
@@ -255,7 +251,7 @@ def combine(
     parts = [_slim(t) for t in tables]
     args = [
         (parts, [c.reshape(keep_cells, sum_cells)[lo:hi].ravel() for c in cell_idx], hi - lo, sum_cells, tolerance)
-        for lo, hi in zip(bounds[:-1], bounds[1:])
+        for lo, hi in itertools.pairwise(bounds)
     ]
     results = (map_chunks or serial_map)(_combine_chunk, args)
     ptrs, mems, times, refs = [np.zeros(1, np.int64)], [], [], []
@@ -293,7 +289,7 @@ def _combine_chunk(
     full_cells = keep_cells * sum_cells
     # enumerate candidates: for each full cell, the cartesian product of its tables' points
     count = np.ones(full_cells, np.int64)
-    for (ptr, _, _), c in zip(parts, cells):
+    for (ptr, _, _), c in zip(parts, cells, strict=True):
         count *= np.diff(ptr)[c]
     total = int(count.sum())
     owner = np.repeat(np.arange(full_cells), count)
@@ -302,7 +298,7 @@ def _combine_chunk(
     time = np.zeros(total)
     refs = np.empty((total, len(parts)), np.int64)
     stride = count.copy()
-    for k, ((ptr, m, t), c) in enumerate(zip(parts, cells)):
+    for k, ((ptr, m, t), c) in enumerate(zip(parts, cells, strict=True)):
         n = np.diff(ptr)[c]
         stride //= np.maximum(n, 1)
         pick = ptr[c][owner] + (local // stride[owner]) % n[owner] if total else np.zeros(0, np.int64)
@@ -431,13 +427,13 @@ class FrontierResult:
                 assert table.labels is not None
                 (configs if kind == "node" else options)[index] = table.labels[p]
                 continue
-            for parent, ref in zip(table.parents, table.refs[p]):
+            for parent, ref in zip(table.parents, table.refs[p], strict=True):
                 stack.append((parent, int(ref)))
         return configs, options
 
 
 def frontier_of(
-    num_configs: Sequence[int],
+    num_configs: Sequence[int] | np.ndarray,
     node_memory_bytes: Sequence[np.ndarray],
     node_time_s: Sequence[np.ndarray],
     edges: Sequence[tuple[int, int]],
@@ -681,7 +677,7 @@ class _Graph:
     def linear_dp(self, path: list[int], tick: Callable[[], None]) -> Table:
         """Algorithm 3 along ``path``, then the union over the last node's configurations."""
         cumulative = self.nodes[path[0]]
-        for prev, v in zip(path[:-1], path[1:]):
+        for prev, v in itertools.pairwise(path):
             cumulative = self.combine([self.nodes[v], cumulative, self.edge(prev, v)], (v,))
             self.stats.ldp_steps += 1
             tick()

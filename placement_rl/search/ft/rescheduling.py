@@ -47,6 +47,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class _Comm:
         self._groups: dict[_Group, tuple[float, float, str]] = {}
         self._paths: dict[tuple[int, int, int], float] = {}
         # (factor sizes, labels, divisibility) -> state -> (split degree, moves); see _moves
-        self._move_tables: dict[tuple[object, ...], dict[tuple[int, ...], tuple[int, list]]] = {}  # type: ignore[type-arg]
+        self._move_tables: dict[tuple[object, ...], dict[tuple[int, ...], tuple[int, list[Any]]]] = {}
         self._route_matrices: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._layout_ids: dict[_Layout, int] = {}
         self.layouts: list[_Layout] = []
@@ -276,12 +277,12 @@ class _Comm:
 
     def _moves(
         self,
-        table: dict[tuple[int, ...], tuple[int, list]],  # type: ignore[type-arg]
+        table: dict[tuple[int, ...], tuple[int, list[Any]]],
         sizes: tuple[int, ...],
         state: tuple[int, ...],
         targets: tuple[int, ...],
         extents: tuple[int, ...],
-    ) -> tuple[int, list]:  # type: ignore[type-arg]
+    ) -> tuple[int, list[Any]]:
         """Split degree of ``state`` and its one-collective moves, stored in ``table`` (searches share states).
 
         A move is ``(next state, kind, group size, bandwidth, latency, link kind, next split degree,
