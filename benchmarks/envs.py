@@ -22,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
 import placement_rl.envs  # noqa: F401  (registers the ids)
 from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
 
