@@ -25,12 +25,12 @@ from collections.abc import Sequence
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-from placement_rl import zoo  # noqa: E402
-from placement_rl.plan import data_parallel, expert  # noqa: E402
-from placement_rl.search import mcmc  # noqa: E402
-from placement_rl.search.mcmc import EXTENDED_CANDIDATES  # noqa: E402
-from placement_rl.sim.simulator import simulate  # noqa: E402
-from placement_rl.topology import load_preset  # noqa: E402
+from placement_rl import zoo
+from placement_rl.plan import data_parallel, expert
+from placement_rl.search import mcmc
+from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+from placement_rl.sim.simulator import simulate
+from placement_rl.topology import load_preset
 
 MODELS = ("alexnet", "resnet101", "inception_v3", "rnntc", "rnnlm", "gnmt")
 COUNTS = ((4, "flexflow-p100"), (8, "flexflow-p100"), (16, "flexflow-p100"), (32, "flexflow-k80"), (64, "flexflow-k80"))

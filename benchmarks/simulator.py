@@ -28,13 +28,13 @@ from collections.abc import Sequence
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from placement_rl import zoo  # noqa: E402
-from placement_rl.graph.coarsen import coarsen  # noqa: E402
-from placement_rl.plan import OpConfig, Plan, data_parallel  # noqa: E402
-from placement_rl.sim.simulator import SimContext  # noqa: E402
-from placement_rl.topology import load_preset  # noqa: E402
+from placement_rl import zoo
+from placement_rl.graph.coarsen import coarsen
+from placement_rl.plan import OpConfig, Plan, data_parallel
+from placement_rl.sim.simulator import SimContext
+from placement_rl.topology import load_preset
 
 
 def _measure(ctx: SimContext, plan: Plan, repeats: int) -> tuple[int, float, float, float]:
