@@ -2,8 +2,9 @@
 
 Markers (registered in pyproject.toml), applied here so the test files stay as they are:
 ``ray`` on every test that uses the ``ray_local`` fixture (directly or through other fixtures) and
-on everything under tests/rl/; ``slow`` on the tests of :data:`SLOW` (and on whole modules that set
-``pytestmark``). The fast core suite is ``pytest -q -m "not ray and not slow"``.
+on everything under tests/rl/; ``slow`` on the tests of :data:`SLOW` (new tests may also carry
+``@pytest.mark.slow`` themselves, as the longer benchmark runs do). The fast core suite is
+``pytest -q -m "not ray and not slow"``.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ SLOW: dict[str, tuple[str, ...]] = {
         "transformer-options2-h100-2x8-60-400",  # 8 s
     ),
     "tests/test_coarsen.py::test_every_op_in_exactly_one_group": (
-        "gnmt-60",
-        "inception_v3-60",
-        "resnet50-7",
-    ),  # 35,13,11
+        "gnmt-60",  # 35 s
+        "inception_v3-60",  # 13 s
+        "resnet50-7",  # 11 s
+    ),
     "tests/test_graph.py::test_core_imports_neither_ray_nor_rllib": (),  # 18 s: a fresh interpreter imports the core
     "tests/test_zoo.py::test_param_bytes_equal_the_modules": (  # builds the PyTorch module with its weights
         "bert_large",  # 28 s
