@@ -38,7 +38,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "inception_v3-60",  # 13 s
         "resnet50-7",  # 11 s
     ),
-    "tests/test_graph.py::test_core_imports_neither_ray_nor_rllib": (),  # 18 s: a fresh interpreter imports the core
+    "tests/test_architecture.py::test_importing_the_core_loads_no_ray": (),  # 18 s: a fresh interpreter
     "tests/test_zoo.py::test_param_bytes_equal_the_modules": (  # builds the PyTorch module with its weights
         "bert_large",  # 28 s
         "rnnlm",  # 23 s

@@ -180,7 +180,7 @@ def test_tag_strategy_expresses_all_four_options(zoo_graph, testbed) -> None:  #
     p = plans.tag_strategy(coarse, graph, testbed, decisions)
     p.validate(graph, testbed)
     m0 = tuple(d.name for d in testbed.machines()["m0"])
-    for group, option in zip(coarse.ops, options):
+    for group, option in zip(coarse.ops, options, strict=True):
         cfgs = [p[m] for m in group.members]
         if option == "model_parallel":
             assert all(len(c.devices) == 1 for c in cfgs)
@@ -190,7 +190,7 @@ def test_tag_strategy_expresses_all_four_options(zoo_graph, testbed) -> None:  #
         else:
             split = [c for c in cfgs if c.num_partitions > 1]
             assert split and all(c.sync == option and c.degree_map == {"sample": 4} for c in split)
-    servers = [p[g.members[0]].ps_device for g, o in zip(coarse.ops, options) if o == "parameter_server"]
+    servers = [p[g.members[0]].ps_device for g, o in zip(coarse.ops, options, strict=True) if o == "parameter_server"]
     assert servers == [m0[0], m0[1]]  # round-robin inside the device group
     with pytest.raises(UnknownNameError, match="unknown machine 'm42'"):
         plans.tag_strategy(coarse, graph, testbed, {**decisions, coarse.ops[0].name: ("m42", "duplicate")})

@@ -108,7 +108,12 @@ def test_branch_and_bound_agrees_with_plain_enumeration(four_gpus, zoo_graph) ->
     space = SearchSpace(graph, topo, devices=devices[:2])
     ctx = SimContext(graph, topo)
     brute = min(
-        plan_cost(ctx.simulate(Plan(graph.name, dict(zip([op.name for op in graph.ops], combo))), validate=False), 10.0)
+        plan_cost(
+            ctx.simulate(
+                Plan(graph.name, dict(zip([op.name for op in graph.ops], combo, strict=True))), validate=False
+            ),
+            10.0,
+        )
         for combo in itertools.product(*(list(space.configs(i)) for i in range(graph.num_ops)))
     )
     assert exhaustive(graph, topo, space).cost_s == brute
@@ -151,6 +156,7 @@ def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ig
     # The chains as Ray tasks give what the default in-process map gives.
     serial = mcmc(graph, topo, budget=150, chains=2, seed=3)
     assert serial.plan == result.plan and serial.proposals == result.proposals
+
     # Progress reported by remote tasks reaches the caller, tagged by task; the latest value wins.
     def _report_twice(x: int, report) -> int:  # type: ignore[no-untyped-def]  # local: shipped by value
         report(x)

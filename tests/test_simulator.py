@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 
 import numpy as np
@@ -214,7 +215,7 @@ def _reference_makespan(graph: OpGraph, topo: DeviceTopology, where: dict[str, s
             a, b = (s, d) if direction == "forward" else (d, s)
             route = topo.route(topo.devices[dev[a]].name, topo.devices[dev[b]].name)
             durations.append(route.latency_s + t.num_bytes / route.bandwidth_bytes_per_s if t.num_bytes else 0.0)
-            resources.append([("link", f"{x}>{y}") for x, y in zip(route.path, route.path[1:])])
+            resources.append([("link", f"{x}>{y}") for x, y in itertools.pairwise(route.path)])
             k = len(durations) - 1
             preds.append([a] if direction == "forward" else [n + a])
             if direction == "forward":

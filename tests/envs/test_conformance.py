@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from env_cases import GIB, PLACEMENT, SHARDING, small
 from gymnasium.utils.env_checker import (
     check_env,
     check_reset_options,
@@ -24,14 +25,11 @@ from gymnasium.utils.env_checker import (
     check_reset_seed_determinism,
 )
 from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
-from placement_rl.envs import ENV_IDS, RandomAgent
-from placement_rl.envs.placement import types as placement_types
 
 from placement_rl import simulate
+from placement_rl.envs import ENV_IDS, RandomAgent
+from placement_rl.envs.placement import types as placement_types
 from placement_rl.topology import random_topology
-
-GIB = 2**30
-PLACEMENT, SHARDING = "placement_rl/Placement-v0", "placement_rl/Sharding-v0"
 
 #: Every (id, mode) the suite covers; test_modes_cover_every_id_and_mode keeps it complete.
 MODES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -40,10 +38,6 @@ MODES: dict[str, tuple[str, dict[str, Any]]] = {
     "placement-one_shot": (PLACEMENT, {"mode": "one_shot"}),
     "sharding": (SHARDING, {}),
 }
-
-
-def small(model: str = "lenet", topology: str = "trinity") -> dict[str, Any]:
-    return {"kind": "fixed", "model": model, "topology": topology, "batch_size": 32}
 
 
 def make(mode: str, generator: dict[str, Any] | None = None, **overrides: Any) -> gym.Env[Any, Any]:

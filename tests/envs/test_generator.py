@@ -7,8 +7,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from placement_rl.envs import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
 
+from placement_rl.envs import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
 from placement_rl.errors import UnknownNameError
 from placement_rl.topology import TEST_SEEDS, TRAIN_SEEDS, load_preset, random_topology
 

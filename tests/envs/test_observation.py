@@ -5,12 +5,13 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from placement_rl.envs import observation as ob
+from env_cases import small
 
+from placement_rl.envs import observation as ob
 from placement_rl.ops import OBSERVATION_FAMILIES, OP_KINDS, observation_family
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL
 
-SMALL = {"kind": "fixed", "model": "alexnet", "topology": "trinity", "batch_size": 32}
+SMALL = small("alexnet")
 
 
 def test_layout_is_pinned() -> None:

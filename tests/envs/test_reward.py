@@ -10,16 +10,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from placement_rl.envs import REWARDS, DenseReward, MDPEReward, Outcome, RandomAgent, SpeedupReward, make_reward
+from env_cases import GIB, small
 
 from placement_rl import simulate
+from placement_rl.envs import REWARDS, DenseReward, MDPEReward, Outcome, RandomAgent, SpeedupReward, make_reward
 from placement_rl.errors import UnknownNameError
 from placement_rl.plan import OpConfig, Plan, data_parallel
 from placement_rl.sim.result import SimResult
 from placement_rl.topology import load_preset
 
-GIB = 2**30
-SMALL = {"kind": "fixed", "model": "alexnet", "topology": "trinity", "batch_size": 32}
+SMALL = small("alexnet")
 
 
 @pytest.fixture(scope="module")

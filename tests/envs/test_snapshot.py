@@ -12,14 +12,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from env_cases import PLACEMENT, SHARDING, small
+
 from placement_rl.envs import EnvSnapshot, GreedyAgent, PlanEnv, RandomAgent
 from placement_rl.envs.base import InstanceData
-
 from placement_rl.graph import OpGraph
 from placement_rl.sim.simulator import SimContext
 
-PLACEMENT, SHARDING = "placement_rl/Placement-v0", "placement_rl/Sharding-v0"
-SMALL = {"kind": "fixed", "model": "lenet", "topology": "trinity", "batch_size": 32}
+SMALL = small("lenet")
 
 #: name -> (id, config overrides, steps played before the snapshot).
 CASES: dict[str, tuple[str, dict[str, Any], int]] = {

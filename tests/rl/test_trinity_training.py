@@ -9,12 +9,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import placement_rl.envs  # noqa: F401
 import pytest
 import yaml
-from placement_rl.envs import RandomAgent, run_episode
 
+import placement_rl.envs  # noqa: F401
 from placement_rl.cli import main
+from placement_rl.envs import RandomAgent, run_episode
 from placement_rl.rl.config import TrainConfig, load_train_config
 
 

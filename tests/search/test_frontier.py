@@ -75,7 +75,7 @@ def test_frontier_equals_brute_force_pareto_set(name: str, method: str) -> None:
         rng = np.random.default_rng(seed)
         K, nm, nt, em, et = random_cost_graph(rng, n, edges, k_max=2 if len(edges) > 5 else 3)
         result = frontier_of(K, nm, nt, edges, em, et, method=method)
-        found = list(zip(result.memory_bytes.tolist(), result.time_s.tolist()))
+        found = list(zip(result.memory_bytes.tolist(), result.time_s.tolist(), strict=True))
         expected = brute_force(K, nm, nt, edges, em, et)
         if result.stats.exact:
             assert found == expected, (name, seed)

@@ -51,7 +51,7 @@ def brute_force_pareto(graph: OpGraph, devices: int, max_configs: int) -> list[t
     mem, time = mem[ok], time[ok]
     order = np.lexsort((time, mem))
     out, best = [], np.inf
-    for m, t in zip(mem[order].tolist(), time[order].tolist()):
+    for m, t in zip(mem[order].tolist(), time[order].tolist(), strict=True):
         if t < best:
             out.append((m, t))
             best = t

@@ -9,6 +9,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from env_cases import GIB, allowed, small
+
+from placement_rl import simulate
 from placement_rl.envs import GreedyAgent, PlacementEnv, RandomAgent, run_episode
 from placement_rl.envs.observation import (
     COL_COMPUTE_MS,
@@ -17,25 +20,14 @@ from placement_rl.envs.observation import (
     DEV_COL_MEMORY_GIB,
     DEV_COL_MEMORY_USED_GIB,
 )
-
-from placement_rl import simulate
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan
 from placement_rl.topology import load_preset
 
-GIB = 2**30
 ID = "placement_rl/Placement-v0"
-
-
-def small(model: str = "lenet", topology: str = "trinity") -> dict[str, Any]:
-    return {"kind": "fixed", "model": model, "topology": topology, "batch_size": 32}
 
 
 def make(generator: dict[str, Any] | None = None, **config: Any) -> gym.Env[Any, Any]:
     return gym.make(ID, config={"generator": generator or small(), "max_groups": 8, **config})
-
-
-def allowed(obs: dict[str, np.ndarray]) -> list[int]:
-    return np.flatnonzero(obs["action_mask"]).tolist()
 
 
 # --------------------------------------------------------------------------- bad config

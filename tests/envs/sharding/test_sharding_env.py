@@ -8,27 +8,19 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
-from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED, DEV_COL_MEMORY_USED_GIB
+from env_cases import GIB, allowed, small
 
 from placement_rl import simulate
+from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
+from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED, DEV_COL_MEMORY_USED_GIB
 from placement_rl.plan import Plan
 from placement_rl.search.space import SearchSpace
 
-GIB = 2**30
 ID = "placement_rl/Sharding-v0"
-
-
-def small(model: str = "lenet", topology: str = "trinity") -> dict[str, Any]:
-    return {"kind": "fixed", "model": model, "topology": topology, "batch_size": 32}
 
 
 def make(generator: dict[str, Any] | None = None, **config: Any) -> gym.Env[Any, Any]:
     return gym.make(ID, config={"generator": generator or small(), "max_groups": 8, **config})
-
-
-def allowed(obs: dict[str, np.ndarray]) -> list[int]:
-    return np.flatnonzero(obs["action_mask"]).tolist()
 
 
 def is_contiguous(devices: tuple[str, ...], topology: Any) -> bool:
