@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import Any
 
 from placement_rl.errors import SchemaError

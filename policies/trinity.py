@@ -38,13 +38,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from placement_rl.envs.observation import COL_COMPUTE_MS, COL_OUTPUT_MIB, COL_PARAM_MIB, COLS_OP_TYPE, OP_FAMILIES
 from ray.rllib.core import Columns
 from ray.rllib.core.distribution.distribution import Distribution
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 from torch.nn import functional as F
+
+from placement_rl.envs.observation import COL_COMPUTE_MS, COL_OUTPUT_MIB, COL_PARAM_MIB, COLS_OP_TYPE, OP_FAMILIES
 
 MASK_LOGIT = -1e9
 HIDDEN = 256
