@@ -13,52 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from slow_tests import SLOW
 
 from placement_rl import zoo
 from placement_rl.graph import OpGraph
 
 TESTS = Path(__file__).resolve().parent
 RL_TESTS = TESTS / "rl"
-
-# Tests over about 5 s, from `pytest -q -m "not ray" --durations=0` on the 2-core machine with other
-# runs competing (seconds in the comments; about a third of that on an idle machine): node id without
-# parameters -> the parameter ids that are slow, or () for every case. A zoo graph is imported once per
-# session (`zoo_graph`), so a first import is charged to whichever test asks first.
-SLOW: dict[str, tuple[str, ...]] = {
-    "tests/test_cli.py::test_plan_runs_every_method_and_writes_the_best": (),  # 81 s: every method, MCMC, FT
-    "tests/test_cli.py::test_search_mcmc_writes_the_best_plan": (),  # 22 s
-    "tests/test_search.py::test_mcmc_reaches_the_exhaustive_optimum": (),  # 63 s + 41 s: exhaustive search
-    "tests/test_search.py::test_delta_simulation_equals_full_simulation": (
-        "inception_v3-options0-tensoropt-0-500",  # 35 s
-        "rnnlm-options1-tag-testbed-0-500",  # 11 s
-        "transformer-options2-h100-2x8-60-400",  # 8 s
-    ),
-    "tests/test_coarsen.py::test_every_op_in_exactly_one_group": (
-        "gnmt-60",  # 35 s
-        "inception_v3-60",  # 13 s
-        "resnet50-7",  # 11 s
-    ),
-    "tests/test_architecture.py::test_importing_the_core_loads_no_ray": (),  # 18 s: a fresh interpreter
-    "tests/test_zoo.py::test_param_bytes_equal_the_modules": (  # builds the PyTorch module with its weights
-        "bert_large",  # 28 s
-        "rnnlm",  # 23 s
-        "rnntc",  # 23 s
-        "wideresnet",  # 12 s (7 GB of weights)
-        "resnet101",  # 22 s with the graph's import, which no fast test shares
-        "resnet50",  # 3-5 s, likewise
-    ),
-    "tests/test_zoo.py::test_batch_size_scales_activations_not_parameters": (),  # 13 s: resnet50 twice
-    "tests/test_zoo.py::test_options_reach_the_architecture": (),  # 7 s: rnnlm's 40 steps, used by no fast test
-    "tests/test_plan.py::test_layerwise_balances_by_device_speed": (),  # 11 s: resnet101
-    "tests/envs/test_conformance.py::test_final_makespan_is_the_simulated_plan": (
-        "sharding-inception_v3@tag-testbed",  # 15 s
-        "placement-device-inception_v3@tag-testbed",  # 7 s
-    ),
-    "tests/search/test_frontier.py::test_frontier_equals_brute_force_pareto_set": (
-        "dense (needs heuristics)-ldp",  # 9 s
-        "dense (needs heuristics)-elimination",  # 8 s
-    ),
-}
 
 
 def _is_slow(nodeid: str) -> bool:

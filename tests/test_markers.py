@@ -1,11 +1,11 @@
-"""The `slow` list of tests/conftest.py names tests that exist (a renamed test would silently lose its mark)."""
+"""The `slow` list (tests/slow_tests.py) names tests that exist (a renamed test would silently lose its mark)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from conftest import SLOW
+from slow_tests import SLOW
 
 
 def test_every_slow_entry_names_an_existing_test_function(repo_root: Path) -> None:
