@@ -52,8 +52,11 @@ def _row(model: str, preset: str, r: MethodResult, label: str, search_s: float) 
     )
 
 
-def table(iterations: int, out: Path, cases: list[tuple[str, str]]) -> None:
-    base = load_train_config(ROOT / "tune_configs" / "trinity_ppo.yaml")
+DEFAULT_CONFIG = ROOT / "tune_configs" / "trinity_ppo.yaml"
+
+
+def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path = DEFAULT_CONFIG) -> None:
+    base = load_train_config(config)
     print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
     print("|---|---|---|---|---|---|---|---|")
     for model, preset in cases:
@@ -74,10 +77,10 @@ def table(iterations: int, out: Path, cases: list[tuple[str, str]]) -> None:
             print(_row(model, preset, r, label, search_s), flush=True)
 
 
-def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None:
+def zero_shot(iterations: int, count: int, out: Path, model: str | None, config: Path = DEFAULT_CONFIG) -> None:
     from placement_rl.rl.evaluate import evaluate
 
-    base = load_train_config(ROOT / "tune_configs" / "trinity_ppo.yaml")
+    base = load_train_config(config)
     model = model or base.env["generator"]["model"]
     env_cfg = {
         **base.env,
@@ -105,7 +108,7 @@ def zero_shot(iterations: int, count: int, out: Path, model: str | None) -> None
     print(f"policy beats data parallel on {wins}/{count} unseen topologies")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["table", "zero-shot"])
     parser.add_argument("--iterations", type=int, default=30)
@@ -117,12 +120,13 @@ def main() -> None:
         default=",".join(f"{m}@{t}" for m, t in CASES),
         help="table: comma-separated MODEL@PRESET instances (default: the six of Trinity Table 4's mirror)",
     )
-    args = parser.parse_args()
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the training YAML the runs start from")
+    args = parser.parse_args(argv)
     if args.what == "table":
         cases = [tuple(c.split("@", 1)) for c in args.cases.split(",")]
-        table(args.iterations, Path(args.out), cases)  # type: ignore[arg-type]
+        table(args.iterations, Path(args.out), cases, args.config)  # type: ignore[arg-type]
     else:
-        zero_shot(args.iterations, args.topologies, Path(args.out), args.model)
+        zero_shot(args.iterations, args.topologies, Path(args.out), args.model, args.config)
 
 
 if __name__ == "__main__":

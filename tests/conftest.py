@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from slow_tests import SLOW
 
 from placement_rl import zoo
@@ -30,6 +32,38 @@ def _is_slow(nodeid: str) -> bool:
 
 _CACHE: dict[tuple[str, tuple[tuple[str, object], ...]], OpGraph] = {}
 _ZOO_LOAD = zoo.load  # the importer itself, even while a test stands `zoo_graph` in for `zoo.load`
+
+
+#: A training config small enough for a test: lenet at batch 32 on the trinity preset, 4 iterations.
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "env": {
+        "generator": {"kind": "fixed", "model": "lenet", "topology": "trinity", "batch_size": 32},
+        "one_shot_ops": 16,
+        "one_shot_groups": 4,
+        "max_devices": 4,
+        "node2vec_dim": 8,
+        "reward": "speedup",
+    },
+    "ppo": {"train_batch_size": 32, "minibatch_size": 16, "num_epochs": 2, "lr": 0.003},
+    "run": {"iterations": 4, "num_env_runners": 0, "checkpoint_every": 2, "seed": 0},
+}
+
+
+@pytest.fixture(scope="session")
+def tiny() -> dict[str, Any]:
+    """The tiny training config (a dict, as in YAML)."""
+    return TINY
+
+
+@pytest.fixture(scope="session")
+def tiny_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny training config as a YAML file (its output folder inside the session's temp dir)."""
+    folder = tmp_path_factory.mktemp("tiny")
+    doc = {**TINY, "run": {**TINY["run"], "output_dir": str(folder / "run")}}
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 @pytest.fixture(scope="session")

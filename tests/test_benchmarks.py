@@ -11,9 +11,6 @@ import importlib.util
 import math
 import os
 import re
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -136,23 +133,6 @@ def test_envs_steps_and_agents(run: Run) -> None:
         assert _number(row["mean speedup over DP"]) > 0 and re.fullmatch(r"\d/1", row["OOM episodes"])
 
 
-def _trinity(repo_root: Path, out_dir: Path, *argv: str) -> str:
-    """``benchmarks/trinity.py`` with these arguments in its own process (it starts Ray); its output."""
-    cmd = [sys.executable, "benchmarks/trinity.py", *argv, "--iterations", "1", "--out", str(out_dir)]
-    # A session of its own, so that on a timeout the script and the Ray it started can be stopped together.
-    proc = subprocess.Popen(
-        cmd, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        out, _ = proc.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} ran past 900 s: {out[-3000:]}")
-    assert proc.returncode == 0, out[-3000:]
-    return out
-
-
 def _speedups(row: dict[str, str]) -> list[float]:
     """The row's ``1.23x`` cells (speedups over data parallelism), each within sane bounds."""
     speedups = [_number(cell) for cell in row.values() if cell.endswith("x")]
@@ -160,15 +140,26 @@ def _speedups(row: dict[str, str]) -> list[float]:
     return speedups
 
 
-@pytest.mark.ray
 @pytest.mark.slow
-def test_trinity_table(repo_root: Path, tmp_path: Path) -> None:
-    """One training iteration on lenet x trinity, then the learned plan next to the baselines (~2.5 min).
-
-    ``zero-shot`` (~1.5 min) is left out: its evaluation is tests/rl's ``evaluate`` command test.
-    """
-    rows = _table(_trinity(repo_root, tmp_path, "table", "--cases", "lenet@trinity"))
-    assert len(rows) >= 4 and all("lenet" in row.values() for row in rows), rows  # baselines + the learned plan
+def test_trinity_table(ray_local: object, run: Run, tiny_yaml: Path, tmp_path: Path) -> None:
+    """One training iteration of the tiny RL config on lenet x trinity, then the learned plan next to the
+    baselines, in this process on the session's Ray. ``zero-shot`` is left out: its evaluation is
+    tests/rl's ``evaluate`` command test."""
+    argv = [
+        "table",
+        "--cases",
+        "lenet@trinity",
+        "--iterations",
+        "1",
+        "--config",
+        str(tiny_yaml),
+        "--out",
+        str(tmp_path),
+    ]
+    rows = _table(run("trinity", *argv))
+    methods = [row["method"] for row in rows]
+    assert methods[:3] == ["single GPU", "data parallel", "expert"] and methods[-1] == "Trinity (learned)", methods
+    assert all(row["model"] == "lenet" and row["cluster"] == "trinity" for row in rows)
     for row in rows:
         _speedups(row)
-    assert any(_number(cell) == 1.0 for row in rows for cell in row.values() if cell.endswith("x"))  # DP itself
+    assert _number(next(r for r in rows if r["method"] == "data parallel")["vs DP"]) == 1.0
