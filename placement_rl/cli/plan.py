@@ -147,7 +147,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="also run a trained policy (a checkpoint_* folder of a training run; it must come from a trusted place)",
+        help="also run a trained policy (a checkpoint_* folder of a training run; only its safe policy export is read)",
     )
     p.set_defaults(func=cmd_plan)
 

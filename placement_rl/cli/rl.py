@@ -18,7 +18,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         import dataclasses
 
         cfg = cfg.replace(run=dataclasses.replace(cfg.run, iterations=args.iterations))
-    run_dir = train(cfg, out_dir=args.out_dir)
+    run_dir = train(cfg, out_dir=args.out_dir, resume=args.resume)
     print(f"wrote {run_dir} (checkpoint_final/, progress.csv, tb/, learning_curve.png)")
 
 
@@ -86,6 +86,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("config", help="training YAML, e.g. tune_configs/trinity_ppo.yaml")
     p.add_argument("--iterations", type=positive_int, default=None, help="override run.iterations")
     p.add_argument("--out-dir", default=None, help="override run.output_dir")
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="CHECKPOINT",
+        help="continue from an RLlib checkpoint folder; it holds pickled state that runs code when loaded, "
+        "so it must come from a trusted place (your own earlier run)",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="sweep an agent's hyperparameters with Ray Tune from a YAML config")

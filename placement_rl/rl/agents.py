@@ -3,9 +3,17 @@ them up here and never name one.
 
 An :class:`Agent` says which environment it acts in (and the env options it needs), which YAML
 sections configure it (each a config dataclass, :mod:`placement_rl.config`), how to build its RLlib
-algorithm from a :class:`~placement_rl.rl.config.TrainConfig`, how to load a trained module from a
-checkpoint, and how to make one plan with it. A run directory records its agent's name in
+algorithm from a :class:`~placement_rl.rl.config.TrainConfig`, how to build its (untrained) module,
+and how to make one plan with it. A run directory records its agent's name in
 ``train_config.json``, so a checkpoint finds its agent by itself.
+
+**Trained policies are loaded from a safe export, never from RLlib's pickles.** Every checkpoint
+the trainer writes holds, beside RLlib's own files, ``policy.pt`` (the module's weights: a state
+dict of tensors, read with ``torch.load(..., weights_only=True)``, which runs no code) and
+``policy.json`` (the agent's name and the module's config). :func:`load_policy` (``evaluate``,
+``plan --checkpoint``, comparisons) reads only those two files and the run's
+``train_config.json``; RLlib's pickled state (``class_and_ctor_args.pkl``, ...) is read only by
+``placement-rl train --resume``, and only from a folder the user trusts.
 
 Built-in agents are imported on first use (:data:`BUILTIN_AGENTS`); another agent registers with
 :func:`register_agent` when its module is imported.
@@ -35,6 +43,9 @@ BUILTIN_AGENTS: dict[str, str] = {"trinity": "placement_rl.rl.trinity"}
 
 #: The file of a run directory that records its resolved training config (and so its agent).
 CONFIG_FILE = "train_config.json"
+#: The safe policy export inside every checkpoint folder: weights (tensors only) and their description.
+POLICY_WEIGHTS, POLICY_INFO = "policy.pt", "policy.json"
+POLICY_FORMAT = "placement_rl.policy"
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,8 @@ class Agent:
         searchable_env: the ``env.*`` keys a Tune sweep may vary.
         algorithm: ``TrainConfig -> RLlib AlgorithmConfig`` (not yet built).
         learner_metrics: the learner's result keys reported per iteration (e.g. ``policy_loss``).
-        load_module: checkpoint folder -> the trained module, in evaluation mode.
+        build_module: ``TrainConfig -> module``: the agent's module with fresh weights, its spaces
+            taken from the configured environment (the safe export's weights are loaded into it).
         act: ``(module, env) -> final info`` of one deterministic episode (``info["plan"]``).
     """
 
@@ -60,7 +72,7 @@ class Agent:
     env_options: Mapping[str, Any]
     sections: Mapping[str, type]
     algorithm: Callable[[TrainConfig], Any]
-    load_module: Callable[[Path], Any]
+    build_module: Callable[[TrainConfig], Any]
     act: Callable[[Any, Any], dict[str, Any]]
     searchable_env: frozenset[str] = frozenset()
     learner_metrics: tuple[str, ...] = ()
@@ -111,19 +123,72 @@ def run_config_path(checkpoint: str | Path) -> Path:
     return found
 
 
-def load_policy(checkpoint: str | Path) -> Policy:
-    """The trained policy of a checkpoint folder (``checkpoint_*`` of a run directory).
+def export_policy(module: Any, config: TrainConfig, checkpoint: str | Path) -> Path:
+    """Write the safe export of ``module`` into the checkpoint folder: ``policy.pt`` (its state dict,
+    tensors only) and ``policy.json``. Returns the folder."""
+    import torch
 
-    RLlib checkpoints hold pickled state: load only checkpoints from a trusted place.
+    from placement_rl.io import write_json
+
+    folder = Path(checkpoint)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
+    tmp = folder / (POLICY_WEIGHTS + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(folder / POLICY_WEIGHTS)
+    write_json(
+        folder / POLICY_INFO,
+        {
+            "format": POLICY_FORMAT,
+            "schema_version": 1,
+            "agent": config.agent,
+            "run": config.name,
+            "tensors": len(state),
+        },
+    )
+    return folder
+
+
+def load_policy(checkpoint: str | Path) -> Policy:
+    """The trained policy of a checkpoint folder (``checkpoint_*`` of a run directory), from its safe
+    export (``policy.pt`` + ``policy.json``): no pickle is read, so a crafted folder runs no code.
+
+    Raises:
+        FileNotFoundError: when the folder, its run's ``train_config.json`` or the export is missing.
+        ValueError: when the export does not match the run's agent or module.
     """
     import json
+    import pickle
 
+    import torch
+
+    from placement_rl.io import check_header, read_json
     from placement_rl.rl.config import TrainConfig
 
-    path = run_config_path(checkpoint)
+    folder = Path(checkpoint)
+    path = run_config_path(folder)
     config = TrainConfig.from_dict(json.loads(path.read_text()), where=str(path))
+    weights, info = folder / POLICY_WEIGHTS, folder / POLICY_INFO
+    if not (weights.is_file() and info.is_file()):
+        raise FileNotFoundError(
+            f"{str(folder)!r} has no policy export ({POLICY_WEIGHTS} and {POLICY_INFO}); policies are loaded only "
+            "from that export, never from RLlib's pickled state (a checkpoint_* folder written by placement-rl train)"
+        )
+    document = read_json(info)
+    check_header(document, POLICY_FORMAT, (1,))
+    if document.get("agent") != config.agent:
+        raise ValueError(f"{info}: agent {document.get('agent')!r}, but the run trained {config.agent!r}")
     agent = get_agent(config.agent)
-    return Policy(agent, config, agent.load_module(Path(checkpoint)), Path(checkpoint))
+    module = agent.build_module(config)
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+        module.load_state_dict(state)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+        # weights_only=True refuses every global but tensors and containers: a crafted file stops here.
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{weights}: not a state dict of the {agent.name} module of this run ({first})") from None
+    module.eval()
+    return Policy(agent, config, module, folder)
 
 
 class _GivenInstance:

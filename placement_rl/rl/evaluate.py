@@ -34,7 +34,7 @@ def evaluate(
     """Run the policy deterministically on every (model, topology) and the baselines beside it.
 
     Args:
-        checkpoint: a ``checkpoint_*`` folder of a training run (RLlib state: a trusted folder only).
+        checkpoint: a ``checkpoint_*`` folder of a training run (only its safe policy export is read).
         topologies: topology specs (presets, ``random:SEED``, files).
         models: zoo models (default: the training config's generator model(s)).
         mcmc_budget: MCMC's budget per instance (``None`` skips MCMC).

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from placement_rl.rl.agents import CONFIG_FILE
+from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
 from placement_rl.rl.runtime import ensure_ray
 
@@ -51,14 +51,32 @@ def build_algorithm(cfg: TrainConfig) -> Any:
     return cfg.agent_spec.algorithm(cfg).build_algo()
 
 
+def save_checkpoint(algo: Any, cfg: TrainConfig, folder: Path) -> Path:
+    """RLlib's checkpoint (for ``--resume``) plus the safe policy export (for everything else)."""
+    algo.save_to_path(str(folder))
+    return export_policy(algo.get_module(), cfg, folder)
+
+
 def train(
-    cfg: TrainConfig, *, out_dir: str | Path | None = None, progress: Callable[[str], None] | None = print
+    cfg: TrainConfig,
+    *,
+    out_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: Callable[[str], None] | None = print,
 ) -> Path:
     """Train ``cfg``'s agent; returns the run directory.
 
     The run directory holds ``train_config.json`` (the resolved config, naming the agent),
     ``progress.csv`` (one row per iteration), TensorBoard events (``tb/``), ``checkpoint_NNNNNN/``
-    every ``run.checkpoint_every`` iterations and ``checkpoint_final/``, and ``learning_curve.png``.
+    every ``run.checkpoint_every`` iterations and ``checkpoint_final/`` (each with RLlib's state and
+    the safe policy export, :func:`placement_rl.rl.agents.export_policy`), and ``learning_curve.png``.
+
+    Args:
+        cfg: the training config.
+        out_dir: the run directory (default ``cfg.run.output_dir``), made absolute.
+        resume: an RLlib checkpoint folder to continue from. It holds pickled state, which runs code
+            when loaded: pass only a folder from a trusted place (your own earlier run).
+        progress: called with one line per iteration (``None``: silent).
     """
     import torch
     from tensorboardX import SummaryWriter
@@ -72,6 +90,10 @@ def train(
     (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
     metrics = cfg.agent_spec.learner_metrics
     algo = build_algorithm(cfg)
+    if resume is not None:
+        if not Path(resume).is_dir():
+            raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
+        algo.restore_from_path(str(Path(resume).resolve()))
     rows: list[dict[str, float]] = []
     writer = SummaryWriter(str(run_dir / "tb"))
     try:
@@ -96,8 +118,8 @@ def train(
                         f"(best {row['best_speedup']:.2f}x)  {extra}  {row['time_s']:.0f}s"
                     )
                 if it % cfg.run.checkpoint_every == 0:
-                    algo.save_to_path(str(run_dir / f"checkpoint_{it:06d}"))
-        algo.save_to_path(str(run_dir / "checkpoint_final"))
+                    save_checkpoint(algo, cfg, run_dir / f"checkpoint_{it:06d}")
+        save_checkpoint(algo, cfg, run_dir / "checkpoint_final")
     finally:
         writer.close()
         algo.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,24 +147,22 @@ def algorithm_config(cfg: TrainConfig) -> Any:
     )
 
 
-def module_checkpoint(path: str | Path) -> Path:
-    """The RLModule folder inside an algorithm checkpoint (or ``path`` if it already is one)."""
-    p = Path(path)
-    for candidate in (p / "learner_group" / "learner" / "rl_module" / "default_policy", p):
-        if any((candidate / f).is_file() for f in ("module_state.pt", "module_state.pkl", "class_and_ctor_args.pkl")):
-            return candidate
-    raise FileNotFoundError(
-        f"{str(p)!r} is not a Trinity checkpoint: expected learner_group/learner/rl_module/default_policy inside it"
+def build_module(cfg: TrainConfig) -> Any:
+    """The Trinity RLModule of ``cfg`` with fresh weights; its spaces are the configured env's."""
+    import gymnasium as gym
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    import placement_rl.envs  # noqa: F401  (registers the ids)
+    from placement_rl.policies.trinity import TrinityRLModule
+
+    env = gym.make(ENV_ID, config=dict(cfg.env))
+    spec = RLModuleSpec(
+        module_class=TrinityRLModule,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        model_config=cfg.model.model_config(),
     )
-
-
-def load_module(checkpoint: Path) -> Any:
-    """The trained RLModule of a checkpoint, in evaluation mode (RLlib state: a trusted folder only)."""
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    module = RLModule.from_checkpoint(module_checkpoint(checkpoint))
-    module.eval()
-    return module
+    return spec.build()
 
 
 def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
@@ -191,7 +188,7 @@ TRINITY = register_agent(
         env_options={"mode": "one_shot"},
         sections={"model": ModelSection, "ppo": PPOSection},
         algorithm=algorithm_config,
-        load_module=load_module,
+        build_module=build_module,
         act=act,
         searchable_env=frozenset(
             {

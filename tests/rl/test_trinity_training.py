@@ -49,6 +49,7 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
     from ray.rllib.core import Columns
 
     from placement_rl.rl.agents import CONFIG_FILE, load_policy
+    from placement_rl.rl.train import save_checkpoint
     from placement_rl.rl.trinity import algorithm_config
 
     cfg = load_train_config(tiny_yaml)
@@ -62,7 +63,7 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
         before_module.eval()
         with torch.no_grad():
             before = before_module.forward_inference(batch)[Columns.ACTIONS]
-        algo.save_to_path(str(tmp_path / "checkpoint"))
+        save_checkpoint(algo, cfg, tmp_path / "checkpoint")
     finally:
         algo.stop()
     (tmp_path / CONFIG_FILE).write_text(json.dumps(cfg.to_dict()))
@@ -160,3 +161,36 @@ def test_tune_command(ray_local: Any, tiny_yaml: Path, tmp_path: Path, capsys: p
     best = yaml.safe_load((tmp_path / "sweep" / "best_config.yaml").read_text())
     cfg = TrainConfig.from_dict(best)
     assert cfg.ppo.lr in (0.001, 0.003) and cfg.run.iterations == 1
+
+
+class _Payload:
+    """Pickled, it runs ``touch(path)`` when unpickled: what a crafted checkpoint would do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Path.touch, (self.path,))
+
+
+def test_a_crafted_checkpoint_runs_no_code(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RLlib's pickles are never read to load a policy; a pickle in place of the weights is refused."""
+    import pickle
+    import shutil
+
+    import torch
+
+    sentinel = tmp_path / "pwned"
+    crafted = tmp_path / "run"
+    shutil.copytree(tiny_run / "checkpoint_final", crafted / "checkpoint_final")
+    shutil.copy(tiny_run / "train_config.json", crafted / "train_config.json")
+    for path in (crafted / "checkpoint_final").rglob("*.pkl"):  # every RLlib pickle becomes a payload
+        path.write_bytes(pickle.dumps(_Payload(sentinel)))
+    torch.save({"weight": _Payload(sentinel)}, crafted / "checkpoint_final" / "policy.pt")
+    argv = ["evaluate", "--checkpoint", str(crafted / "checkpoint_final"), "--topologies", "trinity"]
+    assert main([*argv, "--mcmc-budget", "none"]) == 2
+    assert "not a state dict" in capsys.readouterr().err
+    (crafted / "checkpoint_final" / "policy.pt").unlink()
+    assert main([*argv, "--mcmc-budget", "none"]) == 2
+    assert "has no policy export" in capsys.readouterr().err
+    assert not sentinel.exists()  # no payload ran
