@@ -28,7 +28,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 from placement_rl import zoo
 from placement_rl.plan import data_parallel, expert
 from placement_rl.search import mcmc
-from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import load_preset
 
@@ -77,7 +77,7 @@ def speedup_table(budget: str, models: Sequence[str] = MODELS) -> None:
             graph = zoo.load(model, batch_size=_batch(model, topo.num_devices))
             dp = simulate(graph, topo, data_parallel(graph, topo)).makespan_s
             ex = simulate(graph, topo, expert(graph, topo)).makespan_s
-            found = mcmc(graph, topo, budget=budget, seed=0)
+            found = mcmc(graph, topo, budget=budget, seed=0, initial=INITIAL_CANDIDATES)  # FlexFlow's
             extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES)
             ms, xs = found.result.makespan_s, extended.result.makespan_s
             print(

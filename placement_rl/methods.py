@@ -257,9 +257,8 @@ def _baseline(name: str, build: Callable[[OpGraph, DeviceTopology], Plan], descr
 
 def _mcmc(problem: Problem) -> Plan:
     from placement_rl.search import mcmc
-    from placement_rl.search.mcmc import EXTENDED_CANDIDATES
 
-    opts = {"budget": "10s", "chains": 1, "seed": 0, "initial": EXTENDED_CANDIDATES, **problem.options}
+    opts = {"budget": "10s", "chains": 1, "seed": 0, **problem.options}
     found = mcmc(problem.graph, problem.topology, cost_model=problem.cost_model, progress=problem.progress, **opts)
     return found.plan
 

@@ -87,9 +87,12 @@ def zoo_graph() -> Callable[..., OpGraph]:
 
 @pytest.fixture(scope="session")
 def ray_local():  # type: ignore[no-untyped-def]
-    """One local Ray for the whole session (2 CPUs); shut down at the end, never `ray stop`."""
+    """One local Ray for the whole session (2 CPUs, bound to 127.0.0.1); shut down at the end, never `ray stop`."""
     import ray
 
+    from placement_rl.rl.runtime import loopback_only
+
+    loopback_only()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -146,10 +146,26 @@ def instance_parser(model: str | None = None, topology: str | None = None) -> ar
     return p
 
 
+def precision(text: str) -> str:
+    """A training precision name (a key of :data:`placement_rl.sim.cost.PRECISIONS`)."""
+    from placement_rl.sim.cost import PRECISIONS
+
+    if text not in PRECISIONS:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("precision", text, PRECISIONS)))
+    return text
+
+
 def cost_parser() -> argparse.ArgumentParser:
     """The cost model's options."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
+    p.add_argument(
+        "--precision",
+        type=precision,
+        default="fp32",
+        help="training precision: fp32 (default), tf32, bf16-mixed or fp16-mixed; sets bytes per activation "
+        "and parameter element and the compute dtype's peak (README, 'Precision')",
+    )
     p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
     p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
     return p
@@ -181,6 +197,7 @@ def cost_model(args: argparse.Namespace) -> Any:
 
     return CostModel(
         optimizer=args.optimizer,
+        precision=args.precision,
         profile=ProfileTable.from_json(args.profile) if args.profile else None,
         comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
     )
@@ -200,6 +217,27 @@ def plan_for(spec: str, graph: Any, topology: Any) -> Any:
             raise ValueError(f"plan {spec!r} was made for graph {plan.graph_name!r}, not {graph.name!r}")
         return plan
     raise UnknownNameError("plan", spec, [*BASELINES, *METHOD_ALIASES, "FILE.json"])
+
+
+def chain_map(chains: int, budget: Any) -> Any:
+    """The task map for ``chains`` MCMC chains: ``None`` (in process) for one chain, else Ray tasks.
+
+    Raises:
+        ValueError: when a time budget is given for more chains than the Ray cluster has CPUs (the
+            extra chains would wait for a CPU, each still getting its full time budget).
+    """
+    if chains <= 1:
+        return None
+    from placement_rl.rl.parallel import RayMap
+    from placement_rl.rl.runtime import cluster_cpus
+
+    cpus = cluster_cpus()
+    if budget.seconds is not None and chains > cpus:
+        raise ValueError(
+            f"--chains {chains} with a time budget on a Ray cluster of {cpus} CPUs: at most {cpus} chains run at "
+            f"once; expected --chains <= {cpus}, or a budget in proposals"
+        )
+    return RayMap()
 
 
 def write_plan_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: str) -> list[Path]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from placement_rl.cli.common import (
     budget,
+    chain_map,
     cost_model,
     cost_parser,
     instance_parser,
@@ -36,9 +37,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if "mcmc" in methods:
         options["mcmc"] = {"budget": args.mcmc_budget, "chains": args.chains, "seed": args.seed}
         if args.chains > 1:
-            from placement_rl.rl.parallel import RayMap
-
-            options["mcmc"]["task_map"] = RayMap()
+            options["mcmc"]["task_map"] = chain_map(args.chains, args.mcmc_budget)
     if "ft" in methods:
         options["ft"] = {"max_configs": args.ft_max_configs}
     if args.checkpoint:

@@ -9,6 +9,7 @@ from typing import Any
 from placement_rl.cli.common import (
     budget,
     byte_size,
+    chain_map,
     cost_model,
     cost_parser,
     finite_float,
@@ -34,11 +35,7 @@ def cmd_search(args: argparse.Namespace) -> None:
 
     graph, topology = load_instance(args)
     costs = cost_model(args)
-    task_map = None
-    if args.chains > 1:
-        from placement_rl.rl.parallel import RayMap
-
-        task_map = RayMap()
+    task_map = chain_map(args.chains, args.budget)
     found = mcmc(
         graph,
         topology,
@@ -311,8 +308,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--initial",
         type=name_list,
-        default="data_parallel,expert,random",
-        help="initial candidates: data_parallel, expert, random (FlexFlow's) and subset_data_parallel",
+        default="data_parallel,expert,random,subset_data_parallel",
+        help="initial candidates (default all four, as plan): data_parallel, expert, random (FlexFlow's three) "
+        "and subset_data_parallel",
     )
     p.add_argument("--out", default=None, help="write the best plan (JSON) here")
     p.set_defaults(func=cmd_search)

@@ -54,7 +54,7 @@ def evaluate(
     options = {}
     if mcmc_budget is not None:
         methods.append("mcmc")
-        options["mcmc"] = {"budget": mcmc_budget, "seed": 0, "initial": ("data_parallel", "expert", "random")}
+        options["mcmc"] = {"budget": mcmc_budget, "seed": 0}
     rows: list[MethodResult] = []
     for model in models:
         graph = zoo.load(model)

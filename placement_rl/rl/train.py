@@ -19,7 +19,7 @@ from typing import Any
 
 from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
-from placement_rl.rl.runtime import ensure_ray
+from placement_rl.rl.runtime import ensure_ray, output_dir
 
 
 def summarize(result: Mapping[str, Any], learner_metrics: tuple[str, ...] = ()) -> dict[str, float]:
@@ -85,7 +85,9 @@ def train(
 
     ensure_ray()
     torch.manual_seed(cfg.run.seed)
-    run_dir = Path(out_dir or cfg.run.output_dir).resolve()
+    run_dir, warning = output_dir(out_dir or cfg.run.output_dir)
+    if progress is not None:
+        progress(f"[{cfg.name}] writing to {run_dir}" + (f"\nwarning: {warning}" if warning else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
     metrics = cfg.agent_spec.learner_metrics
@@ -134,7 +136,9 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     from ray import tune
 
     ensure_ray()
-    out = Path(cfg.output_dir).resolve()
+    out, warning = output_dir(cfg.output_dir)
+    if progress is not None:
+        progress(f"sweep writing to {out}" + (f"\nwarning: {warning}" if warning else ""))
     out.mkdir(parents=True, exist_ok=True)
     cpus = int(ray.available_resources().get("CPU", os.cpu_count() or 1))
     base = cfg.base

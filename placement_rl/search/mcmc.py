@@ -287,7 +287,7 @@ def mcmc(
     seed: int = 0,
     beta: float = 50.0,
     oom_penalty: float = 10.0,
-    initial: Sequence[str] = INITIAL_CANDIDATES,
+    initial: Sequence[str] = EXTENDED_CANDIDATES,
     cost_model: CostModel | None = None,
     delta: bool = True,
     progress: bool = False,
@@ -305,8 +305,9 @@ def mcmc(
         beta: scale-free inverse temperature (``beta / cost(initial)`` multiplies cost differences).
         oom_penalty: cost multiplier for plans that do not fit.
         initial: initial candidates, spread round-robin over the chains: FlexFlow's ``data_parallel``,
-            ``expert`` and ``random`` (the default), and ``subset_data_parallel`` (see
-            :data:`EXTENDED_CANDIDATES`).
+            ``expert`` and ``random`` (:data:`INITIAL_CANDIDATES`, FlexFlow's own setting) and
+            ``subset_data_parallel``; the default is all four (:data:`EXTENDED_CANDIDATES`), as in
+            ``placement-rl plan``.
         cost_model: the simulator's cost model.
         delta: evaluate proposals with delta simulation (same results, faster).
         progress: show a progress bar of proposals and the best cost.
