@@ -2,12 +2,18 @@
 
 User-facing files are JSON (never pickle). Each document is an object with a ``"format"`` tag and a
 ``"schema_version"`` integer; the schemas are described in ``docs/formats.md``.
+
+Strict JSON both ways: ``NaN`` and ``Infinity`` (which Python's ``json`` accepts and writes by
+default) are refused when reading and never written; numbers too large for a float, documents
+nested too deeply and files that are not UTF-8 are each a clean :class:`SchemaError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
@@ -15,26 +21,65 @@ from typing import Any
 from placement_rl.errors import SchemaError
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number; expected a finite number")
+
+
+def loads_json(text: str, where: str) -> Any:
+    """Parse strict JSON text; errors are :class:`SchemaError` naming ``where``, line and column."""
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{where}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:  # NaN / Infinity, or an integer too long to convert
+        raise SchemaError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise SchemaError(f"{where}: JSON nested too deeply") from None
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file, turning syntax errors into a ``SchemaError`` that names file, line and column."""
+    """Parse a JSON file, turning every defect into a ``SchemaError`` that names the file (and the line
+    and column of a syntax error); a missing file is a ``FileNotFoundError`` naming it."""
     path = Path(path)
+    if path.is_dir():
+        raise SchemaError(f"{str(path)!r} is a folder; expected a JSON file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"no such file: {str(path)!r}") from None
+    except UnicodeDecodeError as exc:
+        raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start}); expected a JSON file") from None
+    return loads_json(text, str(path))
+
+
+def dumps_json(document: Any, indent: int | None = 1) -> str:
+    """``document`` as strict JSON text.
+
+    Raises:
+        ValueError: when it holds a non-finite number (a bug upstream: every figure should be finite).
+    """
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        return json.dumps(document, indent=indent, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError(f"refusing to write non-standard JSON ({exc}): a figure is NaN or infinite") from None
 
 
 def write_json(path: str | os.PathLike[str], document: Any) -> None:
-    """Write ``document`` as indented JSON, atomically (a crash never leaves a half-written file)."""
+    """Write ``document`` as indented strict JSON, atomically: a crash never leaves a half-written file,
+    and a file that cannot be written is an error before anything is replaced."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a folder; expected a file path to write")
+    text = dumps_json(document) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def check_header(document: Any, fmt: str, supported_versions: tuple[int, ...]) -> None:
@@ -93,7 +138,13 @@ def as_int(value: Any, where: str) -> int:
 
 
 def as_float(value: Any, where: str) -> float:
-    """``value`` as a float if it is a number (not a bool), else a ``SchemaError`` naming ``where``."""
+    """``value`` as a finite float if it is a number (not a bool), else a ``SchemaError`` naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SchemaError(f"{where}: expected a number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise SchemaError(f"{where}: {value} is out of the range of a float") from None
+    if not math.isfinite(number):
+        raise SchemaError(f"{where}: expected a finite number, got {value!r}")
+    return number

@@ -8,7 +8,6 @@ with a message naming the value and what was expected; argparse prints it as ``e
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -237,8 +236,9 @@ def write_plan_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: 
 
 # ------------------------------------------------------------------------------------ printing
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    from placement_rl.io import dumps_json
+
+    sys.stdout.write(dumps_json(obj) + "\n")
 
 
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:

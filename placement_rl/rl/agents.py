@@ -157,7 +157,6 @@ def load_policy(checkpoint: str | Path) -> Policy:
         FileNotFoundError: when the folder, its run's ``train_config.json`` or the export is missing.
         ValueError: when the export does not match the run's agent or module.
     """
-    import json
     import pickle
 
     import torch
@@ -167,7 +166,7 @@ def load_policy(checkpoint: str | Path) -> Policy:
 
     folder = Path(checkpoint)
     path = run_config_path(folder)
-    config = TrainConfig.from_dict(json.loads(path.read_text()), where=str(path))
+    config = TrainConfig.from_dict(read_json(path), where=str(path))
     weights, info = folder / POLICY_WEIGHTS, folder / POLICY_INFO
     if not (weights.is_file() and info.is_file()):
         raise FileNotFoundError(

@@ -10,13 +10,13 @@ they attach to the job's cluster (:func:`placement_rl.rl.runtime.ensure_ray`).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from placement_rl.io import write_json
 from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
 from placement_rl.rl.runtime import ensure_ray, output_dir
@@ -89,7 +89,7 @@ def train(
     if progress is not None:
         progress(f"[{cfg.name}] writing to {run_dir}" + (f"\nwarning: {warning}" if warning else ""))
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(json.dumps(cfg.to_dict(), indent=2))
+    write_json(run_dir / CONFIG_FILE, cfg.to_dict())
     metrics = cfg.agent_spec.learner_metrics
     algo = build_algorithm(cfg)
     if resume is not None:
