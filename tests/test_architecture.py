@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Packages of placement_rl from the bottom layer up; a module may import only its own layer and below.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "io", "config", "progress", "parallel", "plots"),
+    ("errors", "io", "config", "progress", "parallel", "paths", "plots"),
     ("ops",),
     ("graph", "zoo"),
     ("topology",),

@@ -15,6 +15,7 @@ from placement_rl.cli.common import (
     print_json,
     print_table,
 )
+from placement_rl.paths import output_file
 
 
 def _graph_stats(graph: Any) -> dict[str, Any]:
@@ -96,6 +97,8 @@ def cmd_topologies(args: argparse.Namespace) -> None:
 
 
 def cmd_show_graph(args: argparse.Namespace) -> None:
+    if args.out:
+        output_file(args.out)
     graph = load_graph(args.model, args.batch_size)
     if args.coarsen:
         from placement_rl.graph.coarsen import coarsen
@@ -130,6 +133,8 @@ def cmd_show_graph(args: argparse.Namespace) -> None:
 def cmd_show_topology(args: argparse.Namespace) -> None:
     from placement_rl.topology import resolve_topology
 
+    if args.out:
+        output_file(args.out)
     topology = resolve_topology(args.topology)
     if args.out:
         topology.to_json(args.out)
@@ -143,6 +148,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from placement_rl import zoo
     from placement_rl.profiling import profile_models
 
+    output_file(args.out)  # before measuring, not after
     models = args.models or zoo.names()
     table = profile_models(
         models,

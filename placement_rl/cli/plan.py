@@ -23,6 +23,7 @@ from placement_rl.cli.common import (
     print_table,
     write_plan_outputs,
 )
+from placement_rl.paths import output_file, output_folder, safe_name
 
 #: The methods ``plan`` runs by default, data parallelism (the reference) first.
 DEFAULT_PLAN_METHODS = ("data_parallel", "single_device", "expert", "layerwise", "mcmc", "ft")
@@ -32,6 +33,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     from placement_rl.methods import best_result, compare_methods
 
     graph, topology = load_instance(args)
+    default_dir = Path("out") / safe_name(f"plan-{graph.name}-{topology.name}")
+    out_dir = output_folder(args.out_dir or default_dir)  # checked before any method runs
     methods: list[Any] = list(args.methods or DEFAULT_PLAN_METHODS)
     options: dict[str, dict[str, Any]] = {}
     if "mcmc" in methods:
@@ -48,7 +51,6 @@ def cmd_plan(args: argparse.Namespace) -> None:
         graph, topology, methods, cost_model=cost_model(args), options=options, progress=not args.json
     )
     best = best_result(rows)
-    out_dir = Path(args.out_dir or f"out/plan-{graph.name}-{topology.name}")
     title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter)"
     paths = write_plan_outputs(out_dir, "best_plan", best.plan, best.result, title)
     if args.json:
@@ -75,6 +77,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     from placement_rl.sim import simulate
 
     graph, topology = load_instance(args)
+    for path in (args.trace, args.gantt):
+        if path:
+            output_file(path, "--trace" if path == args.trace else "--gantt")
     plan = plan_for(args.plan, graph, topology)
     result = simulate(graph, topology, plan, cost_model(args))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"

@@ -26,6 +26,7 @@ from placement_rl.cli.common import (
     print_json,
     print_table,
 )
+from placement_rl.paths import output_file, output_folder, safe_name
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -34,6 +35,8 @@ def cmd_search(args: argparse.Namespace) -> None:
     from placement_rl.sim import simulate
 
     graph, topology = load_instance(args)
+    if args.out:
+        output_file(args.out)  # before the search, not after it
     costs = cost_model(args)
     task_map = chain_map(args.chains, args.budget)
     found = mcmc(
@@ -109,8 +112,7 @@ def cmd_frontier(args: argparse.Namespace) -> None:
     costs = cost_model(args)
     if args.devices is not None and args.devices > topology.num_devices:
         raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
-    out_dir = Path(args.out_dir or f"out/frontier-{graph.name}-{topology.name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = output_folder(args.out_dir or Path("out") / safe_name(f"frontier-{graph.name}-{topology.name}"))
     ctx = SimContext(graph, topology, costs)
     options = _ft_options(args, graph, costs)
     desc = f"FT-{args.method} {graph.name}"
