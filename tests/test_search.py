@@ -142,6 +142,9 @@ def test_bad_search_arguments(zoo_graph) -> None:  # type: ignore[no-untyped-def
         mcmc(graph, topo, budget=10, initial=("greedy",))
     with pytest.raises(ValueError, match="budget 'soon'"):
         mcmc(graph, topo, budget="soon")
+    for bad in (-1000.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"beta = .*; expected a finite number > 0"):
+            mcmc(graph, topo, budget=10, beta=bad)
 
 
 def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ignore[no-untyped-def]

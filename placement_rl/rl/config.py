@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +205,26 @@ def searchable_keys(cfg: TrainConfig) -> list[str]:
     return sorted([*keys, *(f"env.{k}" for k in agent.searchable_env)])
 
 
+def _check_domain(where: str, kind: str, values: list[Any]) -> None:
+    """A search domain's values: ranges ``[low, high]`` with ``low < high`` (``low > 0`` for ``loguniform``,
+    integers for ``randint``), finite numbers; ``choice`` / ``grid`` values free (each trial's config is
+    validated in full before it runs)."""
+    if kind not in ("uniform", "loguniform", "randint"):
+        return
+    if len(values) != 2:
+        raise SchemaError(f"{where}: expected [low, high], got {values!r}")
+    integer = kind == "randint"
+    for v in values:
+        ok = isinstance(v, int) if integer else isinstance(v, (int, float)) and math.isfinite(v)
+        if isinstance(v, bool) or not ok:
+            raise SchemaError(f"{where}: {v!r} is not {'an integer' if integer else 'a finite number'}")
+    low, high = values
+    if not low < high:
+        raise SchemaError(f"{where}: expected low < high, got [{low}, {high}]")
+    if kind == "loguniform" and low <= 0:
+        raise SchemaError(f"{where}: expected 0 < low for a log-uniform domain, got [{low}, {high}]")
+
+
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in overrides.items():
@@ -235,8 +256,13 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def load_train_config(path: str | Path) -> TrainConfig:
-    """Read and validate a training YAML file."""
-    return TrainConfig.from_dict(read_yaml(path), where=str(path))
+    """Read and validate a training YAML file (an empty file is an error, not the default config)."""
+    data = read_yaml(path)
+    if data is None:
+        raise SchemaError(
+            f"{path}: the file is empty; expected a mapping with {list(COMMON_KEYS)} and the agent's sections"
+        )
+    return TrainConfig.from_dict(data, where=str(path))
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
@@ -247,6 +273,8 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     if "base" not in data:
         raise SchemaError(f"{where}: missing 'base' (the training config file the sweep starts from)")
     base_path = Path(path).parent / str(data["base"])
+    if base_path.suffix not in (".yaml", ".yml"):
+        raise SchemaError(f"{where}: base = {data['base']!r}; expected a training YAML file (.yaml or .yml)")
     overrides = as_mapping(data.get("overrides"), f"{where}.overrides")
     base = TrainConfig.from_dict(
         _merge(read_yaml(base_path) or {}, overrides), where=f"{base_path} + {where}.overrides"
@@ -268,8 +296,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SchemaError(f"{where}.search.{key}: unknown kind {kind!r}; expected one of {list(SEARCH_KINDS)}")
         if not isinstance(values, list) or not values:
             raise SchemaError(f"{where}.search.{key}.{kind}: expected a non-empty list, got {values!r}")
-        if kind in ("uniform", "loguniform", "randint") and len(values) != 2:
-            raise SchemaError(f"{where}.search.{key}.{kind}: expected [low, high], got {values!r}")
+        _check_domain(f"{where}.search.{key}.{kind}", kind, values)
         search[str(key)] = (kind, tuple(values))
     options = parse(SweepOptions, {k: v for k, v in data.items() if k not in ("base", "overrides", "search")}, where)
     return SweepConfig(base=base, search=search, options=options)

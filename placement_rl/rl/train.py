@@ -140,7 +140,11 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     if progress is not None:
         progress(f"sweep writing to {out}" + (f"\nwarning: {warning}" if warning else ""))
     out.mkdir(parents=True, exist_ok=True)
-    cpus = int(ray.available_resources().get("CPU", os.cpu_count() or 1))
+    cpus = int(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+    if cfg.cpus_per_trial > cpus:
+        raise ValueError(
+            f"cpus_per_trial = {cfg.cpus_per_trial}, but the Ray cluster has {cpus} CPUs; expected at most {cpus}"
+        )
     base = cfg.base
     metrics = base.agent_spec.learner_metrics
     concurrent = max(1, cpus // cfg.cpus_per_trial)

@@ -322,6 +322,9 @@ def mcmc(
     budget = Budget.parse(budget)
     if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
         raise ValueError(f"chains = {chains!r}; expected at least 1")
+    for name, value in (("beta", beta), ("oom_penalty", oom_penalty)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} = {value!r}; expected a finite number > 0")
     bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
     if bad or not initial:
         raise ValueError(

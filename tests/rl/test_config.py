@@ -70,6 +70,16 @@ def test_train_config_errors(tmp_path: Path, doc: dict, message: str) -> None:
         load_train_config(write(tmp_path, doc))
 
 
+def test_empty_and_misdirected_files(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match=r"empty.yaml: the file is empty; expected a mapping"):
+        load_train_config(write(tmp_path, "", "empty.yaml"))
+    with pytest.raises(SchemaError, match=r"hidden_partition = 5; expected two positive integer sizes"):
+        load_train_config(write(tmp_path, {"model": {"hidden_partition": 5}}))
+    sweep = {"base": "/etc/passwd", "search": {"ppo.lr": {"choice": [0.1]}}}
+    with pytest.raises(SchemaError, match=r"base = '/etc/passwd'; expected a training YAML file"):
+        load_sweep_config(write(tmp_path, sweep, "sweep.yaml"))
+
+
 def test_malformed_yaml_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "ppo: {lr: 0.1\nrun: [", "broken.yaml")
     with pytest.raises(SchemaError, match=r"broken.yaml: malformed YAML"):
@@ -92,6 +102,12 @@ def test_cli_reports_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture
         ),
         ({"base": "base.yaml", "search": {"ppo.lr": {"normal": [0, 1]}}}, r"unknown kind 'normal'; expected one of"),
         ({"base": "base.yaml", "search": {"ppo.lr": {"uniform": [0.1]}}}, r"expected \[low, high\]"),
+        ({"base": "base.yaml", "search": {"ppo.lr": {"loguniform": [-1, 1]}}}, r"expected 0 < low for a log-uniform"),
+        (
+            {"base": "base.yaml", "search": {"env.one_shot_groups": {"randint": [5, 1]}}},
+            r"expected low < high, got \[5, 1\]",
+        ),
+        ({"base": "base.yaml", "search": {"ppo.lr": {"uniform": [0.1, ".nan"]}}}, r"'.nan' is not a finite number"),
         ({"base": "base.yaml", "search": {}}, r"search: expected a non-empty mapping"),
         ({"search": {"ppo.lr": {"choice": [0.1]}}}, r"missing 'base'"),
         ({"base": "base.yaml", "search": {"ppo.lr": {"choice": [0.1]}}, "trials": 3}, r"unknown key\(s\) \['trials'\]"),
