@@ -23,6 +23,7 @@ from placement_rl.cli.common import (
     print_table,
     write_plan_outputs,
 )
+from placement_rl.explain import explain_plan
 from placement_rl.paths import output_file, output_folder, safe_name
 
 #: The methods ``plan`` runs by default, data parallelism (the reference) first.
@@ -53,6 +54,13 @@ def cmd_plan(args: argparse.Namespace) -> None:
     best = best_result(rows)
     title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter)"
     paths = write_plan_outputs(out_dir, "best_plan", best.plan, best.result, title)
+    dp = next((r.result for r in rows if r.method == "data_parallel"), None)
+    if dp is None:
+        from placement_rl.methods import baseline_plan
+        from placement_rl.sim import simulate
+
+        dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), cost_model(args))
+    words = explain_plan(graph, topology, best.plan, best.result, dp)
     if args.json:
         print_json(
             {
@@ -60,6 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                 "topology": topology.name,
                 "best": best.method,
                 "methods": [r.row() for r in rows],
+                "explanation": words,
                 "files": [str(p) for p in paths],
             }
         )
@@ -69,6 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     )
     method_rows_table(rows)
     print(f"best (fits in memory, lowest makespan): {best.method}")
+    for line in words:
+        print(f"  {line}")
     for p in paths:
         print(f"  wrote {p}")
 

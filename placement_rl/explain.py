@@ -1,0 +1,161 @@
+"""A plan in words: which devices it uses, how each op family is split, replicated and synchronized,
+memory per device, and where the iteration's time goes next to data parallelism's.
+
+``placement-rl plan`` prints :func:`explain_plan` under its table. The critical path of a simulation
+is split into compute, data transfers and gradient synchronization; comparing that split with data
+parallelism's says why a plan is faster or slower (e.g. "DP spends 63% of its critical path
+synchronizing gradients; this plan 12%").
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from placement_rl.graph import OpGraph
+from placement_rl.ops import op_kind
+from placement_rl.plan import OpConfig, Plan
+from placement_rl.sim.result import TASK_KINDS, SimResult
+from placement_rl.topology import DeviceTopology
+
+#: Critical-path task kinds by what the time is spent on.
+_SPENT_ON = {
+    "forward": "compute",
+    "backward": "compute",
+    "transfer": "data transfers",
+    "gradient_transfer": "data transfers",
+    "all_reduce": "gradient synchronization",
+    "ps_push": "gradient synchronization",
+    "ps_pull": "gradient synchronization",
+}
+_GIB = float(2**30)
+
+
+def time_breakdown(result: SimResult) -> dict[str, float]:
+    """Seconds of the critical path spent on compute, data transfers and gradient synchronization."""
+    t = result.tasks
+    out: dict[str, float] = dict.fromkeys(("compute", "data transfers", "gradient synchronization"), 0.0)
+    ids = result.critical_tasks
+    if ids.size:
+        spent = t.end_s[ids] - t.start_s[ids]
+        for kind, seconds in zip(t.kind[ids].tolist(), spent.tolist(), strict=True):
+            out[_SPENT_ON[TASK_KINDS[kind]]] += seconds
+    return out
+
+
+def _device_ranges(names: Sequence[str]) -> str:
+    """``m0/gpu0-3, m1/gpu0`` for a list of device names (grouped per machine prefix)."""
+    by_prefix: dict[str, list[str]] = defaultdict(list)
+    for name in names:
+        prefix, _, last = name.rpartition("/")
+        by_prefix[prefix].append(last)
+    parts = []
+    for prefix, lasts in by_prefix.items():
+        digits = [x.rstrip("0123456789") for x in lasts]
+        if len(lasts) > 1 and len(set(digits)) == 1 and all(x[len(digits[0]) :].isdigit() for x in lasts):
+            numbers = sorted(int(x[len(digits[0]) :]) for x in lasts)
+            if numbers == list(range(numbers[0], numbers[-1] + 1)):
+                parts.append(
+                    f"{prefix}/{digits[0]}{numbers[0]}-{numbers[-1]}"
+                    if prefix
+                    else f"{digits[0]}{numbers[0]}-{numbers[-1]}"
+                )
+                continue
+        parts.extend(f"{prefix}/{x}" if prefix else x for x in lasts)
+    return ", ".join(parts)
+
+
+def _dim_label(name: str, kind: str) -> str:
+    if kind == "sample":
+        return "batch"
+    return f"{name} (parameters)" if kind == "parameter" else name
+
+
+def _describe_config(cfg: OpConfig, graph: OpGraph, op_name: str) -> str:
+    """One configuration in words: ``split along the batch over 4 devices, gradients all-reduced``."""
+    op = graph.op(op_name)
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    n = len(set(cfg.devices))
+    splits = [f"{_dim_label(name, kinds.get(name, ''))} / {degree}" for name, degree in cfg.degrees]
+    if not splits and n == 1:
+        where = "on one device"
+    elif not splits:
+        where = f"replicated on {n} devices"
+    else:
+        where = "split " + ", ".join(splits) + f" over {n} device{'s' if n > 1 else ''}"
+        if cfg.replicas > 1:
+            where += f", each part on {cfg.replicas} replicas"
+    if op.param_bytes and n > 1:
+        sync = {
+            "all_reduce": "gradients all-reduced",
+            "parameter_server": f"gradients through a parameter server on {cfg.ps_device or cfg.devices[0]}",
+            "duplicate": "duplicated: no gradient exchange",
+        }[cfg.sync]
+        if all(kinds.get(name) == "parameter" for name, _ in cfg.degrees) and cfg.replicas == 1 and cfg.degrees:
+            sync = "parameters split: nothing to synchronize"
+        where += f"; {sync}"
+    return where
+
+
+def explain_plan(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    plan: Plan,
+    result: SimResult,
+    reference: SimResult | None = None,
+    reference_name: str = "data parallelism",
+) -> list[str]:
+    """The plan in words, one line per statement (see the module docstring).
+
+    Args:
+        graph: the graph the plan is for.
+        topology: the cluster.
+        plan: the plan.
+        result: its simulation.
+        reference: the simulation to compare with (data parallelism), if any.
+        reference_name: how to call the reference.
+    """
+    lines: list[str] = []
+    used = plan.devices_used()
+    idle = [d.name for d in topology.devices if d.name not in set(used)]
+    types = Counter(topology.device(d).device_type for d in used)
+    kinds = ", ".join(f"{n} x {t}" for t, n in types.most_common())
+    lines.append(f"uses {len(used)} of {topology.num_devices} devices ({kinds}): {_device_ranges(used)}")
+    if idle:
+        lines.append(f"leaves {len(idle)} idle: {_device_ranges(idle)}")
+    # How each op family is placed: the most common configuration shape per family.
+    families: dict[str, Counter[str]] = defaultdict(Counter)
+    for op in graph.ops:
+        families[op_kind(op.op_type).family][_describe_config(plan[op.name], graph, op.name)] += 1
+    for family, shapes in sorted(families.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(shapes.values())
+        (shape, count), *others = shapes.most_common()
+        more = f" (and {total - count} otherwise)" if others else ""
+        lines.append(f"{family} ({total} op{'s' if total > 1 else ''}): {shape}{more}")
+    peak = result.peak_memory_bytes
+    if peak.size:
+        busy = [i for i, name in enumerate(result.device_names) if name in set(used)]
+        hi = max(busy, key=lambda i: peak[i]) if busy else int(np.argmax(peak))
+        cap = result.memory_capacity_bytes[hi]
+        fits = "does not fit" if result.oom else "fits"
+        lines.append(
+            f"memory: {fits}; peak {peak[hi] / _GIB:.2f} GiB of {cap / _GIB:.0f} GiB on {result.device_names[hi]}"
+            + (f" (out of memory on {', '.join(result.oom_devices)})" if result.oom else "")
+        )
+    mine = time_breakdown(result)
+    total = max(sum(mine.values()), 1e-30)
+    split = ", ".join(f"{k} {v / total:.0%}" for k, v in mine.items())
+    lines.append(f"critical path of {result.makespan_s * 1e3:.2f} ms: {split}")
+    if reference is not None and reference.makespan_s > 0:
+        theirs = time_breakdown(reference)
+        ref_total = max(sum(theirs.values()), 1e-30)
+        ratio = reference.makespan_s / result.makespan_s if result.makespan_s > 0 else float("inf")
+        verdict = "faster than" if ratio > 1.0005 else "slower than" if ratio < 0.9995 else "as fast as"
+        main = max(theirs, key=lambda k: theirs[k] / ref_total - mine[k] / total)
+        lines.append(
+            f"{ratio:.2f}x {verdict} {reference_name} ({reference.makespan_s * 1e3:.2f} ms): {reference_name} spends "
+            f"{theirs[main] / ref_total:.0%} of its critical path on {main}, this plan {mine[main] / total:.0%}"
+        )
+    return lines
