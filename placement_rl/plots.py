@@ -34,6 +34,20 @@ def save_png(fig: Any, path: str | Path, title: str = "") -> Path:
     return out
 
 
+def memory_unit(largest_bytes: float) -> tuple[float, str]:
+    """(bytes per unit, unit) that shows ``largest_bytes`` with a few digits: GiB, MiB or KiB."""
+    for scale, unit in ((GIB, "GiB"), (2**20, "MiB")):
+        if largest_bytes >= scale:
+            return float(scale), unit
+    return 1024.0, "KiB"
+
+
+def format_bytes(num_bytes: float) -> str:
+    """``num_bytes`` in its :func:`memory_unit`, e.g. ``"3.28 GiB"``, ``"12.5 MiB"``."""
+    scale, unit = memory_unit(num_bytes)
+    return f"{num_bytes / scale:.2f} {unit}"
+
+
 def frontier_png(
     estimate: Sequence[tuple[float, float]],
     path: str | Path,
@@ -53,13 +67,15 @@ def frontier_png(
     """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    mem = [m / GIB for m, _ in estimate]
+    data_bytes = [m for m, _ in (*estimate, *simulated, *(baselines or {}).values())]
+    scale, unit = memory_unit(max(data_bytes, default=GIB))
+    mem = [m / scale for m, _ in estimate]
     time = [t * 1e3 for _, t in estimate]
     ax.step(mem, time, where="post", color="tab:blue", label="FT frontier (estimate)")
     ax.scatter(mem, time, color="tab:blue", s=10)
     if simulated:
         ax.scatter(
-            [m / GIB for m, _ in simulated],
+            [m / scale for m, _ in simulated],
             [t * 1e3 for _, t in simulated],
             marker="x",
             color="tab:cyan",
@@ -68,12 +84,26 @@ def frontier_png(
         )
     markers = iter(["o", "s", "^", "D", "v", "P"])
     for name, (m, t) in (baselines or {}).items():
-        ax.scatter([m / GIB], [t * 1e3], marker=next(markers, "o"), s=50, label=f"{name} (simulated)", zorder=3)
+        ax.scatter([m / scale], [t * 1e3], marker=next(markers, "o"), s=50, label=f"{name} (simulated)", zorder=3)
     if memory_limit_bytes is not None:
-        ax.axvline(memory_limit_bytes / GIB, color="gray", linestyle="--", linewidth=1, label="device memory")
-    ax.set_xlabel("memory per device (GiB)")
+        top = max(data_bytes, default=0.0)
+        if memory_limit_bytes <= 1.5 * top:  # on the chart without squeezing the data into a corner
+            ax.axvline(memory_limit_bytes / scale, color="gray", linestyle="--", linewidth=1, label="device memory")
+        else:
+            ax.annotate(
+                f"device memory {memory_limit_bytes / GIB:.0f} GiB (off the chart)",
+                xy=(0.98, 0.97),
+                xycoords="axes fraction",
+                ha="right",
+                va="top",
+                fontsize=8,
+                color="gray",
+            )
+    ax.set_xlabel(f"memory per device ({unit})")
     ax.set_ylabel("time per iteration (ms)")
-    ax.set_yscale("log")
+    times = [t for _, t in (*estimate, *simulated, *(baselines or {}).values()) if t > 0]
+    if times and max(times) > 10 * min(times):  # a log axis only where the times span a decade
+        ax.set_yscale("log")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="best")
     return save_png(fig, path, title)

@@ -16,6 +16,7 @@ from placement_rl.cli.common import (
     print_table,
 )
 from placement_rl.paths import output_file
+from placement_rl.progress import Progress
 
 
 def _graph_stats(graph: Any) -> dict[str, Any]:
@@ -31,7 +32,13 @@ def cmd_models(args: argparse.Namespace) -> None:
     from placement_rl import zoo
 
     rows = [zoo.spec(n) for n in zoo.names()]
-    stats = {m.name: _graph_stats(zoo.load(m.name)) for m in rows} if args.stats else {}
+    stats = {}
+    if args.stats:  # importing every model takes a while: a bar over the models
+        with Progress(len(rows), "importing the zoo", "model", enabled=not args.json, leave=False) as bar:
+            for m in rows:
+                bar.describe(f"importing {m.name}")
+                stats[m.name] = _graph_stats(zoo.load(m.name))
+                bar.advance()
     if args.json:
         print_json(
             [

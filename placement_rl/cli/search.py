@@ -27,6 +27,7 @@ from placement_rl.cli.common import (
     print_table,
 )
 from placement_rl.paths import output_file, output_folder, safe_name
+from placement_rl.plots import format_bytes
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -102,10 +103,10 @@ def _ft_options(args: argparse.Namespace, graph: Any, costs: Any) -> dict[str, A
 def cmd_frontier(args: argparse.Namespace) -> None:
     from placement_rl.io import write_json
     from placement_rl.methods import baseline_plan
-    from placement_rl.plots import frontier_png, profiling_png
+    from placement_rl.plots import frontier_png, memory_unit, profiling_png
     from placement_rl.progress import step_progress
     from placement_rl.search import mcmc
-    from placement_rl.search.ft import device_memory_bytes, profiling, run_ft
+    from placement_rl.search.ft import default_device_counts, device_memory_bytes, profiling, run_ft
     from placement_rl.sim import SimContext
 
     graph, topology = load_instance(args)
@@ -121,16 +122,13 @@ def cmd_frontier(args: argparse.Namespace) -> None:
         bad = [n for n in args.device_counts or [] if n > topology.num_devices]
         if bad:
             raise ValueError(f"--device-counts {bad}; topology {topology.name!r} has 1..{topology.num_devices} devices")
-        with step_progress(graph.num_ops, desc, not args.json) as report:
-            found = profiling(
-                graph,
-                topology,
-                args.device_counts,
-                args.memory_limit,
-                stop_at_first_fit=args.mode == "mini-parallelism",
-                progress=report,
-                **options,
-            )
+        found = []
+        for n in sorted(args.device_counts or default_device_counts(topology.num_devices)):
+            # One count at a time, so that each progress bar names its device count.
+            with step_progress(graph.num_ops, f"{desc} x {n}", not args.json) as report:
+                found += profiling(graph, topology, [n], args.memory_limit, progress=report, **options)
+            if args.mode == "mini-parallelism" and found[-1][1] is not None:
+                break
         rows = []
         for n, point, result in found:
             cap = device_memory_bytes(topology, n) if args.memory_limit is None else args.memory_limit
@@ -266,21 +264,33 @@ def cmd_frontier(args: argparse.Namespace) -> None:
         f"{len(points)} points in {result.search_s:.2f} s ({exactness}; "
         f"node {s.node}, edge {s.edge}, branch {s.branch}, LDP steps {s.ldp_steps})"
     )
+    dp_s = baselines["data parallel"][1]
+    fitting = [q for q in points if not q["simulated_oom"]]
+    if fitting:
+        top = min(fitting, key=lambda q: q["simulated_makespan_s"])
+        print(
+            f"  the simulator's best point: {top['simulated_makespan_s'] * 1e3:.2f} ms, "
+            f"{dp_s / top['simulated_makespan_s']:.2f}x data parallelism ({dp_s * 1e3:.2f} ms), "
+            f"peak {format_bytes(top['simulated_peak_memory_bytes'])} per device"
+        )
+    else:
+        print("  the simulator finds no frontier point that fits in memory")
+    scale, unit = memory_unit(max((q["memory_bytes"] for q in points), default=2**30))
     print_table(
-        ["memory GiB", "time ms", "simulated ms", "simulated GiB", "fits"],
+        [f"memory {unit}", "time ms", "simulated ms", f"simulated {unit}", "fits"],
         [
             [
-                gib(q["memory_bytes"]),
+                f"{q['memory_bytes'] / scale:.2f}",
                 ms(q["time_s"]),
                 ms(q["simulated_makespan_s"]),
-                gib(q["simulated_peak_memory_bytes"]),
+                f"{q['simulated_peak_memory_bytes'] / scale:.2f}",
                 "yes" if q["fits"] else "no",
             ]
             for q in points
         ],
     )
     for label, (m, t) in baselines.items():
-        print(f"  {label}: {t * 1e3:.2f} ms, {m / 2**30:.2f} GiB (simulated)")
+        print(f"  {label}: {t * 1e3:.2f} ms, {format_bytes(m)} (simulated)")
     if best is None:
         print(f"  mini-time: no strategy fits in {cap / 2**30:.2f} GiB per device (out of memory)")
     else:

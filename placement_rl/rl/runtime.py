@@ -9,6 +9,7 @@ ran. :func:`loopback_only` is the switch; the test suite's session fixture uses 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -25,6 +26,33 @@ def loopback_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False  # this process imported Ray already: its value is read per call
 
 
+#: Log lines of Ray and RLlib that every successful run prints and that ask nothing of the user.
+BENIGN_LOG_LINES: tuple[str, ...] = (
+    "Token authentication is enabled for this Ray cluster",  # we keep it on, on loopback
+    "You are running PPO on the new API stack",  # we ask for it
+    "has been deprecated. Use `RLModule(observation_space",  # RLlib's own call, not ours
+    "Trainable.setup took",
+    "Install gputil for GPU system monitoring",
+    "Started a local Ray instance",
+)
+
+
+class _DropBenign(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(line in message for line in BENIGN_LOG_LINES)
+
+
+def quiet_ray_logs() -> None:
+    """Drop :data:`BENIGN_LOG_LINES` from Ray's log handlers in this process (idempotent)."""
+    import ray  # noqa: F401  (configures the "ray" logger and its handlers)
+
+    for name in ("ray", "ray.rllib", "ray.tune", "ray.train"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _DropBenign) for f in handler.filters):
+                handler.addFilter(_DropBenign())
+
+
 def ensure_ray(num_cpus: int | None = None) -> None:
     """Join the cluster of ``RAY_ADDRESS``, or start a local Ray on 127.0.0.1 (no-op if already connected).
 
@@ -35,11 +63,13 @@ def ensure_ray(num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
+    quiet_ray_logs()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
-        return
-    loopback_only()
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    else:
+        loopback_only()
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    quiet_ray_logs()  # init may have set up the handlers anew
 
 
 def cluster_cpus() -> int:

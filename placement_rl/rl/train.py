@@ -19,7 +19,7 @@ from typing import Any
 from placement_rl.io import write_json
 from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
-from placement_rl.rl.runtime import ensure_ray, output_dir
+from placement_rl.rl.runtime import ensure_ray, output_dir, quiet_ray_logs
 
 
 def summarize(result: Mapping[str, Any], learner_metrics: tuple[str, ...] = ()) -> dict[str, float]:
@@ -48,7 +48,9 @@ def summarize(result: Mapping[str, Any], learner_metrics: tuple[str, ...] = ()) 
 
 def build_algorithm(cfg: TrainConfig) -> Any:
     """The agent's RLlib algorithm for ``cfg``, built."""
-    return cfg.agent_spec.algorithm(cfg).build_algo()
+    config = cfg.agent_spec.algorithm(cfg)
+    quiet_ray_logs()  # RLlib's loggers exist now
+    return config.build_algo()
 
 
 def save_checkpoint(algo: Any, cfg: TrainConfig, folder: Path) -> Path:
@@ -197,16 +199,32 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
         w = csv.DictWriter(f, fieldnames=sorted({k for row in rows for k in row}))
         w.writeheader()
         w.writerows(rows)
-    best = results.get_best_result(metric=cfg.metric, mode=cfg.mode)
+    best = _best_trial([r for r in results if r.metrics is not None and not r.error], cfg.metric, cfg.mode)
     resolved = base.to_dict()
     for key, value in best.config.items():
         set_dotted(resolved, key, value)
+    resolved["run"]["output_dir"] = str(out / "best")  # training the winner must not overwrite the base run
     (out / "best_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     if progress is not None:
         progress(
             f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}"
         )
     return out
+
+
+def _best_trial(trials: list[Any], metric: str, mode: str) -> Any:
+    """The trial with the best final ``metric``; ties (``best_speedup`` often ties) go to the higher final
+    mean return, then to the first trial."""
+    if not trials:
+        raise ValueError("the sweep finished no trial; see the trials' errors in results.csv")
+
+    def key(trial: Any) -> tuple[float, float]:
+        value = float(trial.metrics.get(metric, float("nan")))
+        ret = float(trial.metrics.get("episode_return_mean", float("nan")))
+        value = value if math.isfinite(value) else -math.inf if mode == "max" else math.inf
+        return (value if mode == "max" else -value, ret if math.isfinite(ret) else -math.inf)
+
+    return max(trials, key=key)
 
 
 def _progress_callback(progress: Callable[[str], None] | None) -> Any:

@@ -126,6 +126,9 @@ def algorithm_config(cfg: TrainConfig) -> Any:
         .environment(ENV_ID, env_config=dict(cfg.env))
         .env_runners(num_env_runners=cfg.run.num_env_runners, num_envs_per_env_runner=1, batch_mode="complete_episodes")
         .learners(num_learners=0)
+        # Restarting a failed EnvRunner needs its constructor arguments kept in the object store, which
+        # Ray reports as an error line at every start; a failed runner fails the run instead.
+        .fault_tolerance(restart_failed_env_runners=False)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=TrinityRLModule, model_config=cfg.model.model_config()))
         .training(
             lr=ppo.lr,

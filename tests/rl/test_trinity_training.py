@@ -161,6 +161,7 @@ def test_tune_command(ray_local: Any, tiny_yaml: Path, tmp_path: Path, capsys: p
     best = yaml.safe_load((tmp_path / "sweep" / "best_config.yaml").read_text())
     cfg = TrainConfig.from_dict(best)
     assert cfg.ppo.lr in (0.001, 0.003) and cfg.run.iterations == 1
+    assert cfg.run.output_dir == str((tmp_path / "sweep" / "best").resolve())  # its own folder, not the base run's
 
 
 class _Payload:
