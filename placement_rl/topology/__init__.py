@@ -10,6 +10,7 @@
 """
 
 from placement_rl.topology.core import (
+    COMPUTE_DTYPES,
     LINK_KINDS,
     TOPOLOGY_FORMAT,
     TOPOLOGY_SCHEMA_VERSION,
@@ -38,6 +39,7 @@ from placement_rl.topology.random_topologies import (
 )
 
 __all__ = [
+    "COMPUTE_DTYPES",
     "DEVICE_TYPES",
     "GIB",
     "LINK_KINDS",

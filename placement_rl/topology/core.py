@@ -17,7 +17,7 @@ The JSON document (``format: placement_rl.topology``, ``schema_version: 1``)::
 
     {"format": "placement_rl.topology", "schema_version": 1, "name": "...",
      "devices": [{"name", "device_type", "machine", "peak_flops", "memory_bytes",
-                  "memory_bandwidth_bytes_per_s"}, ...],
+                  "memory_bandwidth_bytes_per_s", "peak_flops_by_dtype" (optional)}, ...],
      "switches": ["...", ...],
      "links": [{"a", "b", "bandwidth_bytes_per_s", "latency_s", "kind"}, ...]}
 """
@@ -42,6 +42,10 @@ LINK_KINDS: tuple[str, ...] = ("nvlink", "nvswitch", "pcie", "infiniband", "ethe
 TOPOLOGY_FORMAT = "placement_rl.topology"
 TOPOLOGY_SCHEMA_VERSION = 1
 
+#: Compute dtypes a device may have a peak for. ``fp32`` is :attr:`Device.peak_flops`; the others are
+#: optional entries of :attr:`Device.peak_flops_by_dtype` (tensor-core rates where the GPU has them).
+COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
+
 
 # ------------------------------------------------------------------------------------------ records
 @dataclass(frozen=True)
@@ -55,6 +59,10 @@ class Device:
         peak_flops: fp32 (non tensor-core) peak, FLOP/s.
         memory_bytes: device memory in bytes.
         memory_bandwidth_bytes_per_s: device memory bandwidth in bytes/s.
+        peak_flops_by_dtype: dense peak FLOP/s of the other compute dtypes the device has, as
+            ``(dtype, flops)`` pairs sorted by dtype, dtypes from :data:`COMPUTE_DTYPES` other than
+            ``fp32`` (e.g. ``(("bf16", 989e12), ("fp16", 989e12), ("tf32", 494.7e12))``). Empty: fp32
+            only; a precision computing in a dtype the device lacks is refused by the cost model.
     """
 
     name: str
@@ -63,6 +71,19 @@ class Device:
     peak_flops: float
     memory_bytes: int
     memory_bandwidth_bytes_per_s: float
+    peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
+
+    def peak_flops_for(self, dtype: str) -> float | None:
+        """Peak FLOP/s computing in ``dtype`` (``fp32``: :attr:`peak_flops`), ``None`` if the device lacks it.
+
+        Raises:
+            UnknownNameError: if ``dtype`` is not in :data:`COMPUTE_DTYPES`.
+        """
+        if dtype not in COMPUTE_DTYPES:
+            raise UnknownNameError("compute dtype", dtype, COMPUTE_DTYPES)
+        if dtype == "fp32":
+            return self.peak_flops
+        return dict(self.peak_flops_by_dtype).get(dtype)
 
 
 @dataclass(frozen=True)
@@ -387,8 +408,10 @@ class DeviceTopology:
         for d in self._devices:
             types.setdefault(d.device_type, d)
         for t, d in types.items():
+            by_dtype = sorted(d.peak_flops_by_dtype, key=lambda pair: COMPUTE_DTYPES.index(pair[0]))
+            others = "".join(f", {f / 1e12:g} {dtype}" for dtype, f in by_dtype)
             lines.append(
-                f"  {t}: {d.peak_flops / 1e12:g} TFLOP/s fp32, {d.memory_bytes / 2**30:g} GiB, "
+                f"  {t}: {d.peak_flops / 1e12:g} TFLOP/s fp32{others}, {d.memory_bytes / 2**30:g} GiB, "
                 f"{d.memory_bandwidth_bytes_per_s / 1e9:g} GB/s memory"
             )
         by_kind: dict[str, list[float]] = {}
@@ -420,17 +443,7 @@ class DeviceTopology:
             "format": TOPOLOGY_FORMAT,
             "schema_version": TOPOLOGY_SCHEMA_VERSION,
             "name": self._name,
-            "devices": [
-                {
-                    "name": d.name,
-                    "device_type": d.device_type,
-                    "machine": d.machine,
-                    "peak_flops": float(d.peak_flops),
-                    "memory_bytes": int(d.memory_bytes),
-                    "memory_bandwidth_bytes_per_s": float(d.memory_bandwidth_bytes_per_s),
-                }
-                for d in self._devices
-            ],
+            "devices": [_device_dict(d) for d in self._devices],
             "switches": list(self._switches),
             "links": [
                 {
@@ -458,7 +471,7 @@ class DeviceTopology:
         devices = []
         for i, d in enumerate(as_list(document["devices"], "topology.devices")):
             where = f"topology.devices[{i}]"
-            check_keys(d, where, _DEVICE_FIELDS)
+            check_keys(d, where, _DEVICE_FIELDS, {"peak_flops_by_dtype"})
             devices.append(
                 Device(
                     name=as_str(d["name"], f"{where}.name"),
@@ -469,6 +482,7 @@ class DeviceTopology:
                     memory_bandwidth_bytes_per_s=as_float(
                         d["memory_bandwidth_bytes_per_s"], f"{where}.memory_bandwidth_bytes_per_s"
                     ),
+                    peak_flops_by_dtype=_dtype_peaks(d.get("peak_flops_by_dtype", {}), f"{where}.peak_flops_by_dtype"),
                 )
             )
         switches = [
@@ -504,6 +518,29 @@ class DeviceTopology:
 
 
 _DEVICE_FIELDS = {"name", "device_type", "machine", "peak_flops", "memory_bytes", "memory_bandwidth_bytes_per_s"}
+
+
+def _device_dict(d: Device) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "name": d.name,
+        "device_type": d.device_type,
+        "machine": d.machine,
+        "peak_flops": float(d.peak_flops),
+        "memory_bytes": int(d.memory_bytes),
+        "memory_bandwidth_bytes_per_s": float(d.memory_bandwidth_bytes_per_s),
+    }
+    if d.peak_flops_by_dtype:  # optional: a device without it writes the schema's original fields only
+        document["peak_flops_by_dtype"] = {dtype: float(f) for dtype, f in d.peak_flops_by_dtype}
+    return document
+
+
+def _dtype_peaks(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """``{"bf16": 9.9e14, ...}`` as the sorted pairs of :attr:`Device.peak_flops_by_dtype`."""
+    if not isinstance(value, dict):
+        raise SchemaError(f"{where}: expected an object of dtype -> FLOP/s, got {type(value).__name__}")
+    return tuple(sorted((dtype, as_float(f, f"{where}.{dtype}")) for dtype, f in value.items()))
+
+
 _LINK_FIELDS = {"a", "b", "bandwidth_bytes_per_s", "latency_s", "kind"}
 
 
@@ -519,6 +556,20 @@ def _validate_device(d: Device) -> None:
         raise ValueError(f"device {d.name!r}: memory_bytes = {d.memory_bytes!r}; expected a positive integer")
     for attr in ("peak_flops", "memory_bandwidth_bytes_per_s"):
         _check_number(getattr(d, attr), f"device {d.name!r}: {attr}", positive=True)
+    peaks = d.peak_flops_by_dtype
+    if not isinstance(peaks, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in peaks):
+        raise ValueError(f"device {d.name!r}: peak_flops_by_dtype = {peaks!r}; expected sorted (dtype, FLOP/s) pairs")
+    dtypes = [dtype for dtype, _ in peaks]
+    others = COMPUTE_DTYPES[1:]
+    for dtype, flops in peaks:
+        if dtype not in others:
+            raise ValueError(
+                f"device {d.name!r}: peak_flops_by_dtype has {dtype!r}; expected dtypes among {list(others)} "
+                f"(fp32 is peak_flops)"
+            )
+        _check_number(flops, f"device {d.name!r}: peak_flops_by_dtype[{dtype!r}]", positive=True)
+    if dtypes != sorted(set(dtypes)):
+        raise ValueError(f"device {d.name!r}: peak_flops_by_dtype dtypes {dtypes} must be sorted and distinct")
 
 
 def _validate_link(i: int, link: Link, nodes: dict[str, int]) -> None:
