@@ -19,6 +19,7 @@ import torch
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
 from placement_rl.zoo.cnn import MODELS as _CNN_MODELS
+from placement_rl.zoo.llama import MODELS as _LLAMA_MODELS
 from placement_rl.zoo.sequence import MODELS as _SEQUENCE_MODELS
 from placement_rl.zoo.spec import ZooModel
 
@@ -37,8 +38,10 @@ _ORDER = (
     "gnmt",
     "rnnlm",
     "rnntc",
+    "llama",
+    "llama_7b",
 )
-_MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS)}
+_MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS, *_LLAMA_MODELS)}
 assert set(_MODELS) == set(_ORDER), sorted(set(_MODELS) ^ set(_ORDER))
 
 
