@@ -4,6 +4,7 @@
 * :mod:`.plan`: ``plan`` (every method side by side), ``simulate``
 * :mod:`.search`: ``search mcmc``, ``frontier``
 * :mod:`.rl`: ``train``, ``tune``, ``evaluate``
+* :mod:`.emulate`: ``emulate`` (an emulated cluster against the network models)
 
 Every command prints a human-readable table by default and JSON with ``--json``. Bad input (an
 unknown model, topology or option, a malformed file) prints one ``error:`` line naming the bad value
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from placement_rl.cli import describe, plan, rl, search
+from placement_rl.cli import describe, emulate, plan, rl, search
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="placement-rl", description="Place and shard deep-learning training graphs on GPU clusters."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for family in (plan, search, describe, rl):
+    for family in (plan, search, describe, rl, emulate):
         family.add_commands(sub)
     return parser
 
