@@ -7,6 +7,7 @@ with the reason. They start one gloo process per device (each imports torch), so
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import shutil
@@ -284,3 +285,23 @@ def test_cleanup_removes_leftovers_of_dead_runs_only() -> None:
     finally:
         for name in (dead, alive):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.mark.slow
+@needs_netns
+def test_the_benchmark_prints_the_comparison(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = importlib.util.spec_from_file_location("benchmark_network", repo_root / "benchmarks" / "network.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    argv = "--topologies 2x1 --patterns p2p_inter --repeats 1 --warmup 0 --message-mib 0.25".split()
+    module.main(argv)
+    out = capsys.readouterr().out
+    assert out.startswith("`python benchmarks/network.py --topologies 2x1")
+    lines = [line for line in out.splitlines() if line.startswith("|")]
+    header, _, row = ([cell.strip() for cell in line.strip("|").split("|")] for line in lines)
+    cells = dict(zip(header, row, strict=True))
+    assert cells["topology"] == "2x1@25" and cells["pattern"] == "p2p_inter" and float(cells["measured ms"]) > 0
+    for model in network_models():
+        assert float(cells[f"{model} ms"]) > 0 and cells[f"{model} err"].endswith("%")
+    assert "2x1@25: scale 1/250" in out
