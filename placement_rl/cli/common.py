@@ -145,10 +145,26 @@ def instance_parser(model: str | None = None, topology: str | None = None) -> ar
     return p
 
 
+def precision(text: str) -> str:
+    """A training precision name (a key of :data:`placement_rl.sim.cost.PRECISIONS`)."""
+    from placement_rl.sim.cost import PRECISIONS
+
+    if text not in PRECISIONS:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("precision", text, PRECISIONS)))
+    return text
+
+
 def cost_parser() -> argparse.ArgumentParser:
     """The cost model's options."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--optimizer", default="adam", help="optimizer whose state counts in memory (default adam)")
+    p.add_argument(
+        "--precision",
+        type=precision,
+        default="fp32",
+        help="training precision: fp32 (default), tf32, bf16-mixed or fp16-mixed; sets bytes per activation "
+        "and parameter element and the compute dtype's peak (README, 'Precision')",
+    )
     p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
     p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
     return p
@@ -180,6 +196,7 @@ def cost_model(args: argparse.Namespace) -> Any:
 
     return CostModel(
         optimizer=args.optimizer,
+        precision=args.precision,
         profile=ProfileTable.from_json(args.profile) if args.profile else None,
         comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
     )

@@ -8,8 +8,10 @@ of an op (``f = 1 / partitions``) on device ``d`` takes, unless a profile entry 
 
     max(f * flops / (peak_flops(d) * efficiency(op_type)), f * bytes / memory_bandwidth(d)) + launch_overhead_s
 
-with ``bytes = bytes_read + bytes_written`` (backward: twice the forward bytes). ``efficiency`` is the
-fraction of peak an op type reaches (:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures).
+with ``bytes = bytes_read + bytes_written`` converted to the precision (below; backward: twice the
+forward bytes) and ``peak_flops(d)`` the device's peak in the precision's compute dtype
+(:meth:`CostModel.peak_flops`). ``efficiency`` is the fraction of peak an op type reaches
+(:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures, applied at every dtype's peak).
 A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate: an entry
 for the task's exact output shape wins; else an entry for the whole op scaled by ``f``.
 
@@ -27,9 +29,26 @@ for the task's exact output shape wins; else an entry for the whole op scaled by
 A :class:`CommTable` (TensorOpt sec. 4.2: bandwidth profiled per device group and message size
 ``2**i``, interpolated) overrides the link bandwidth for the message size at hand.
 
-**Memory** per device: parameters, their gradients and the optimizer state
-(:data:`OPTIMIZER_STATE_FACTOR` bytes per parameter byte: Adam keeps two moments) for every
-parameter shard the device holds, plus activations kept for backward (simulated lifetimes).
+**Memory** per device: parameters, their gradients and the optimizer state for every parameter
+shard the device holds, plus activations kept for backward (simulated lifetimes).
+
+**Precision** (:data:`PRECISIONS`, chosen by name: ``CostModel(precision="bf16-mixed")``). The graph
+records what was traced (:attr:`Op.dtype_bytes`, parameter bytes, tensor bytes, usually fp32); the
+cost model converts to the training precision:
+
+* an activation (an op's outputs, a tensor moved between devices, a backward workspace) of ``b``
+  traced bytes with ``e`` bytes per element takes ``b * activation_bytes / e``. Traced elements of 2
+  or 4 bytes are floating point; others (int64 indices, bool masks) keep their size. An op's outputs
+  are taken to share its first output's element size;
+* parameters are counted per element: ``param_bytes / e`` elements (``e`` the op's element size,
+  4 when that is not a float size), each holding ``weight + gradient + master_weight +
+  moments(optimizer) * optimizer_state_bytes`` bytes (:attr:`CostModel.state_bytes_per_param_element`).
+  Mixed-precision Adam: 2 + 2 + 4 + 2 * 4 = 16; fp32 Adam: 4 + 4 + 0 + 2 * 4 = 16. Gradient
+  synchronization moves ``gradient`` bytes per element;
+* compute runs at the peak of the precision's compute dtype (``bf16`` for ``bf16-mixed``); a
+  device without that peak (:attr:`placement_rl.topology.Device.peak_flops_by_dtype`) is an error.
+
+Under the default ``fp32`` every figure of an fp32-traced graph is the traced one.
 """
 
 from __future__ import annotations
@@ -45,13 +64,52 @@ from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, Shape
 from placement_rl.io import as_float, as_list, as_str, check_header, check_keys, read_json, write_json
 from placement_rl.ops import OP_KINDS
+from placement_rl.topology.core import COMPUTE_DTYPES, Device
 
 #: Fraction of peak FLOP/s reached per op type (fp32, large shapes), from the op taxonomy
 #: (:attr:`placement_rl.ops.OpKind.efficiency`); other types use ``default_efficiency``.
 DEFAULT_EFFICIENCY: dict[str, float] = {t: k.efficiency for t, k in OP_KINDS.items() if k.efficiency is not None}
 
-#: Optimizer state bytes per parameter byte.
+#: Optimizer state elements per parameter element (Adam keeps two moments).
 OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How training stores and computes numbers: bytes per element of each kind, and the compute dtype.
+
+    Attributes:
+        activation_bytes: per floating-point activation element (op outputs, transfers, workspaces).
+        weight_bytes: per parameter element, the weights forward and backward read.
+        gradient_bytes: per parameter element, the gradients (what gradient synchronization moves).
+        master_weight_bytes: per parameter element, the copy the optimizer updates (0: none).
+        optimizer_state_bytes: per parameter element and optimizer moment (Adam keeps two).
+        compute_dtype: the dtype matrix math runs in, one of
+            :data:`placement_rl.topology.COMPUTE_DTYPES`; its device peak times compute.
+    """
+
+    activation_bytes: int
+    weight_bytes: int
+    gradient_bytes: int
+    master_weight_bytes: int
+    optimizer_state_bytes: int
+    compute_dtype: str
+
+
+#: Training precisions by name. ``fp32``: everything fp32 (the default, the papers' setting).
+#: ``tf32``: fp32 storage, TF32 tensor-core matmuls (Ampere and later). ``bf16-mixed`` and
+#: ``fp16-mixed``: mixed precision (Micikevicius et al. 2018; ZeRO's 2 + 2 + 12 bytes per parameter):
+#: low-precision weights, gradients and activations, fp32 master weights and optimizer state.
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision(4, 4, 4, 0, 4, "fp32"),
+    "tf32": Precision(4, 4, 4, 0, 4, "tf32"),
+    "bf16-mixed": Precision(2, 2, 2, 4, 4, "bf16"),
+    "fp16-mixed": Precision(2, 2, 2, 4, 4, "fp16"),
+}
+assert all(p.compute_dtype in COMPUTE_DTYPES for p in PRECISIONS.values())
+
+#: Traced element sizes taken to be floating point (fp32; fp16 or bf16); others keep their size.
+_FLOAT_ELEMENT_BYTES = (2, 4)
 
 PROFILE_FORMAT = "placement_rl.profile"
 COMM_FORMAT = "placement_rl.comm_table"
@@ -207,6 +265,8 @@ class CostModel:
         default_efficiency: for op types not in ``efficiency``.
         launch_overhead_s: fixed time added to every compute task with work (A4: 0 by default).
         optimizer: key of :data:`OPTIMIZER_STATE_FACTOR` (``adam`` as in TAG's experiments).
+        precision: key of :data:`PRECISIONS`: bytes per element of activations, weights, gradients,
+            master weights and optimizer state, and the compute dtype (``fp32`` by default).
         profile: measured op times overriding the roofline estimate.
         comm_table: measured bandwidths overriding the link bandwidth.
     """
@@ -215,12 +275,15 @@ class CostModel:
     default_efficiency: float = 0.5
     launch_overhead_s: float = 0.0
     optimizer: str = "adam"
+    precision: str = "fp32"
     profile: ProfileTable | None = None
     comm_table: CommTable | None = None
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZER_STATE_FACTOR:
             raise UnknownNameError("optimizer", self.optimizer, OPTIMIZER_STATE_FACTOR)
+        if self.precision not in PRECISIONS:
+            raise UnknownNameError("precision", self.precision, PRECISIONS)
         for name, value in (*self.efficiency.items(), ("default_efficiency", self.default_efficiency)):
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency of {name!r} = {value}; expected a fraction in (0, 1]")
@@ -228,9 +291,74 @@ class CostModel:
             raise ValueError(f"launch_overhead_s = {self.launch_overhead_s}; expected >= 0")
 
     @property
+    def precision_spec(self) -> Precision:
+        """The :class:`Precision` record named by :attr:`precision`."""
+        return PRECISIONS[self.precision]
+
+    @property
+    def state_bytes_per_param_element(self) -> float:
+        """Bytes held per parameter element: weights, gradients, master weights and optimizer state."""
+        p = self.precision_spec
+        moments = OPTIMIZER_STATE_FACTOR[self.optimizer]
+        return p.weight_bytes + p.gradient_bytes + p.master_weight_bytes + moments * p.optimizer_state_bytes
+
+    @property
     def state_bytes_per_param_byte(self) -> float:
-        """Bytes held per parameter byte: the weights, their gradients and the optimizer state."""
-        return 2.0 + OPTIMIZER_STATE_FACTOR[self.optimizer]
+        """Bytes held per traced byte of an fp32 parameter (4-byte elements, as the zoo traces them)."""
+        return self.state_bytes_per_param_element / 4.0
+
+    @property
+    def state_bytes_per_gradient_byte(self) -> float:
+        """Parameter state per byte of gradient synchronized: a shard's state is its gradient bytes times this."""
+        return self.state_bytes_per_param_element / self.precision_spec.gradient_bytes
+
+    def activation_bytes(self, num_bytes: float, element_bytes: float) -> float:
+        """Bytes of an activation traced as ``num_bytes`` with ``element_bytes`` per element, in this precision.
+
+        Floating-point elements (2 or 4 bytes traced) take the precision's ``activation_bytes``;
+        other sizes (int64 indices, bool masks) are kept.
+        """
+        target = self.precision_spec.activation_bytes
+        if element_bytes not in _FLOAT_ELEMENT_BYTES or element_bytes == target:
+            return float(num_bytes)
+        return num_bytes * target / element_bytes
+
+    def tensor_bytes(self, num_bytes: float, shape: Shape) -> float:
+        """Bytes of a graph tensor (``num_bytes`` traced, of ``shape``) in this precision."""
+        elements = math.prod(shape)
+        return self.activation_bytes(num_bytes, num_bytes / elements) if elements else float(num_bytes)
+
+    def param_elements(self, op: Op) -> float:
+        """Parameter elements of ``op``: its traced parameter bytes over its element size (4 if not a float size)."""
+        element = op.dtype_bytes if op.dtype_bytes in _FLOAT_ELEMENT_BYTES else 4
+        return op.param_bytes / element
+
+    def param_state_bytes(self, op: Op) -> float:
+        """Bytes of ``op``'s whole parameter state: weights, gradients, master weights, optimizer state."""
+        return self.param_elements(op) * self.state_bytes_per_param_element
+
+    def gradient_bytes(self, op: Op) -> float:
+        """Bytes of ``op``'s whole gradient, what synchronizing its parameters moves."""
+        return self.param_elements(op) * self.precision_spec.gradient_bytes
+
+    def peak_flops(self, device: Device) -> float:
+        """The device's peak FLOP/s in the precision's compute dtype.
+
+        Raises:
+            ValueError: if the device has no peak for that dtype, naming the dtypes it has and the
+                precisions that would run on it.
+        """
+        dtype = self.precision_spec.compute_dtype
+        found = device.peak_flops_for(dtype)
+        if found is None:
+            has = ["fp32", *(d for d, _ in device.peak_flops_by_dtype)]
+            usable = [name for name, p in PRECISIONS.items() if p.compute_dtype in has]
+            raise ValueError(
+                f"precision {self.precision!r} computes in {dtype}, but device {device.name!r} "
+                f"({device.device_type}) has no {dtype} peak FLOP/s (it has: {', '.join(has)}); choose "
+                f"one of the precisions {usable}, or give the device peak_flops_by_dtype[{dtype!r}]"
+            )
+        return found
 
     def op_efficiency(self, op_type: str) -> float:
         return self.efficiency.get(op_type, self.default_efficiency)
@@ -254,7 +382,7 @@ class CostModel:
             if whole is not None:
                 return whole.forward_s * fraction, whole.backward_s * fraction
         rate = peak_flops * self.op_efficiency(op.op_type)
-        traffic = (op.bytes_read + op.bytes_written) * fraction
+        traffic = self.activation_bytes(op.bytes_read + op.bytes_written, op.dtype_bytes) * fraction
         fwd = max(op.forward_flops * fraction / rate, traffic / memory_bandwidth_bytes_per_s)
         bwd = max(op.backward_flops * fraction / rate, 2.0 * traffic / memory_bandwidth_bytes_per_s)
         overhead = self.launch_overhead_s

@@ -28,7 +28,8 @@ resources FIFO; a transfer holds every link direction of its route (alpha-beta t
 bottleneck bandwidth), so transfers that share a NIC or a switch port contend. Routes, link directions
 and ring bandwidths come from :mod:`placement_rl.sim.network`, shared with FT's cost tables.
 
-**Memory.** Per device: parameters, gradients and optimizer state of every shard it holds; each
+**Memory.** Per device: parameters, gradients and optimizer state of every shard it holds (per
+parameter element under the cost model's precision, :mod:`placement_rl.sim.cost`); each
 forward task's output from its start until its backward task ends; received activations and
 gradients until the backward task that uses them ends; a backward workspace the size of the
 task's output while it runs. The peak is the maximum over time (events swept in time order, frees
@@ -262,7 +263,8 @@ class SimContext:
         arr = g.arrays
         self.e_src = arr.edge_src
         self.e_dst = arr.edge_dst
-        self.e_bytes = arr.edge_bytes.astype(np.float64)
+        # in the cost model's precision (the graph records the traced dtype)
+        self.e_bytes = np.array([self.cost.tensor_bytes(t.num_bytes, t.shape) for t in g.tensors], dtype=np.float64)
         ranks, same, prod_box = [], [], []
         for t in g.tensors:
             src, dst = g.op(t.src), g.op(t.dst)
@@ -346,7 +348,7 @@ class SimContext:
                     tuple(out_shape),
                     task_param_bytes,
                     d.device_type,
-                    d.peak_flops,
+                    self.cost.peak_flops(d),
                     d.memory_bandwidth_bytes_per_s,
                 )
             fwd[t], bwd[t] = times[dev]
@@ -362,7 +364,7 @@ class SimContext:
             samp_hi,
             fwd,
             bwd,
-            np.full(len(devices), op.bytes_written / P),
+            np.full(len(devices), self.cost.activation_bytes(op.bytes_written, op.dtype_bytes) / P),
         )
         compiled.task_shard = shard[np.arange(len(devices)) // R]
         compiled.shards = shards
@@ -374,13 +376,19 @@ class SimContext:
                 tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard, strict=True) if sh == k))
                 for k in range(shards)
             ]
-            self._set_sync(compiled, self._sync_template(groups, op.param_bytes / shards, cfg.sync, compiled.ps_device))
+            self._set_sync(
+                compiled,
+                self._sync_template(groups, self.cost.gradient_bytes(op) / shards, cfg.sync, compiled.ps_device),
+            )
         return compiled
 
     def _sync_template(
         self, groups: Sequence[tuple[int, ...]], shard_bytes: float, mode: str, ps: int
     ) -> dict[str, np.ndarray]:
-        """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``."""
+        """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``.
+
+        ``shard_bytes`` is one shard's gradient bytes; its whole state is ``state_bytes_per_gradient_byte`` times that.
+        """
         D = self.num_devices
         net = self.network
         static_dev: list[int] = []
@@ -428,7 +436,7 @@ class SimContext:
                     after_backward.append(direction == _PS_PUSH)
         return {
             "static_devices": np.array(static_dev, dtype=np.int64),
-            "static_bytes": np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_param_byte),
+            "static_bytes": np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_gradient_byte),
             "sync_kind": np.array(kind, dtype=np.int64),
             "sync_duration": np.array(duration, dtype=np.float64),
             "sync_bytes": np.array(nbytes, dtype=np.float64),
@@ -481,7 +489,7 @@ class SimContext:
                 members[sh if same else 0][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
-            [tuple(m) for m in members], op.param_bytes / shards, first.sync_mode, first.ps_device
+            [tuple(m) for m in members], self.cost.gradient_bytes(op) / shards, first.sync_mode, first.ps_device
         )
         if len(self._shared_cache) >= self.CACHE_SIZE:
             self._shared_cache.clear()

@@ -23,10 +23,15 @@ layouts are defined).
 **Node costs** of op ``v`` under configuration ``c`` with ``P`` partitions (Eq. 1)::
 
     time_s   = max_{device d} sum(cost.task_times_s(op, 1 / P, task_output_shape, param_bytes // shards, d))
-             + cost.all_reduce_time_s(param_bytes / shards, f_sync, beta, alpha, kind) / k
-    memory   = param_bytes / shards * cost.state_bytes_per_param_byte / k
+             + cost.all_reduce_time_s(gradient_bytes / shards, f_sync, beta, alpha, kind) / k
+    memory   = param_state_bytes / shards / k
              + bytes_written / P                            (temporary / backward workspace)
              + output_bytes / P_out                         (only for ops without consumers)
+
+with every byte count in the cost model's precision, as in the simulator (:mod:`placement_rl.sim.cost`:
+activations scale by element size; ``gradient_bytes`` and ``param_state_bytes`` are counted per
+parameter element, ``cost.gradient_bytes(op)`` and ``cost.param_state_bytes(op)``) and compute at the
+peak of the precision's compute dtype (``cost.peak_flops(d)``).
 
 ``shards`` is the product of the parameter-kind degrees; ``f_sync = n / shards`` devices hold each
 shard. ``k`` ops share a ``param_key`` (an unrolled RNN: one parameter set, stored and synchronized
@@ -162,7 +167,7 @@ def build_cost_graph(
     configs = [[_to_config(c, names) for c in cs] for cs in cands]
 
     node_memory, node_time = _node_costs(graph, topology, names, cost, comm, cands)
-    edges, edge_memory, edge_time = _edge_costs(graph, comm, cands)
+    edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost)
     cost_graph = CostGraph(
         num_configs=np.array([len(cs) for cs in cands], dtype=np.int64),
         node_memory_bytes=node_memory,
@@ -183,7 +188,10 @@ def _node_costs(
     cands: Sequence[Sequence[_Candidate]],
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     specs = sorted(
-        {(d.device_type, d.peak_flops, d.memory_bandwidth_bytes_per_s) for d in (topology.device(x) for x in names)}
+        {
+            (d.device_type, cost.peak_flops(d), d.memory_bandwidth_bytes_per_s)
+            for d in (topology.device(x) for x in names)
+        }
     )
     # ops sharing a param_key (an unrolled RNN) share one parameter set: each carries 1/k of its
     # state and synchronization under its own configuration, so the sum is exact when all k agree
@@ -193,7 +201,6 @@ def _node_costs(
             key = op.param_key or f"\0{op.name}"
             sharers[key] = sharers.get(key, 0) + 1
     has_consumer = [bool(s) for s in graph.successors]
-    state_factor = cost.state_bytes_per_param_byte
     memory, time = [], []
     for i, op in enumerate(graph.ops):
         share = 1.0 / sharers[op.param_key or f"\0{op.name}"] if op.param_bytes > 0 else 0.0
@@ -216,12 +223,12 @@ def _node_costs(
                 for spec in specs
             )
             sync = 0.0
-            memory_bytes = op.bytes_written / partitions
+            memory_bytes = cost.activation_bytes(op.bytes_written, op.dtype_bytes) / partitions
             if not has_consumer[i]:
-                memory_bytes += op.output_bytes / out_parts
+                memory_bytes += cost.activation_bytes(op.output_bytes, op.dtype_bytes) / out_parts
             if share:
-                shard_bytes = op.param_bytes / shards
-                memory_bytes += shard_bytes * state_factor * share
+                shard_bytes = cost.gradient_bytes(op) / shards
+                memory_bytes += shard_bytes * cost.state_bytes_per_gradient_byte * share
                 replicas = tuple(
                     (stride, size)
                     for stride, size, k in c.factors()
@@ -297,7 +304,7 @@ def _layout_ids(comm: _Comm, cands: Sequence[_Candidate], label: Callable[[int],
 
 
 def _edge_costs(
-    graph: OpGraph, comm: _Comm, cands: Sequence[Sequence[_Candidate]]
+    graph: OpGraph, comm: _Comm, cands: Sequence[Sequence[_Candidate]], cost: CostModel
 ) -> tuple[tuple[tuple[int, int], ...], list[np.ndarray], list[np.ndarray]]:
     ops = graph.ops
     index = {op.name: i for i, op in enumerate(ops)}
@@ -338,7 +345,7 @@ def _edge_costs(
                 _layout_ids(comm, cands[v], _consumer_gradient_label(need)),
             )
         share = readers[t.src, t.src_output]
-        sig = comm.sig_id(t.num_bytes, t.shape)
+        sig = comm.sig_id(cost.tensor_bytes(t.num_bytes, t.shape), t.shape)
         key = (pkey, ckey, sig, needs_grad[u], share)
         if key not in edge_cache:
             edge_cache[key] = _edge_arrays(comm, *layout_cache[pkey], *layout_cache[ckey], sig, needs_grad[u], share)
