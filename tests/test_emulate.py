@@ -25,9 +25,11 @@ from placement_rl.emulate import (
     EmulatorError,
     Message,
     Pattern,
+    PatternResult,
     Sizes,
     Step,
     cleanup_leftovers,
+    disagreeing,
     emulate,
     find_tools,
     layout,
@@ -36,6 +38,7 @@ from placement_rl.emulate import (
     patterns_for,
     simulate_pattern,
     summarize,
+    summary_lines,
     switched_cluster,
     table_rows,
 )
@@ -118,6 +121,27 @@ def test_a_pattern_is_one_op_per_step_and_one_tensor_per_message() -> None:
         Pattern("bad", "", pattern.steps, (Message("c", "a", 8),)).check(topology)
     with pytest.raises(ValueError, match="positive multiple of 4 bytes"):
         Pattern("bad", "", pattern.steps, (Message("a", "c", 6),)).check(topology)
+
+
+def test_the_summary_judges_flow_against_each_model_where_they_disagree() -> None:
+    def row(name: str, measured: float, **simulated: float) -> PatternResult:
+        return PatternResult("t", name, "", measured, (measured,), simulated)
+
+    results = [row(f"same{i}", 1.0, flow=1.01, circuit=1.01, pairwise=1.01) for i in range(11)]
+    results += [
+        row("shared", 2.0, flow=2.1, circuit=2.1, pairwise=1.0),  # pairwise ignores the sharing
+        row("mixed", 1.0, flow=1.04, circuit=1.3, pairwise=1.04),  # circuit holds the whole route
+    ]
+    assert disagreeing(results, "flow", "circuit") == [results[-1]]
+    assert disagreeing(results, "flow", "pairwise") == [results[-2]]
+    lines = summary_lines(results)
+    assert lines[0] == "flow: median |error| 1.0%, mean 1.5%, worst 5.0% (t/shared) over 13 patterns"
+    assert (
+        "flow vs circuit on the 1 patterns where they disagree (by more than 2%): median |error| 4.0% vs 30.0%" in lines
+    )
+    assert lines[-1].endswith(": met")
+    assert summary_lines(results[2:])[-1].endswith(": missed")  # 11 patterns: too few
+    assert summary_lines([row("x", 1.0, circuit=1.1)])[-1].startswith("goal: not evaluated")
 
 
 # ------------------------------------------------------------------------------- missing programs

@@ -8,16 +8,18 @@ starts it)::
 It imports only the standard library and torch: importing placement_rl would cost every worker
 seconds of start-up. ``SPEC.json`` (written by :func:`placement_rl.emulate.run.emulate`) holds the
 rendezvous (``master_addr``, ``master_port``, ``world_size``, ``ifname``), the run's ``warmup`` and
-``repeats``, ``start_margin_s``, ``timeout_s``, ``out_dir``, an optional injected ``fail`` (``{"rank",
+``repeats``, ``start_margin_s``, ``max_late_s``, ``timeout_s``, ``out_dir``, an optional injected ``fail`` (``{"rank",
 "pattern"}``, for testing cleanup) and the ``patterns`` (:meth:`Pattern.worker_spec`).
 
 Each run of a pattern starts at one instant on every rank: after a barrier, the ranks take the
 latest of their clocks (``CLOCK_MONOTONIC``, shared by every process on this machine) plus
 ``start_margin_s`` and sleep until then. A rank's result is when it finished its own part (its last
 step computed, every message to it received; sends count at their receiver); the pattern's time is
-the latest rank's. The worker writes ``out_dir/rank<RANK>.json``: ``{"rank", "patterns": [{"name",
-"runs": [{"end_s", "late_s"}, ...]}]}`` with the runs after the warm-up, ``late_s`` how late the
-rank woke up.
+the latest rank's. A run in which some rank woke up more than ``max_late_s`` after the start is
+run again (at most ``repeats`` times per pattern): the machine stalled, which says nothing about the
+network. The worker writes ``out_dir/rank<RANK>.json``: ``{"rank", "realtime", "patterns": [{"name",
+"runs": [{"end_s", "late_s"}, ...], "redone"}]}`` with the runs after the warm-up, ``late_s`` how
+late the rank woke up.
 """
 
 from __future__ import annotations
@@ -69,17 +71,25 @@ def main(argv: list[str]) -> int:
     for pattern in spec["patterns"]:
         if fail.get("rank") == rank and fail.get("pattern") == pattern["name"]:
             raise RuntimeError(f"injected failure on rank {rank} before pattern {pattern['name']!r}")
-        runs = []
-        for k in range(spec["warmup"] + spec["repeats"]):
+        runs: list[dict[str, float]] = []
+        done = redone = 0
+        while len(runs) < spec["repeats"]:
             start = _common_start(dist, torch, spec["start_margin_s"])
             late = time.perf_counter() - start
             if pattern["kind"] == "all_reduce":
                 end = _all_reduce(dist, torch, pattern, rank)
             else:
                 end = _dag(dist, torch, pattern, rank)
-            if k >= spec["warmup"]:
-                runs.append({"end_s": end - start, "late_s": late})
-        results.append({"name": pattern["name"], "runs": runs})
+            done += 1
+            worst = torch.tensor([late], dtype=torch.float64)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # every rank decides alike
+            if done <= spec["warmup"]:
+                continue
+            if float(worst.item()) > spec["max_late_s"] and redone < spec["repeats"]:
+                redone += 1  # some rank started late: the machine stalled, not the network
+                continue
+            runs.append({"end_s": end - start, "late_s": late})
+        results.append({"name": pattern["name"], "runs": runs, "redone": redone})
     dist.barrier()
     dist.destroy_process_group()
     out = Path(spec["out_dir"]) / f"rank{rank}.json"
