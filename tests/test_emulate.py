@@ -294,6 +294,19 @@ def test_sigterm_to_the_command_leaves_nothing_behind() -> None:
 
 
 @needs_netns
+def test_a_failure_while_building_names_the_command_and_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _system_state()
+
+    def broken(namespace: str, ifname: str, shaped: object, netem: bool) -> list[list[str]]:
+        return [["-n", namespace, "qdisc", "add", "dev", ifname, "root", "no-such-qdisc"]]
+
+    monkeypatch.setattr("placement_rl.emulate.cluster.shaping_commands", broken)
+    with pytest.raises(EmulatorError, match=r"shaping m0/gpu0 <-> m0/pcie .*no-such-qdisc.* failed"):
+        emulate(switched_cluster(2, 1), ["p2p_inter"])
+    assert _system_state() == before
+
+
+@needs_netns
 def test_cleanup_removes_leftovers_of_dead_runs_only() -> None:
     dead = f"{EMULATOR_PREFIX}999999999-dead-fab"  # beyond any pid: a crashed run's namespace
     alive = f"{EMULATOR_PREFIX}{os.getpid()}-live-fab"  # this process's: a run still going
