@@ -397,10 +397,18 @@ def test_random_topologies_follow_tag_distribution() -> None:
                 assert e.latency_s == 25e-6
             else:
                 assert e.b.endswith("/switch") and 64e9 / 8 <= e.bandwidth_bytes_per_s <= 160e9 / 8
-                assert e.kind == ("nvlink" if e.bandwidth_bytes_per_s >= 100e9 / 8 else "pcie")
+                # NVLink only between GPUs that have NVLink ports (SXM modules), never between PCIe cards
+                has_nvlink = DEVICE_TYPES[topo.device(e.a).device_type].nvlink
+                assert e.kind == ("nvlink" if has_nvlink and e.bandwidth_bytes_per_s >= 100e9 / 8 else "pcie")
     assert set(machine_counts) == set(range(1, 7))
     assert set(gpu_counts) == set(range(1, 9))
     assert set(types) == {"V100-SXM2-32GB", "GTX-1080Ti", "P100-PCIE-12GB"}
+
+
+def test_summary_counts_in_words() -> None:
+    single = next(random_topology(s) for s in range(100) if len(random_topology(s).machines()) == 1)
+    assert " on 1 machine, " in single.summary().splitlines()[0]
+    assert " on 4 machines, 5 switches, " in load_preset("flexflow-p100").summary().splitlines()[0]
 
 
 @pytest.mark.parametrize("seed", [-1, 1.0, "3", True, None])

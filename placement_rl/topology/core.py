@@ -396,8 +396,8 @@ class DeviceTopology:
         """A few human-readable lines: machines, device types, links by kind with GB/s."""
         machines = self.machines()
         lines = [
-            f"topology {self._name}: {self.num_devices} devices on {len(machines)} machines, "
-            f"{len(self._switches)} switches, {len(self._links)} links"
+            f"topology {self._name}: {_count(self.num_devices, 'device')} on {_count(len(machines), 'machine')}, "
+            f"{_count(len(self._switches), 'switch', 'switches')}, {_count(len(self._links), 'link')}"
         ]
         for machine, devices in machines.items():
             counts: dict[str, int] = {}
@@ -592,3 +592,8 @@ def _check_number(value: Any, where: str, positive: bool) -> None:
     if not ok or (value <= 0 if positive else value < 0):
         expected = "a finite number > 0" if positive else "a finite number >= 0"
         raise ValueError(f"{where} = {value!r}; expected {expected}")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``"1 machine"``, ``"2 machines"``."""
+    return f"{n} {one if n == 1 else many or one + 's'}"

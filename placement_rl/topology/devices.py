@@ -38,6 +38,7 @@ class DeviceSpec:
         peak_flops_by_dtype: dense peaks of the other compute dtypes, FLOP/s, as sorted
             ``(dtype, flops)`` pairs (see :attr:`placement_rl.topology.Device.peak_flops_by_dtype`).
         source: where the figures come from.
+        nvlink: the GPU has NVLink ports (SXM modules); PCIe cards do not.
     """
 
     peak_flops: float
@@ -45,6 +46,7 @@ class DeviceSpec:
     memory_bandwidth_bytes_per_s: float
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
     source: str = "vendor datasheet"
+    nvlink: bool = False
 
 
 def _peaks(**flops: float) -> tuple[tuple[str, float], ...]:
@@ -67,14 +69,16 @@ def _peaks(**flops: float) -> tuple[tuple[str, float], ...]:
 #:
 #: bf16 needs Ampere or later: of these, only the H100 has it.
 DEVICE_TYPES: dict[str, DeviceSpec] = {
-    "P100-SXM2-16GB": DeviceSpec(10.6e12, 16 * GIB, 732e9, _peaks(fp16=21.2e12)),
+    "P100-SXM2-16GB": DeviceSpec(10.6e12, 16 * GIB, 732e9, _peaks(fp16=21.2e12), nvlink=True),
     "P100-PCIE-12GB": DeviceSpec(9.3e12, 12 * GIB, 549e9, _peaks(fp16=18.7e12)),
     "K80": DeviceSpec(4.37e12, 12 * GIB, 240e9, _peaks(fp16=4.37e12)),  # one of the board's two GPUs, boost clock
-    "V100-SXM2-16GB": DeviceSpec(15.7e12, 16 * GIB, 900e9, _peaks(fp16=125e12)),
-    "V100-SXM2-32GB": DeviceSpec(15.7e12, 32 * GIB, 900e9, _peaks(fp16=125e12)),
+    "V100-SXM2-16GB": DeviceSpec(15.7e12, 16 * GIB, 900e9, _peaks(fp16=125e12), nvlink=True),
+    "V100-SXM2-32GB": DeviceSpec(15.7e12, 32 * GIB, 900e9, _peaks(fp16=125e12), nvlink=True),
     "GTX-1080Ti": DeviceSpec(11.3e12, 11 * GIB, 484e9, _peaks(fp16=11.3e12)),
     "T4": DeviceSpec(8.1e12, 16 * GIB, 320e9, _peaks(fp16=65e12)),
-    "H100-SXM5-80GB": DeviceSpec(67e12, 80 * GIB, 3.35e12, _peaks(tf32=494.7e12, bf16=989.4e12, fp16=989.4e12)),
+    "H100-SXM5-80GB": DeviceSpec(
+        67e12, 80 * GIB, 3.35e12, _peaks(tf32=494.7e12, bf16=989.4e12, fp16=989.4e12), nvlink=True
+    ),
 }
 
 

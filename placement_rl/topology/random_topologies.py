@@ -9,7 +9,7 @@ import numpy as np
 from placement_rl.errors import UnknownNameError
 from placement_rl.topology.builder import TopologyBuilder
 from placement_rl.topology.core import DeviceTopology, LinkKind
-from placement_rl.topology.devices import gbit_to_bytes_per_s
+from placement_rl.topology.devices import DEVICE_TYPES, gbit_to_bytes_per_s
 
 # ------------------------------------------------------------------------------ random topologies
 #: Seeds of the training distribution.
@@ -31,7 +31,8 @@ def random_topology(seed: int) -> DeviceTopology:
     Draws, with ``np.random.default_rng(seed)`` only: 1-6 machines; per machine one device type among
     :data:`RANDOM_DEVICE_TYPES` and 1-8 GPUs of it; an intra-machine bandwidth uniform in
     [64, 160] Gb/s, realised as a switch ``m{i}/switch`` joined to each GPU (kind ``nvlink`` when
-    >= 100 Gb/s, else ``pcie``: faster than PCIe 3.0 x16 implies NVLink); and an inter-machine
+    >= 100 Gb/s and the GPU type has NVLink ports, else ``pcie``: a PCIe card such as the GTX
+    1080Ti gets TAG's bandwidth over a link of its own kind); and an inter-machine
     bandwidth uniform in [20, 50] Gb/s joining the switch to a central ``net-switch`` (kind
     ``ethernet``). The central switch exists even for a single machine. Latencies follow
     :data:`LINK_LATENCY_S` by kind.
@@ -55,7 +56,8 @@ def random_topology(seed: int) -> DeviceTopology:
         inter_gbit = float(rng.uniform(*RANDOM_INTER_GBIT_PER_S))
         machine, gpus = b.machine(device_type, count)
         hub = b.switch(f"{machine}/switch")
-        kind: LinkKind = "nvlink" if intra_gbit >= RANDOM_NVLINK_MIN_GBIT_PER_S else "pcie"
+        fast = intra_gbit >= RANDOM_NVLINK_MIN_GBIT_PER_S and DEVICE_TYPES[device_type].nvlink
+        kind: LinkKind = "nvlink" if fast else "pcie"
         b.star(hub, gpus, gbit_to_bytes_per_s(intra_gbit), kind)
         b.link(hub, net, gbit_to_bytes_per_s(inter_gbit), "ethernet")
     return b.build(f"random-{seed}")
