@@ -79,27 +79,29 @@ def cmd_models(args: argparse.Namespace) -> None:
 
 def cmd_topologies(args: argparse.Namespace) -> None:
     from placement_rl.topology import load_preset, preset_names
+    from placement_rl.topology.presets import PRESET_INFO, machines_by_type
 
-    topologies = [load_preset(n) for n in preset_names()]
-    if args.json:
-        print_json(
-            [
-                {
-                    "name": t.name,
-                    "devices": t.num_devices,
-                    "machines": len(t.machines()),
-                    "device_types": sorted({d.device_type for d in t.devices}),
-                }
-                for t in topologies
-            ]
+    rows = []
+    for name in preset_names():
+        t = load_preset(name)
+        interconnect, source = PRESET_INFO[name]
+        rows.append(
+            {
+                "name": name,
+                "machines": len(t.machines()),
+                "devices": t.num_devices,
+                "machines_x_gpus": machines_by_type(t),
+                "device_types": sorted({d.device_type for d in t.devices}),
+                "interconnect": interconnect,
+                "source": source,
+            }
         )
+    if args.json:
+        print_json(rows)
         return
     print_table(
-        ["topology", "machines", "devices", "device types"],
-        [
-            [t.name, len(t.machines()), t.num_devices, ", ".join(sorted({d.device_type for d in t.devices}))]
-            for t in topologies
-        ],
+        ["topology", "machines x GPUs", "interconnect (per direction)", "source"],
+        [[r["name"], r["machines_x_gpus"], r["interconnect"], r["source"]] for r in rows],
     )
 
 

@@ -137,6 +137,31 @@ _PRESETS: dict[str, Callable[[], DeviceTopology]] = {
 }
 
 
+#: What each preset is, in words: (interconnect per direction, source).
+PRESET_INFO: dict[str, tuple[str, str]] = {
+    "flexflow-p100": ("NVLink 20 GB/s, PCIe 12 GB/s to the NIC, 100 Gb/s InfiniBand", "FlexFlow sec. 8"),
+    "flexflow-k80": ("PCIe switch per GPU pair, shared host switch, 56 Gb/s InfiniBand", "FlexFlow sec. 8"),
+    "tag-testbed": ("NVLink 25 GB/s on the V100 machine, PCIe elsewhere, 100 Gb/s switch", "TAG sec. 5.2"),
+    "tag-cloud": ("NVLink on V100 machines, 10 Gb/s between machines", "TAG sec. 5.2"),
+    "tensoropt": ("NVLink 25 GB/s, 100 Gb/s EDR InfiniBand", "TensorOpt sec. 5"),
+    "trinity": ("PCIe, 11 GiB per GPU as reported", "Trinity sec. 5"),
+    "h100-2x8": ("NVSwitch 450 GB/s, one 400 Gb/s NIC per GPU", "a modern cluster"),
+}
+assert set(PRESET_INFO) == set(_PRESETS)
+
+
+def machines_by_type(topology: DeviceTopology) -> str:
+    """``"1 x 4 V100-SXM2-32GB + 4 x 2 GTX-1080Ti"``: runs of machines with the same GPUs, in machine order."""
+    runs: list[list[object]] = []
+    for devices in topology.machines().values():
+        shape = (len(devices), devices[0].device_type if len({d.device_type for d in devices}) == 1 else "mixed")
+        if runs and runs[-1][1] == shape:
+            runs[-1][0] = int(runs[-1][0]) + 1  # type: ignore[call-overload]
+        else:
+            runs.append([1, shape])
+    return " + ".join(f"{count} x {shape[0]} {shape[1]}" for count, shape in runs)  # type: ignore[index]
+
+
 def preset_names() -> list[str]:
     """Names of the cluster presets, in documentation order."""
     return list(_PRESETS)
