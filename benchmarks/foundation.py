@@ -8,7 +8,7 @@ Prints a Markdown table (median over ``--repeats`` runs, after one warm-up run t
 separately as the cold time; the cold time includes torch.fx's one-time start-up). ``--models`` are
 the imported models; the largest graph of ``--coarsen-from`` (``all``: the whole zoo) is coarsened
 into ``--groups`` groups. A tiny run: ``--repeats 1 --models lenet --coarsen-from lenet --groups 4``.
-Goals (issue 2): importing bert_large and inception_v3 under 10 s each; coarsening the largest zoo
+Goals: importing bert_large and inception_v3 under 10 s each; coarsening the largest zoo
 graph into 60 groups under 1 s.
 """
 

@@ -1,4 +1,4 @@
-"""Check the simulator's network models against an emulated cluster (issue 14).
+"""Check the simulator's network models against an emulated cluster.
 
 Usage (root, iproute2; about 80 s per topology)::
 

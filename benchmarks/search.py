@@ -8,6 +8,12 @@ Usage::
 
 ``--models`` (delta, speedup) and ``--gpus`` (delta) narrow the tables; a tiny run:
 ``delta --models lenet --gpus 4 --proposals 5``, ``speedup --models lenet --budget 5`` (proposals).
+``--network`` picks the simulator's network model (``flow``, the default, ``circuit``, ``pairwise``)
+and ``--bucket-bytes`` its gradient bucket (default 25 MiB; 0 all-reduces each tensor alone).
+
+``speedup`` prints beside data parallelism (bucketed, the reference) the papers' per-tensor data
+parallelism and the compute lower bound: the whole iteration's compute on the fastest device
+divided by the device count (no plan is faster on this cluster).
 
 Batch sizes follow FlexFlow (sec. 8): 64 samples per GPU (AlexNet 256). Device counts 4, 8 and 16
 are the first GPUs of flexflow-p100 (1, 2 and 4 nodes); 32 and 64 those of flexflow-k80. ``delta``
@@ -26,9 +32,11 @@ from collections.abc import Sequence
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from placement_rl import zoo
-from placement_rl.plan import data_parallel, expert
+from placement_rl.plan import data_parallel, data_parallel_per_tensor, expert, single_device
 from placement_rl.search import mcmc
 from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES
+from placement_rl.sim import CostModel
+from placement_rl.sim.network import NETWORK_MODELS
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import load_preset
 
@@ -40,7 +48,9 @@ def _batch(model: str, gpus: int) -> int:
     return (256 if model == "alexnet" else 64) * gpus
 
 
-def delta_table(proposals: int, models: Sequence[str] = MODELS, counts: Sequence[int] | None = None) -> None:
+def delta_table(
+    proposals: int, models: Sequence[str] = MODELS, counts: Sequence[int] | None = None, cost: CostModel | None = None
+) -> None:
     print("| model | GPUs | tasks (DP) | full ms/proposal | delta ms/proposal | speedup |")
     print("|---|---|---|---|---|---|")
     for model in models:
@@ -50,12 +60,19 @@ def delta_table(proposals: int, models: Sequence[str] = MODELS, counts: Sequence
             graph = zoo.load(model, batch_size=_batch(model, gpus))
             topo = load_preset(preset)
             devices = [d.name for d in topo.devices[:gpus]]
-            tasks = simulate(graph, topo, data_parallel(graph, topo, devices)).num_tasks
+            tasks = simulate(graph, topo, data_parallel(graph, topo, devices), cost).num_tasks
             times = {}
             for delta in (False, True):
                 start = time.perf_counter()
                 found = mcmc(
-                    graph, topo, budget=proposals, initial=("data_parallel",), seed=0, delta=delta, devices=devices
+                    graph,
+                    topo,
+                    budget=proposals,
+                    initial=("data_parallel",),
+                    seed=0,
+                    delta=delta,
+                    devices=devices,
+                    cost_model=cost,
                 )
                 times[delta] = (time.perf_counter() - start) / found.proposals
             print(
@@ -65,33 +82,36 @@ def delta_table(proposals: int, models: Sequence[str] = MODELS, counts: Sequence
             )
 
 
-def speedup_table(budget: str, models: Sequence[str] = MODELS) -> None:
+def speedup_table(budget: str, models: Sequence[str] = MODELS, cost: CostModel | None = None) -> None:
     print(
-        f"| model | cluster | DP ms | expert ms | MCMC ms ({budget}) | vs DP | vs expert | proposals "
-        f"| MCMC + subset-DP start ms | vs DP |"
+        f"| model | cluster | DP ms | DP per tensor ms | bound ms | expert ms | MCMC ms ({budget}) | vs DP "
+        f"| vs expert | proposals | MCMC + subset-DP start ms | vs DP |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for preset in ("flexflow-p100", "flexflow-k80", "tag-testbed"):
         topo = load_preset(preset)
         for model in models:
             graph = zoo.load(model, batch_size=_batch(model, topo.num_devices))
-            dp = simulate(graph, topo, data_parallel(graph, topo)).makespan_s
-            ex = simulate(graph, topo, expert(graph, topo)).makespan_s
-            found = mcmc(graph, topo, budget=budget, seed=0, initial=INITIAL_CANDIDATES)  # FlexFlow's
-            extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES)
+            dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
+            per_tensor = simulate(graph, topo, data_parallel_per_tensor(graph, topo), cost).makespan_s
+            bound = simulate(graph, topo, single_device(graph, topo), cost).busy_s.sum() / topo.num_devices
+            ex = simulate(graph, topo, expert(graph, topo), cost).makespan_s
+            found = mcmc(graph, topo, budget=budget, seed=0, initial=INITIAL_CANDIDATES, cost_model=cost)  # FlexFlow's
+            extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES, cost_model=cost)
             ms, xs = found.result.makespan_s, extended.result.makespan_s
             print(
-                f"| {model} | {preset} | {dp * 1e3:.1f} | {ex * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | "
-                f"{ex / ms:.2f}x | {found.proposals:,} | {xs * 1e3:.1f} | {dp / xs:.2f}x |",
+                f"| {model} | {preset} | {dp * 1e3:.1f} | {per_tensor * 1e3:.1f} | {bound * 1e3:.1f} | "
+                f"{ex * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | {ex / ms:.2f}x | {found.proposals:,} | "
+                f"{xs * 1e3:.1f} | {dp / xs:.2f}x |",
                 flush=True,
             )
 
 
-def goal(proposals: int) -> None:
+def goal(proposals: int, cost: CostModel | None = None) -> None:
     graph = zoo.load("inception_v3", batch_size=_batch("inception_v3", 16))
     topo = load_preset("flexflow-p100")
     start = time.perf_counter()
-    found = mcmc(graph, topo, budget=proposals, seed=0, initial=("data_parallel",))
+    found = mcmc(graph, topo, budget=proposals, seed=0, initial=("data_parallel",), cost_model=cost)
     elapsed = time.perf_counter() - start
     rate = found.proposals / elapsed
     print(
@@ -110,14 +130,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--gpus", default=",".join(str(g) for g, _ in COUNTS), help="delta: comma-separated device counts"
     )
+    parser.add_argument("--network", default="flow", choices=list(NETWORK_MODELS), help="the network model")
+    parser.add_argument("--bucket-bytes", type=int, default=25 * 2**20, help="gradient bucket, bytes (0: per tensor)")
     args = parser.parse_args(argv)
     models = args.models.split(",")
+    cost = CostModel(network=args.network, bucket_bytes=args.bucket_bytes)
     if args.what == "delta":
-        delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")])
+        delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")], cost)
     elif args.what == "speedup":
-        speedup_table(args.budget, models)
+        speedup_table(args.budget, models, cost)
     else:
-        goal(args.proposals or 100_000)
+        goal(args.proposals or 100_000, cost)
 
 
 if __name__ == "__main__":

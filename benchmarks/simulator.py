@@ -2,9 +2,9 @@
 
 Usage::
 
-    python benchmarks/simulator.py [--repeats 20] [--model inception_v3] [--groups 60]
+    python benchmarks/simulator.py [--repeats 20] [--model inception_v3] [--groups 60] [--network flow]
 
-Cases (issue 3): a full simulation of inception_v3 (317 ops, not coarsened) data-parallel on 16 GPUs
+Cases: a full simulation of inception_v3 (317 ops, not coarsened) data-parallel on 16 GPUs
 (tensoropt and flexflow-p100 presets), and 60-group plans of inception_v3 on tag-testbed (random
 single-device placements of the groups, as Trinity/TAG agents produce, and data parallelism of the
 groups). Each figure is the median over ``--repeats`` simulations after a warm-up (numba compiles
@@ -13,7 +13,8 @@ once per machine and caches), on one core (``NUMBA_NUM_THREADS=1``; the kernels 
 ``SimContext.simulate`` call: plan compilation, task-graph construction, scheduling, memory sweep and
 result assembly. ``memory`` is the peak of Python/numpy allocations during one simulation
 (tracemalloc) plus the bytes of the arrays the numba kernels return. ``--model`` and ``--groups``
-replace inception_v3 and its 60 groups (a tiny run: ``--repeats 1 --model lenet --groups 4``).
+replace inception_v3 and its 60 groups (a tiny run: ``--repeats 1 --model lenet --groups 4``);
+``--network`` picks the network model (``flow``, the default, ``circuit`` or ``pairwise``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import numpy as np
 from placement_rl import zoo
 from placement_rl.graph.coarsen import coarsen
 from placement_rl.plan import OpConfig, Plan, data_parallel
+from placement_rl.sim import CostModel
+from placement_rl.sim.network import NETWORK_MODELS
 from placement_rl.sim.simulator import SimContext
 from placement_rl.topology import load_preset
 
@@ -60,7 +63,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--model", default="inception_v3", help="the zoo model")
     parser.add_argument("--groups", type=int, default=60, help="op groups of the coarsened cases")
+    parser.add_argument("--network", default="flow", choices=list(NETWORK_MODELS), help="the network model")
     args = parser.parse_args(argv)
+    cost = CostModel(network=args.network)
     model = args.model
     graph = zoo.load(model)
     coarse = coarsen(graph, args.groups)
@@ -69,13 +74,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("|---|---|---|---|---|")
     for preset in ("tensoropt", "flexflow-p100"):
         topo = load_preset(preset)
-        row = _measure(SimContext(graph, topo), data_parallel(graph, topo), args.repeats)
+        row = _measure(SimContext(graph, topo, cost), data_parallel(graph, topo), args.repeats)
         print(
             f"| {model} data parallel, {preset} ({topo.num_devices} GPUs) | {row[0]:,} | {row[1] * 1e3:.2f} | "
             f"{row[2]:,.0f} | {row[3]:.1f} |"
         )
     testbed = load_preset("tag-testbed")
-    ctx = SimContext(coarse, testbed)
+    ctx = SimContext(coarse, testbed, cost)
     names = [d.name for d in testbed.devices]
     placements = [
         Plan(coarse.name, {g.name: OpConfig.make(names[int(rng.integers(len(names)))]) for g in coarse.ops})

@@ -291,7 +291,7 @@ for _name, _description in (
 register_method(
     Method(
         "subset_data_parallel",
-        lambda p: subset_data_parallel(p.graph, p.topology),
+        lambda p: subset_data_parallel(p.graph, p.topology, cost_model=p.cost_model),
         "the fastest data parallelism over one machine, one device type or all devices",
     )
 )

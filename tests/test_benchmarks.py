@@ -111,13 +111,20 @@ def test_ft_time(run: Run) -> None:
 
 
 def test_ft_estimate(run: Run) -> None:
-    rows = _table(run("ft", "estimate", "--models", "lenet", "--max-configs", "2"))
-    plans = [r["plan"] for r in rows]
-    assert plans[0] == "data parallel" and any(p.startswith("FT mini-time") for p in plans), plans
-    for row in rows:
-        assert _number(row["FT estimate ms"]) > 0 and _number(row["simulated ms"]) > 0
-        assert 0 < _number(row["vs DP (simulated)"]) < 100 and abs(_number(row["error"])) < 1000
-        assert _number(row["simulated peak GiB"]) >= 0
+    # Under FT's own assumptions (a transfer holds its route, one all-reduce per tensor) the
+    # estimate and the simulation of the same plan agree closely; DDP's buckets under flows make
+    # the simulated iteration shorter than FT's additive estimate (latency-bound lenet).
+    for argv, worst_error in ((["--network", "circuit", "--bucket-bytes", "0"], 10), ([], None)):
+        rows = _table(run("ft", "estimate", "--models", "lenet", "--max-configs", "2", *argv))
+        plans = [r["plan"] for r in rows]
+        assert plans[0] == "data parallel" and any(p.startswith("FT mini-time") for p in plans), plans
+        for row in rows:
+            assert _number(row["FT estimate ms"]) > 0 and _number(row["simulated ms"]) > 0
+            assert 0 < _number(row["vs DP (simulated)"]) < 100 and _number(row["simulated peak GiB"]) >= 0
+            if worst_error is not None:
+                assert abs(_number(row["error"])) <= worst_error, row
+            else:
+                assert _number(row["simulated ms"]) < _number(row["FT estimate ms"]), row
 
 
 def test_envs_steps_and_agents(run: Run) -> None:

@@ -1,16 +1,17 @@
-"""Routes and rings of placement_rl.sim.network on hand-built topologies with hand-computed answers."""
+"""Routes, rings, flows and collectives of placement_rl.sim.network on hand-built topologies with
+hand-computed answers."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from placement_rl.graph import Op, OpGraph, ParallelDim
+from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.rescheduling import _Comm
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.network import Network, network
-from placement_rl.sim.result import TASK_KINDS
+from placement_rl.sim.network import NETWORK_MODELS, Network, drain_time_s, max_min_rates, network
+from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import Device, DeviceTopology, Link
 
@@ -162,7 +163,7 @@ def test_simulator_all_reduce_uses_the_ring_bandwidth(order: tuple[str, ...], ba
     param_bytes = 10**6
     graph, topo = _one_layer(param_bytes), _two_machines()
     plan = Plan("fc", {"fc": OpConfig.make(order, {"sample": 4})})
-    result = simulate(graph, topo, plan)
+    result = simulate(graph, topo, plan, CostModel(network="circuit"))  # the ring of Network.rings
     sync = np.flatnonzero(result.tasks.kind == TASK_KINDS.index("all_reduce"))
     assert len(sync) == 1
     duration = result.tasks.end_s[sync[0]] - result.tasks.start_s[sync[0]]
@@ -180,3 +181,204 @@ def test_ft_groups_map_flat_indices_to_topology_devices(names: list[str], bandwi
     pairs = comm.group(((1, 2),))
     expected = (NVLINK_BW, NVLINK_LAT, "nvlink") if names[1] == "g1" else (IB_BW / 2, CROSS_LAT, "infiniband")
     assert pairs == (expected[0], pytest.approx(expected[1]), expected[2])
+
+
+# ------------------------------------------------------------------------------------------------ flows
+# Closed forms of the flow model, each computed by hand from the topology's figures.
+S = 10**8  # bytes per transfer
+LAT = 1e-5  # per link: a route through the switch crosses two links
+
+
+def _star(bandwidths: dict[str, float]) -> DeviceTopology:
+    """Devices on one switch, each by its own link (bandwidth per direction) of latency ``LAT``."""
+    devices = [Device(name, "test-gpu", "m0", 1e12, 2**34, 1e12) for name in bandwidths]
+    links = [Link(name, "sw", bw, LAT, "pcie") for name, bw in bandwidths.items()]
+    return DeviceTopology("star", devices, links, ["sw"])
+
+
+def _fan_out(consumers: list[str], num_bytes: int = S) -> tuple[OpGraph, Plan]:
+    """``src`` on g0 (no compute) sends ``num_bytes`` to one consumer on each of ``consumers``."""
+    dims = (ParallelDim("sample", "sample", 0, 8),)
+    ops = [Op("src", "relu", ((8, 16),), parallel_dims=dims)]
+    ops += [Op(f"c{k}", "relu", ((8, 16),), parallel_dims=dims) for k in range(len(consumers))]
+    tensors = [Tensor("src", f"c{k}", (8, 16), num_bytes) for k in range(len(consumers))]
+    where = {"src": "g0", **{f"c{k}": device for k, device in enumerate(consumers)}}
+    return OpGraph("fan", ops, tensors), Plan("fan", {op: OpConfig.make(dev) for op, dev in where.items()})
+
+
+def _transfer_ends(result: SimResult) -> list[float]:
+    """End times of the forward transfers, in task order (one per consumer)."""
+    t = result.tasks
+    return t.end_s[t.kind == TASK_KINDS.index("transfer")].tolist()
+
+
+FLOW = CostModel(network="flow")
+
+
+def test_one_flow_takes_latency_plus_bytes_over_bandwidth() -> None:
+    graph, plan = _fan_out(["g1"])
+    result = simulate(graph, _star({"g0": 10e9, "g1": 10e9}), plan, FLOW)
+    assert _transfer_ends(result) == [pytest.approx(2 * LAT + S / 10e9, rel=1e-12)]
+
+
+def test_two_flows_sharing_a_link_take_twice_as_long() -> None:
+    graph, plan = _fan_out(["g1", "g2"])  # both leave g0 through its one link
+    result = simulate(graph, _star({"g0": 10e9, "g1": 10e9, "g2": 10e9}), plan, FLOW)
+    assert _transfer_ends(result) == [pytest.approx(2 * LAT + 2 * S / 10e9, rel=1e-12)] * 2
+    # the same under circuit: the second waits for the first
+    circuit = simulate(graph, _star({"g0": 10e9, "g1": 10e9, "g2": 10e9}), plan, CostModel(network="circuit"))
+    assert sorted(_transfer_ends(circuit)) == [
+        pytest.approx(2 * LAT + S / 10e9, rel=1e-12),
+        pytest.approx(2 * (2 * LAT + S / 10e9), rel=1e-12),
+    ]
+
+
+def test_flows_on_disjoint_links_run_in_parallel() -> None:
+    dims = (ParallelDim("sample", "sample", 0, 8),)
+    ops = [Op(name, "relu", ((8, 16),), parallel_dims=dims) for name in ("a", "b", "c", "d")]
+    graph = OpGraph("pairs", ops, [Tensor("a", "b", (8, 16), S), Tensor("c", "d", (8, 16), S)])
+    plan = Plan(
+        "pairs",
+        {"a": OpConfig.make("g0"), "b": OpConfig.make("g1"), "c": OpConfig.make("g2"), "d": OpConfig.make("g3")},
+    )
+    topo = _star({f"g{k}": 10e9 for k in range(4)})
+    result = simulate(graph, topo, plan, FLOW)
+    assert _transfer_ends(result) == [pytest.approx(2 * LAT + S / 10e9, rel=1e-12)] * 2
+
+
+def test_max_min_a_flow_held_back_elsewhere_leaves_the_rest_to_the_others() -> None:
+    # Three flows leave g0 (10 GB/s); the one to g1 is held to g1's 2 GB/s, so the other two share
+    # the remaining 8 GB/s: 4 GB/s each. They drain at S / 4e9; the first goes on at 2 GB/s.
+    graph, plan = _fan_out(["g1", "g2", "g3"])
+    topo = _star({"g0": 10e9, "g1": 2e9, "g2": 10e9, "g3": 10e9})
+    ends = _transfer_ends(simulate(graph, topo, plan, FLOW))
+    assert ends == [
+        pytest.approx(2 * LAT + S / 2e9, rel=1e-12),
+        pytest.approx(2 * LAT + S / 4e9, rel=1e-12),
+        pytest.approx(2 * LAT + S / 4e9, rel=1e-12),
+    ]
+    net = network(topo)
+    rates = max_min_rates([net.route_dirs_of(0, k) for k in (1, 2, 3)], net.capacity)
+    assert rates.tolist() == [2e9, 4e9, 4e9]
+
+
+def test_max_min_rates_by_hand() -> None:
+    capacity = np.array([10.0, 6.0, 4.0, 100.0])
+    # flows 0, 1 share direction 0 (10); flow 1 also crosses 2 (4); flow 2 crosses 1 and 3
+    rates = max_min_rates([[0], [0, 2], [1, 3]], capacity)
+    assert rates.tolist() == [6.0, 4.0, 6.0]
+    assert max_min_rates([[0], [0]], capacity, flow_caps=[1.0, np.inf]).tolist() == [1.0, 9.0]
+    assert drain_time_s([10.0, 20.0], [[0], [0]], capacity) == pytest.approx(3.0)  # 5 each until 2, then 10
+
+
+def _ring_machine(n: int, bandwidth: float, latency: float) -> DeviceTopology:
+    """One machine of ``n`` GPUs, every pair joined directly: the ring's hops share nothing."""
+    devices = [Device(f"g{k}", "test-gpu", "m0", 1e12, 2**34, 1e12) for k in range(n)]
+    links = [Link(f"g{a}", f"g{b}", bandwidth, latency, "nvlink") for a in range(n) for b in range(a + 1, n)]
+    return DeviceTopology("ring", devices, links)
+
+
+@pytest.mark.parametrize("model", ["flow", "circuit", "pairwise"])
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring_all_reduce_time(model: str, n: int) -> None:
+    param_bytes, bandwidth, latency = 8 * 10**6, 20e9, 3e-6
+    graph, topo = _one_layer(param_bytes), _ring_machine(n, bandwidth, latency)
+    plan = Plan("fc", {"fc": OpConfig.make([f"g{k}" for k in range(n)], {"sample": n})})
+    result = simulate(graph, topo, plan, CostModel(network=model))
+    sync = np.flatnonzero(result.tasks.kind == TASK_KINDS.index("all_reduce"))
+    assert len(sync) == 1
+    duration = result.tasks.end_s[sync[0]] - result.tasks.start_s[sync[0]]
+    assert duration == pytest.approx(2 * (n - 1) / n * param_bytes / bandwidth + 2 * (n - 1) * latency, rel=1e-12)
+    assert result.tasks.num_bytes[sync[0]] == 2 * (n - 1) * param_bytes
+    # each direction of each hop carries 2 (n - 1) / n of the gradient; the others nothing
+    carried = np.sort(result.link_direction_bytes)[::-1]
+    hops = n if n > 2 else 2
+    assert carried[:hops] == pytest.approx([2 * (n - 1) / n * param_bytes] * hops)
+    assert not carried[hops:].any()
+
+
+def _machines(k: int, g: int, nic_bandwidth: float) -> DeviceTopology:
+    """``k`` machines of ``g`` GPUs; each GPU on its machine's NIC switch (wide), each NIC on a core switch."""
+    devices = [Device(f"m{m}/g{j}", "test-gpu", f"m{m}", 1e12, 2**34, 1e12) for m in range(k) for j in range(g)]
+    links = [Link(f"m{m}/g{j}", f"m{m}/nic", 100e9, LAT, "pcie") for m in range(k) for j in range(g)]
+    links += [Link(f"m{m}/nic", "core", nic_bandwidth, LAT, "infiniband") for m in range(k)]
+    return DeviceTopology("machines", devices, links, [f"m{m}/nic" for m in range(k)] + ["core"])
+
+
+@pytest.mark.parametrize("machines", [2, 3])
+def test_all_to_all_is_limited_by_the_bytes_through_each_nic(machines: int) -> None:
+    # A sample-split op feeds an attribute-split op over all n devices: every device sends 1/n^2 of
+    # the tensor to every other. Each NIC sends g (n - g) of those pieces at its bandwidth (and
+    # receives as many), so every cross-machine flow gets 1 / (g (n - g)) of a NIC.
+    g, nic = 2, 1e9
+    n = machines * g
+    topo = _machines(machines, g, nic)
+    names = [d.name for d in topo.devices]
+    tensor = 64 * n * n * 10**4
+    ops = [
+        Op("a", "relu", ((n * 8, n * 8),), parallel_dims=(ParallelDim("sample", "sample", 0, n * 8),)),
+        Op(
+            "b",
+            "relu",
+            ((n * 8, n * 8),),
+            parallel_dims=(ParallelDim("sample", "sample", 0, n * 8), ParallelDim("attr", "attribute", 1, n * 8)),
+        ),
+    ]
+    graph = OpGraph("a2a", ops, [Tensor("a", "b", (n * 8, n * 8), tensor)])
+    plan = Plan("a2a", {"a": OpConfig.make(names, {"sample": n}), "b": OpConfig.make(names, {"attr": n})})
+    result = simulate(graph, topo, plan, FLOW)
+    transfers = result.tasks.kind == TASK_KINDS.index("transfer")
+    assert np.count_nonzero(transfers) == n * (n - 1)
+    through_nic = g * (n - g) * tensor / n**2
+    assert result.tasks.end_s[transfers].max() == pytest.approx(through_nic / nic + 4 * LAT, rel=1e-9)
+    # machine 0's NIC sends that forward and again for the gradients; every direction fits in the makespan
+    nic_up = [k for k, name in enumerate(result.link_direction_names) if name == "link m0/nic -> core"]
+    assert result.link_direction_bytes[nic_up] == pytest.approx([2 * through_nic])
+    assert (result.link_direction_bytes <= result.link_direction_capacity_bytes_per_s * result.makespan_s).all()
+
+
+def test_all_reduce_algorithm_choice_on_h100_2x8() -> None:
+    from placement_rl.topology import load_preset
+
+    topo = load_preset("h100-2x8")
+    net = network(topo)
+    group = list(range(16))
+    algorithms = {c.name: c for c in net.all_reduce_algorithms(group)}
+    assert list(algorithms) == ["ring", *(f"ring x{k}" for k in range(2, 9)), "hierarchical"]
+    nic = 400e9 / 8
+    # one ring crosses each machine boundary once per direction: 2 (n - 1) / n bytes per message byte at one NIC
+    assert algorithms["ring"].seconds_per_byte == pytest.approx(2 * 15 / 16 / nic)
+    assert algorithms["ring x8"].seconds_per_byte == pytest.approx(2 * 15 / 16 / nic / 8)  # eight NICs
+    # hierarchical: reduce-scatter and all-gather over NVSwitch, then 8 rings of 1/8 across, one per NIC
+    nvswitch = 450e9
+    within = 7 / 8 / nvswitch
+    assert algorithms["hierarchical"].seconds_per_byte == pytest.approx(2 * within + 1 / 8 / nic)
+    cross_lat, intra_lat = 2 * 5e-6, 2 * 2e-6
+    assert algorithms["ring x8"].latency_s == pytest.approx(30 * cross_lat)
+    assert algorithms["hierarchical"].latency_s == pytest.approx(2 * 7 * intra_lat + 2 * cross_lat)
+    # the rule: least time alone, per message size
+    assert net.all_reduce(group, 2**20).name == "hierarchical"
+    assert net.all_reduce(group, 2**30).name == "ring x8"
+    assert net.all_reduce(list(range(8)), 2**30).name == "ring"  # one machine: one ring
+
+
+def test_flow_all_reduce_uses_every_nic_where_each_gpu_has_one() -> None:
+    from placement_rl.topology import load_preset
+
+    topo = load_preset("h100-2x8")
+    graph = _one_layer(2**30)  # 1 GiB: eight rings, one leaving and entering each machine through each NIC
+    plan = Plan("fc", {"fc": OpConfig.make([d.name for d in topo.devices], {"sample": 8})})
+    result = simulate(graph, topo, plan)
+    nic_up = [k for k, name in enumerate(result.link_direction_names) if name.endswith("-> ib-switch")]
+    expected = 2 * 15 / 16 * 2**30 / 8  # each of the 16 NICs sends one ring's cross-machine hop
+    assert len(nic_up) == 16 and result.link_direction_bytes[nic_up] == pytest.approx([expected] * 16)
+
+
+def test_unknown_network_model_and_negative_bucket_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown network model 'fluid'; expected one of: circuit, flow, pairwise"):
+        CostModel(network="fluid")
+    with pytest.raises(ValueError, match=r"bucket_bytes = -1; expected an integer number of bytes >= 0"):
+        CostModel(bucket_bytes=-1)
+    with pytest.raises(ValueError, match=r"bucket_bytes = 2.5"):
+        CostModel(bucket_bytes=2.5)  # type: ignore[arg-type]
+    assert set(NETWORK_MODELS) == {"flow", "circuit", "pairwise"}

@@ -11,7 +11,7 @@ from placement_rl.graph.coarsen import coarsen
 from placement_rl.plan import Plan, data_parallel
 from placement_rl.search import Budget, SearchSpace, exhaustive, mcmc
 from placement_rl.search.mcmc import plan_cost, run_chain
-from placement_rl.sim import DeltaSimulator
+from placement_rl.sim import CostModel, DeltaSimulator
 from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import load_preset
 
@@ -51,6 +51,7 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
         SearchSpace(graph, topo, dim_kinds=("batch",))
 
 
+@pytest.mark.parametrize("network", ["flow", "circuit", "pairwise"])
 @pytest.mark.parametrize(
     ("model", "options", "preset", "groups", "proposals"),
     [
@@ -60,28 +61,30 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
         ("lenet", {}, "trinity", 0, 600),
     ],
 )
-def test_delta_simulation_equals_full_simulation(model, options, preset, groups, proposals, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+def test_delta_simulation_equals_full_simulation(model, options, preset, groups, proposals, network, zoo_graph) -> None:  # type: ignore[no-untyped-def]
     graph = zoo_graph(model, **options)
     if groups:
         graph = coarsen(graph, groups)
     topo = load_preset(preset)
+    # 4 MiB buckets: a change moves other ops' shards from bucket to bucket
+    cost = CostModel(network=network, bucket_bytes=4 * 2**20)
     space = SearchSpace(graph, topo)
     dp = data_parallel(graph, topo)
-    delta = DeltaSimulator(SimContext(graph, topo), [dp[op.name] for op in graph.ops])
-    assert delta.cost == plan_cost(simulate(graph, topo, dp), 10.0)
+    delta = DeltaSimulator(SimContext(graph, topo, cost), [dp[op.name] for op in graph.ops])
+    assert delta.cost == plan_cost(simulate(graph, topo, dp, cost), 10.0)
     rng = np.random.default_rng(7)
-    for _ in range(proposals):
+    for _ in range(proposals if network == "flow" else proposals // 2):
         i = int(rng.integers(graph.num_ops))
         cfg = space.random_config(i, rng)
         proposed = delta.propose(i, cfg)
         plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
-        assert proposed == plan_cost(simulate(graph, topo, plan, validate=False), 10.0)
+        assert proposed == plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
         if rng.random() < 0.5:
             delta.accept()
         else:
             delta.reject()
     # The kept state is the accepted plan's: its full simulation matches too.
-    assert delta.result().makespan_s == simulate(graph, topo, delta.plan()).makespan_s
+    assert delta.result().makespan_s == simulate(graph, topo, delta.plan(), cost).makespan_s
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +184,14 @@ def test_parallel_chains_as_ray_tasks(ray_local, zoo_graph) -> None:  # type: ig
 def test_subset_data_parallel_keeps_the_fast_device_group(zoo_graph) -> None:  # type: ignore[no-untyped-def]
     from placement_rl.plan import subset_data_parallel
 
-    graph = zoo_graph("inception_v3")  # batch 96: communication-bound on tag-testbed's 100 Gb/s network
+    graph = zoo_graph("inception_v3")  # batch 96 on tag-testbed's 100 Gb/s network
     topo = load_preset("tag-testbed")
-    plan = subset_data_parallel(graph, topo, [d.name for d in topo.devices])
+    # 95 per-tensor all-reduces, each holding its ring: communication-bound beyond one machine
+    per_tensor = CostModel(network="circuit", bucket_bytes=0)
+    plan = subset_data_parallel(graph, topo, [d.name for d in topo.devices], per_tensor)
     assert sorted(plan.devices_used()) == [f"m0/gpu{k}" for k in range(4)]  # the NVLink V100 machine
-    assert simulate(graph, topo, plan).makespan_s < simulate(graph, topo, data_parallel(graph, topo)).makespan_s / 2
+    dp = data_parallel(graph, topo)
+    assert simulate(graph, topo, plan, per_tensor).makespan_s < simulate(graph, topo, dp, per_tensor).makespan_s / 2
+    # DDP's buckets as flows: a few large all-reduces, and all 16 GPUs are the fastest group
+    plan = subset_data_parallel(graph, topo, [d.name for d in topo.devices], CostModel())
+    assert len(plan.devices_used()) == 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -12,6 +13,7 @@ import pytest
 from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import OpConfig, Plan, data_parallel, expert, single_device
 from placement_rl.sim.cost import CostModel
+from placement_rl.sim.result import TASK_KINDS
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
 
@@ -184,66 +186,179 @@ def test_invariants_on_real_plans(model: str, zoo_graph) -> None:  # type: ignor
         assert (r.op_end_s >= r.op_start_s).all()
 
 
-def _reference_makespan(graph: OpGraph, topo: DeviceTopology, where: dict[str, str], cost: CostModel) -> float:
-    """An independent list scheduler for single-device placements (no sharing of code with the simulator).
+@dataclasses.dataclass
+class _RefTask:
+    """A task of the independent reference schedulers."""
 
-    Tasks: forward i, backward i, and for every tensor between ops on different devices one forward
-    transfer and one gradient transfer, holding every link direction on the route. A task starts when
-    its predecessors are done and its resources are free; tasks are taken in (ready time, id) order.
+    duration: float  # compute, or a circuit transfer's latency + bytes / bottleneck
+    resources: list[tuple[str, str]]  # the device, or every link direction of the route
+    preds: list[int]
+    num_bytes: float = 0.0  # transfers: bytes, link directions, route latency and bandwidths
+    links: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    latency: float = 0.0
+
+
+def _reference_tasks(graph: OpGraph, topo: DeviceTopology, where: dict[str, str], cost: CostModel) -> list[_RefTask]:
+    """Tasks of single-device placements, built without the simulator's code.
+
+    Forward i, backward i, and for every tensor between ops on different devices one forward
+    transfer and one gradient transfer.
     """
     n = graph.num_ops
     ops = graph.ops
     dev = [topo.device_index(where[op.name]) for op in ops]
-    durations: list[float] = []
-    for i, op in enumerate(ops):
-        durations.append(op.forward_flops / (topo.devices[dev[i]].peak_flops * cost.default_efficiency))
-    for i, op in enumerate(ops):
-        durations.append(op.backward_flops / (topo.devices[dev[i]].peak_flops * cost.default_efficiency))
-    resources: list[list[tuple[str, str]]] = [[("dev", str(d))] for d in dev] * 2
-    preds: list[list[int]] = [[] for _ in range(2 * n)] + []
-    for i in range(n):
-        preds[n + i].append(i)
+    tasks = [
+        _RefTask(
+            op.forward_flops / (topo.devices[dev[i]].peak_flops * cost.default_efficiency), [("dev", str(dev[i]))], []
+        )
+        for i, op in enumerate(ops)
+    ] + [
+        _RefTask(
+            op.backward_flops / (topo.devices[dev[i]].peak_flops * cost.default_efficiency), [("dev", str(dev[i]))], [i]
+        )
+        for i, op in enumerate(ops)
+    ]
     cross = [t for t in graph.tensors if dev[graph.index(t.src)] != dev[graph.index(t.dst)]]
     for t in graph.tensors:
         s, d = graph.index(t.src), graph.index(t.dst)
         if dev[s] == dev[d]:
-            preds[d].append(s)
-            preds[n + s].append(n + d)
+            tasks[d].preds.append(s)
+            tasks[n + s].preds.append(n + d)
     for direction in ("forward", "gradient"):
         for t in cross:
             s, d = graph.index(t.src), graph.index(t.dst)
             a, b = (s, d) if direction == "forward" else (d, s)
             route = topo.route(topo.devices[dev[a]].name, topo.devices[dev[b]].name)
-            durations.append(route.latency_s + t.num_bytes / route.bandwidth_bytes_per_s if t.num_bytes else 0.0)
-            resources.append([("link", f"{x}>{y}") for x, y in itertools.pairwise(route.path)])
-            k = len(durations) - 1
-            preds.append([a] if direction == "forward" else [n + a])
+            links = [(x, y) for x, y in itertools.pairwise(route.path)]
+            tasks.append(
+                _RefTask(
+                    route.latency_s + t.num_bytes / route.bandwidth_bytes_per_s if t.num_bytes else 0.0,
+                    [("link", f"{x}>{y}") for x, y in links],
+                    [a] if direction == "forward" else [n + a],
+                    float(t.num_bytes),
+                    links,
+                    route.latency_s,
+                )
+            )
+            k = len(tasks) - 1
             if direction == "forward":
-                preds[d].append(k)
+                tasks[d].preds.append(k)
             else:
-                preds[n + s].append(k)
-    total = len(durations)
+                tasks[n + s].preds.append(k)
+    return tasks
+
+
+def _reference_makespan(graph: OpGraph, topo: DeviceTopology, where: dict[str, str], cost: CostModel) -> float:
+    """An independent list scheduler of the ``circuit`` model (no code shared with the simulator).
+
+    A transfer holds every link direction on its route. A task starts when its predecessors are done
+    and its resources are free; tasks are taken in (ready time, id) order.
+    """
+    tasks = _reference_tasks(graph, topo, where, cost)
+    total = len(tasks)
     end = [0.0] * total
     done = [False] * total
     free: dict[tuple[str, str], float] = {}
-    heap = [(0.0, k) for k in range(total) if not preds[k]]
+    heap = [(0.0, k) for k in range(total) if not tasks[k].preds]
     heapq.heapify(heap)
-    waiting = [len(p) for p in preds]
+    waiting = [len(t.preds) for t in tasks]
     succs: list[list[int]] = [[] for _ in range(total)]
-    for k, p in enumerate(preds):
-        for x in p:
+    for k, t in enumerate(tasks):
+        for x in t.preds:
             succs[x].append(k)
     while heap:
         ready, k = heapq.heappop(heap)
-        start = max([ready] + [free.get(r, 0.0) for r in resources[k]])
-        end[k] = start + durations[k]
+        start = max([ready] + [free.get(r, 0.0) for r in tasks[k].resources])
+        end[k] = start + tasks[k].duration
         done[k] = True
-        for r in resources[k]:
+        for r in tasks[k].resources:
             free[r] = end[k]
         for s in succs[k]:
             waiting[s] -= 1
             if waiting[s] == 0:
-                heapq.heappush(heap, (max(end[x] for x in preds[s]), s))
+                heapq.heappush(heap, (max(end[x] for x in tasks[s].preds), s))
+    assert all(done)
+    return max(end)
+
+
+def _reference_flow_makespan(graph: OpGraph, topo: DeviceTopology, where: dict[str, str], cost: CostModel) -> float:
+    """An independent event simulation of the ``flow`` model (no code shared with the simulator).
+
+    Compute tasks run FIFO per device in (ready time, id) order. A transfer is a flow from when it
+    is ready: the flows in flight share every link direction max-min fairly (water filling), and a
+    transfer ends its route's latency after its last byte. Flows drain before tasks are taken at
+    equal times.
+    """
+    tasks = _reference_tasks(graph, topo, where, cost)
+    capacity = {}
+    for link in topo.links:
+        capacity[(link.a, link.b)] = capacity[(link.b, link.a)] = link.bandwidth_bytes_per_s
+    total = len(tasks)
+    end = [0.0] * total
+    done = [False] * total
+    device_free: dict[tuple[str, str], float] = {}
+    heap = [(0.0, k) for k in range(total) if not tasks[k].preds]
+    heapq.heapify(heap)
+    waiting = [len(t.preds) for t in tasks]
+    succs: list[list[int]] = [[] for _ in range(total)]
+    for k, t in enumerate(tasks):
+        for x in t.preds:
+            succs[x].append(k)
+    remaining: dict[int, float] = {}  # flows in flight: task -> bytes left
+    now = 0.0
+
+    def finish(k: int, at: float) -> None:
+        end[k] = at
+        done[k] = True
+        for s in succs[k]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(heap, (max(end[x] for x in tasks[s].preds), s))
+
+    def rates() -> dict[int, float]:
+        """Water filling: raise every unfrozen flow's rate together until a link direction is full."""
+        rate = dict.fromkeys(remaining, 0.0)
+        frozen: set[int] = set()
+        while len(frozen) < len(rate):
+            room = {}
+            for link, cap in capacity.items():
+                users = [k for k in rate if link in tasks[k].links]
+                free_users = [k for k in users if k not in frozen]
+                if free_users:
+                    room[link] = (cap - sum(rate[k] for k in users)) / len(free_users)
+            step = min(room.values())
+            for k in rate:
+                if k not in frozen:
+                    rate[k] += step
+            full = {link for link, r in room.items() if r <= step * (1 + 1e-12)}
+            frozen |= {k for k in rate if any(link in full for link in tasks[k].links)}
+        return rate
+
+    while heap or remaining:
+        rate = rates() if remaining else {}
+        next_drain = min((now + remaining[k] / rate[k] for k in remaining), default=math.inf)
+        if remaining and (not heap or next_drain <= heap[0][0]):
+            drained = [k for k in remaining if now + remaining[k] / rate[k] <= next_drain * (1 + 1e-12)]
+            for k in remaining:
+                remaining[k] -= rate[k] * (next_drain - now)
+            now = next_drain
+            for k in drained:
+                del remaining[k]
+                finish(k, now + tasks[k].latency)
+            continue
+        ready, k = heapq.heappop(heap)
+        task = tasks[k]
+        if task.links and task.num_bytes > 0:
+            for x in remaining:
+                remaining[x] -= rate[x] * (ready - now)
+            now = ready
+            remaining[k] = task.num_bytes
+            continue
+        start = max([ready] + [device_free.get(r, 0.0) for r in task.resources if r[0] == "dev"])
+        for r in task.resources:
+            if r[0] == "dev":
+                device_free[r] = start + task.duration
+        finish(k, start + task.duration)
     assert all(done)
     return max(end)
 
@@ -257,14 +372,31 @@ def _random_dag(rng: np.random.Generator, n: int) -> OpGraph:
     return OpGraph("random", ops, tensors)
 
 
-def test_agrees_with_an_independent_list_scheduler() -> None:
+CIRCUIT_EXACT = dataclasses.replace(EXACT, network="circuit")
+
+
+def test_circuit_agrees_with_an_independent_list_scheduler() -> None:
     rng = np.random.default_rng(42)
     topo = _two_machines(2e9)
     for _ in range(40):
         g = _random_dag(rng, int(rng.integers(2, 14)))
         where = {op.name: f"g{int(rng.integers(4))}" for op in g.ops}
         expected = _reference_makespan(g, topo, where, EXACT)
-        assert simulate(g, topo, _place(g, where), EXACT).makespan_s == pytest.approx(expected, rel=1e-12)
+        assert simulate(g, topo, _place(g, where), CIRCUIT_EXACT).makespan_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_flow_agrees_with_an_independent_event_simulation() -> None:
+    rng = np.random.default_rng(42)
+    topo = _two_machines(2e9)
+    differs = 0
+    for _ in range(40):
+        g = _random_dag(rng, int(rng.integers(2, 14)))
+        where = {op.name: f"g{int(rng.integers(4))}" for op in g.ops}
+        expected = _reference_flow_makespan(g, topo, where, EXACT)
+        makespan = simulate(g, topo, _place(g, where), EXACT).makespan_s
+        assert makespan == pytest.approx(expected, rel=1e-9)
+        differs += makespan != simulate(g, topo, _place(g, where), CIRCUIT_EXACT).makespan_s
+    assert differs > 30  # flows in flight together: the instances exercise sharing
 
 
 def test_bad_plans_raise_before_simulating() -> None:
@@ -290,3 +422,136 @@ def test_shared_parameters_synchronize_across_every_device_that_uses_them(zoo_gr
     assert r.peak_memory_bytes[1] >= 4 * moved.param_bytes
     together = simulate(graph, topo, _place(graph, {op.name: "g0" for op in graph.ops}), EXACT)
     assert not (together.tasks.kind == 4).any()
+
+
+# ------------------------------------------------------------------------------------- network models
+#: Makespans simulated before the flow model (a transfer held its whole route, one all-reduce per tensor),
+#: as float.hex: the ``circuit`` model with ``bucket_bytes=0`` must reproduce them bit for bit.
+BEFORE_ISSUE_14 = {
+    ("lenet", "tag-testbed", "dp"): "0x1.2837bbb0c4c6bp-7",
+    ("lenet", "flexflow-p100", "random0"): "0x1.b51f11859a3edp-7",
+    ("lenet", "h100-2x8", "expert"): "0x1.b4e1a18bcfb28p-10",
+    ("lenet", "flexflow-k80", "random1"): "0x1.ee2b3e3255feep-4",
+    ("inception_v3", "tag-testbed", "dp"): "0x1.7b8e43926eebbp-2",
+    ("inception_v3", "tag-testbed", "expert"): "0x1.8d2b0eed648d7p-2",
+    ("inception_v3", "tag-testbed", "tag"): "0x1.490d94fb296bbp-1",
+    ("inception_v3", "flexflow-p100", "random0"): "0x1.8676a5407bbccp+1",
+    ("gnmt", "tag-testbed", "tag"): "0x1.a2cb018a89a1ap-2",
+    ("gnmt", "tensoropt", "dp"): "0x1.83aaddadfda14p-4",
+}
+
+
+def _recorded_plan(graph: OpGraph, topo: DeviceTopology, name: str) -> Plan:
+    """The plans the figures above were recorded with."""
+    from placement_rl.graph.coarsen import coarsen
+    from placement_rl.plan import tag_strategy
+    from placement_rl.search import SearchSpace
+
+    if name == "dp":
+        return data_parallel(graph, topo)
+    if name == "expert":
+        return expert(graph, topo)
+    if name.startswith("random"):
+        rng = np.random.default_rng(1)
+        space = SearchSpace(graph, topo)
+        plans = [space.random_plan(rng) for _ in range(int(name[-1]) + 1)]
+        return plans[-1]
+    groups = coarsen(graph, 20)  # TAG's options round-robin over machines and options
+    machines = list(topo.machines())
+    options = ["all_reduce", "parameter_server", "duplicate", "model_parallel"]
+    decisions = {g.name: (machines[i % len(machines)], options[i % 4]) for i, g in enumerate(groups.ops)}
+    return tag_strategy(groups, graph, topo, decisions)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("model", "preset", "plan"), list(BEFORE_ISSUE_14))
+def test_circuit_per_tensor_is_the_model_before_flows_bit_for_bit(model, preset, plan, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph, topo = zoo_graph(model), load_preset(preset)
+    result = simulate(graph, topo, _recorded_plan(graph, topo, plan), CostModel(network="circuit", bucket_bytes=0))
+    assert result.makespan_s.hex() == BEFORE_ISSUE_14[(model, preset, plan)]
+
+
+@pytest.mark.parametrize("network", ["flow", "circuit"])
+def test_no_link_direction_carries_more_than_capacity_times_makespan(network: str, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.search import SearchSpace
+    from placement_rl.topology import preset_names
+
+    graph = zoo_graph("inception_v3")
+    cost = CostModel(network=network)
+    checked = 0
+    for preset in preset_names():
+        topo = load_preset(preset)
+        rng = np.random.default_rng(0)
+        plans = [data_parallel(graph, topo), expert(graph, topo), SearchSpace(graph, topo).random_plan(rng)]
+        for plan in plans:
+            r = simulate(graph, topo, plan, cost)
+            bound = r.link_direction_capacity_bytes_per_s * r.makespan_s
+            assert (r.link_direction_bytes <= bound * (1 + 1e-9)).all(), (preset, plan.name)
+            assert (r.link_direction_busy_s <= r.makespan_s * (1 + 1e-12)).all()
+            assert (r.link_direction_utilization <= 1 + 1e-9).all()
+            # the two directions of each link add up to the per-link figures
+            assert r.link_bytes == pytest.approx(r.link_direction_bytes.reshape(-1, 2).sum(axis=1))
+            # rates over time: never above capacity, and they integrate to the bytes
+            rates = r.link_direction_rates
+            assert (rates.bytes_per_s <= r.link_direction_capacity_bytes_per_s[rates.direction] * (1 + 1e-9)).all()
+            for d in np.flatnonzero(r.link_direction_bytes)[:5].tolist():
+                times, values = rates.of(d)
+                carried = float(np.sum(values[:-1] * np.diff(times)))
+                assert carried == pytest.approx(r.link_direction_bytes[d], rel=1e-6)
+                assert values[-1] == 0.0
+            checked += int((r.link_direction_bytes > 0).sum())
+    assert checked > 100
+
+
+def _stack(param_mib: list[int]) -> OpGraph:
+    """A chain of layers with ``param_mib`` MiB of parameters each (1 ms forward, 2 ms backward)."""
+    ops = [_op(f"l{k}", 1, 2, param_bytes=p * 2**20) for k, p in enumerate(param_mib)]
+    tensors = [Tensor(f"l{k}", f"l{k + 1}", (4, 8), 0) for k in range(len(ops) - 1)]
+    return OpGraph("stack", ops, tensors)
+
+
+@pytest.mark.parametrize("network", ["flow", "circuit", "pairwise"])
+def test_gradient_buckets_fill_in_backward_order(network: str) -> None:
+    graph = _stack([4, 10, 10, 10, 10])
+    topo = _two_gpus(bandwidth=1e9, latency=0.0)
+    plan = data_parallel(graph, topo)
+    cost = CostModel(efficiency={}, default_efficiency=1.0, network=network, bucket_bytes=15 * 2**20)
+    r = simulate(graph, topo, plan, cost)
+    t = r.tasks
+    sync = np.flatnonzero(t.kind == TASK_KINDS.index("all_reduce"))
+    # backward order l4, l3 | l2, l1 | l0: a bucket closes once it holds 15 MiB; tasks in op order
+    assert t.num_bytes[sync].tolist() == [2 * 4 * 2**20, 2 * 20 * 2**20, 2 * 20 * 2**20]  # 2 (n - 1) S
+    by_start = sync[np.argsort(t.start_s[sync])]
+    assert [r.op_names[t.op[k]] for k in by_start] == ["l3", "l1", "l0"]  # named by their last gradient
+    # the first starts as soon as its last gradient (l3's) exists
+    backward_end = {r.op_names[op]: float(e) for op, e in zip(t.op[t.kind == 1], t.end_s[t.kind == 1], strict=True)}
+    assert t.start_s[by_start[0]] == pytest.approx(backward_end["l3"])
+    unbucketed = simulate(graph, topo, plan, dataclasses.replace(cost, bucket_bytes=0))
+    assert np.count_nonzero(unbucketed.tasks.kind == TASK_KINDS.index("all_reduce")) == 5
+
+
+def test_a_groups_all_reduces_run_one_at_a_time_under_flow() -> None:
+    graph = _stack([1, 1, 1, 1])
+    topo = _two_gpus(bandwidth=1e9, latency=1e-4)
+    cost = CostModel(efficiency={}, default_efficiency=1.0, bucket_bytes=0)
+    r = simulate(graph, topo, data_parallel(graph, topo), cost)
+    t = r.tasks
+    sync = np.flatnonzero(t.kind == TASK_KINDS.index("all_reduce"))
+    order = sync[np.argsort(t.start_s[sync])]
+    assert (t.start_s[order][1:] >= t.end_s[order][:-1]).all()  # NCCL's one stream per communicator
+    each = 2 * 1e-4 + 2**20 / 1e9  # 2 (n - 1) latencies + 2 (n - 1) / n of 1 MiB at 1 GB/s, n = 2
+    assert (t.end_s[sync] - t.start_s[sync]) == pytest.approx([each] * 4, rel=1e-12)
+
+
+def test_data_parallel_scales_across_machines_with_buckets_and_several_nics(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    # Before buckets and flows: with one all-reduce per tensor over one ring, 16 H100s were slower than 8
+    graph = zoo_graph("inception_v3")
+    topo = load_preset("h100-2x8")
+    one_machine = [d.name for d in topo.devices[:8]]
+    per_tensor = CostModel(bucket_bytes=0)
+    for cost in (CostModel(), per_tensor):
+        both = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
+        one = simulate(graph, topo, data_parallel(graph, topo, one_machine), cost).makespan_s
+        if cost is per_tensor:
+            assert both > one  # 95 latency-bound all-reduces, one after the other
+        else:
+            assert both < 0.6 * one

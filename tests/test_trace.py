@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -287,3 +288,74 @@ def test_gantt_handles_an_empty_task_table(tmp_path: Path) -> None:
     path = tmp_path / "empty.png"
     trace.gantt_png(r, path)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------------------ link directions (flows)
+
+
+def _fan_out_result(network: str = "flow") -> SimResult:
+    """A simulated plan whose three transfers leave g0 through one link direction at once."""
+    from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
+    from placement_rl.plan import OpConfig, Plan
+    from placement_rl.sim import CostModel, simulate
+    from placement_rl.topology import Device, DeviceTopology, Link
+
+    names = ["g0", "g1", "g2", "g3"]
+    topo = DeviceTopology(
+        "star",
+        [Device(n, "test-gpu", "m0", 1e12, 2**34, 1e12) for n in names],
+        [Link(n, "sw", 10e9, 1e-5, "pcie") for n in names],
+        ["sw"],
+    )
+    dims = (ParallelDim("sample", "sample", 0, 8),)
+    ops = [Op(n, "relu", ((8, 16),), parallel_dims=dims) for n in ("src", "c1", "c2", "c3")]
+    graph = OpGraph("fan", ops, [Tensor("src", f"c{k}", (8, 16), 10**8) for k in (1, 2, 3)])
+    plan = Plan("fan", {"src": OpConfig.make("g0"), **{f"c{k}": OpConfig.make(f"g{k}") for k in (1, 2, 3)}})
+    return simulate(graph, topo, plan, CostModel(network=network))
+
+
+def test_overlapping_flows_get_their_own_threads_and_every_direction_a_utilization_track() -> None:
+    r = _fan_out_result()
+    doc = trace.chrome_trace(r)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in _meta(doc, "thread_name")}
+    transfers = [e for e in _x_events(doc) if e["cat"] == "transfer"]
+    assert len(transfers) == 3  # all three at once, so on three threads of g0's outgoing lane
+    assert sorted(threads[(e["pid"], e["tid"])] for e in transfers) == [
+        "link g0 -> sw",
+        "link g0 -> sw #2",
+        "link g0 -> sw #3",
+    ]
+    for (pid, tid), _ in threads.items():  # no two slices overlap on a thread
+        mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in _x_events(doc) if (e["pid"], e["tid"]) == (pid, tid))
+        assert all(a[1] <= b[0] + 1e-6 for a, b in itertools.pairwise(mine))
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    names = {e["name"] for e in counters}
+    # forward: g0 -> sw and sw -> g1..g3; backward: the gradients come back
+    assert {"link g0 -> sw", "link sw -> g0", "link g1 -> sw", "link sw -> g1"} <= names
+    up = [e["args"]["utilization"] for e in counters if e["name"] == "link g0 -> sw"]
+    assert up[0] == 0.0 and max(up) == pytest.approx(1.0) and up[-1] == 0.0
+    assert all(0.0 <= u <= 1.0 + 1e-9 for u in (e["args"]["utilization"] for e in counters))
+    summary = {d["name"]: d for d in doc["metadata"]["link_directions"]}
+    assert summary["link g0 -> sw"]["bytes"] == 3e8
+    assert summary["link g0 -> sw"]["utilization"] == pytest.approx(3e8 / (10e9 * r.makespan_s))
+    assert doc["metadata"]["network"] == "flow"
+    json.dumps(doc, allow_nan=False)
+
+
+def test_gantt_rows_show_each_link_directions_utilization(tmp_path: Path) -> None:
+    r = _fan_out_result()
+    labels = trace._lane_labels(r)
+    links = {lab.text: lab.memory_text for lab in labels if lab.text.startswith("link")}
+    assert len(links) == 8  # every direction of the four links carried bytes
+    share = 3e8 / (10e9 * r.makespan_s)
+    assert links["link g0 -> sw"] == f"{share:.0%} of 10 GB/s"
+    fig = trace._gantt_figure(r)
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert "link utilization" in legend
+    trace.gantt_png(r, tmp_path / "fan.png")
+    assert (tmp_path / "fan.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_circuit_traces_keep_one_thread_per_lane() -> None:
+    doc = trace.chrome_trace(_fan_out_result("circuit"))
+    assert not [e for e in _meta(doc, "thread_name") if "#" in e["args"]["name"]]  # a circuit never overlaps

@@ -167,7 +167,48 @@ def cost_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
     p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
+    p.add_argument(
+        "--network",
+        type=network_model_name,
+        default="flow",
+        help="how transfers share links: flow (max-min fair flows, default), circuit (a transfer holds its "
+        "whole route) or pairwise (a dedicated connection per device pair) (README, 'The simulator')",
+    )
+    p.add_argument(
+        "--bucket-bytes",
+        type=bucket_bytes,
+        default=25 * 2**20,
+        help="gradient bucket for all-reduce, bytes or with a unit (default 25MiB as PyTorch DDP; 0: one "
+        "all-reduce per tensor)",
+    )
     return p
+
+
+def network_model_name(text: str) -> str:
+    """A network model name (a key of :data:`placement_rl.sim.network.NETWORK_MODELS`)."""
+    from placement_rl.sim.network import NETWORK_MODELS
+
+    if text not in NETWORK_MODELS:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("network model", text, NETWORK_MODELS)))
+    return text
+
+
+def bucket_bytes(text: str) -> int:
+    """A gradient bucket size: bytes (``26214400``), with a unit (``25MiB``, ``4MB``), or ``0`` for none."""
+    lowered = text.strip().lower()
+    unit = next((u for u in sorted(_BYTE_UNITS, key=len, reverse=True) if lowered.endswith(u)), None)
+    number = lowered[: -len(unit)] if unit else lowered
+    try:
+        value = float(number) * (_BYTE_UNITS[unit] if unit else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"bucket size {text!r}: expected bytes >= 0, e.g. 26214400, 25MiB or 0 (one all-reduce per tensor)"
+        ) from None
+    if not value >= 0 or value != value or value == float("inf") or value != int(value):
+        raise argparse.ArgumentTypeError(
+            f"bucket size {text!r}: expected a whole number of bytes >= 0, e.g. 26214400, 25MiB or 0"
+        )
+    return int(value)
 
 
 # ------------------------------------------------------------------------------------- loaders
@@ -199,6 +240,8 @@ def cost_model(args: argparse.Namespace) -> Any:
         precision=args.precision,
         profile=ProfileTable.from_json(args.profile) if args.profile else None,
         comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
+        network=args.network,
+        bucket_bytes=args.bucket_bytes,
     )
 
 

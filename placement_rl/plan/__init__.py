@@ -3,6 +3,7 @@ TAG strategies (:mod:`.constructors`)."""
 
 from placement_rl.plan.constructors import (
     data_parallel,
+    data_parallel_per_tensor,
     expert,
     layerwise,
     single_device,
@@ -31,6 +32,7 @@ __all__ = [
     "SyncMode",
     "TagOption",
     "data_parallel",
+    "data_parallel_per_tensor",
     "expert",
     "layerwise",
     "single_device",

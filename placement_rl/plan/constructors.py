@@ -1,7 +1,8 @@
 """Plan constructors: the baseline strategies and TAG's strategy, as :class:`~placement_rl.plan.Plan` objects.
 
 * :func:`single_device`: every op on one device.
-* :func:`data_parallel`: every op split along its sample dimension.
+* :func:`data_parallel`: every op split along its sample dimension, gradients all-reduced in buckets.
+* :func:`data_parallel_per_tensor`: the same, each gradient all-reduced on its own (the papers' DP-NCCL).
 * :func:`expert`: FlexFlow's expert strategies (Krizhevsky's "one weird trick"; Wu et al. for RNNs).
 * :func:`layerwise`: contiguous stages balanced by compute.
 * :func:`tag_strategy` / :func:`tag_group_config`: TAG's placement and replication options on op groups.
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from placement_rl.graph import Op, OpGraph
 from placement_rl.ops import DENSE_OPS, RECURRENT_OPS
 from placement_rl.plan.core import TAG_OPTIONS, OpConfig, Plan, SyncMode, TagOption
 from placement_rl.topology import DeviceTopology
+
+if TYPE_CHECKING:
+    from placement_rl.sim import CostModel
 
 
 def _device_names(topology: DeviceTopology, devices: Sequence[str] | None) -> list[str]:
@@ -62,11 +67,23 @@ def data_parallel(
 
     An op whose batch extent the device count does not divide uses the largest degree that does
     (on the first devices); ops with no sample dimension (parameters, constants) are replicated on
-    every device. Parameters are synchronized with ``sync`` (ring all-reduce by default).
+    every device. Parameters are synchronized with ``sync``: by default all-reduced in gradient
+    buckets, as PyTorch DDP (``CostModel.bucket_bytes``).
     """
     names = _device_names(topology, devices)
     configs = {op.name: _split_config(op, "sample", names, sync) for op in graph.ops}
     return Plan(graph.name, configs, name="data_parallel", metadata={"devices": names, "sync": sync})
+
+
+def data_parallel_per_tensor(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
+    """:func:`data_parallel` with every parameter tensor all-reduced on its own as soon as its
+    gradient exists: the data parallelism of FlexFlow's and TAG's papers (DP-NCCL without buckets).
+
+    A plan-level choice (sync mode ``all_reduce_per_tensor``), so the plan file says it and any cost
+    model simulates it; ``CostModel(bucket_bytes=0)`` does the same for every plan.
+    """
+    plan = data_parallel(graph, topology, devices, sync="all_reduce_per_tensor")
+    return Plan(graph.name, dict(plan.configs), name="data_parallel_per_tensor", metadata=dict(plan.metadata))
 
 
 def expert(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
@@ -195,13 +212,16 @@ def tag_group_config(group: Op, devices: Sequence[str], option: str, ps_index: i
     raise ValueError(f"TAG option {option!r} for group {group.name!r}; expected one of {list(TAG_OPTIONS)}")
 
 
-def subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None) -> Plan:
+def subset_data_parallel(
+    graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] | None = None, cost_model: CostModel | None = None
+) -> Plan:
     """The fastest data-parallel plan over one device group: all ``devices`` (default: every device),
     those of one machine, or those of one device type (ties: fewer devices).
 
     The one constructor that simulates: the candidates are judged by the shared simulator, a plan
     that does not fit costing its makespan times ``1 + 10 (1 + overflow)`` (the searches' OOM cost).
     On heterogeneous clusters, dropping slow devices or slow links is a move no single-op change makes.
+    ``cost_model`` is the judge's (default: :class:`~placement_rl.sim.CostModel`'s defaults).
     """
     from placement_rl.sim import oom_cost, simulate
 
@@ -213,7 +233,7 @@ def subset_data_parallel(graph: OpGraph, topology: DeviceTopology, devices: Sequ
             by.setdefault(getattr(topology.device(name), key), []).append(name)
         groups.update(dict.fromkeys(tuple(g) for g in by.values()))
     plans = [data_parallel(graph, topology, list(g)) for g in groups]
-    results = [simulate(graph, topology, p) for p in plans]
+    results = [simulate(graph, topology, p, cost_model) for p in plans]
     costs = [oom_cost(r.makespan_s, r.peak_memory_bytes, r.memory_capacity_bytes, 10.0) for r in results]
     best = min(range(len(plans)), key=lambda k: (costs[k], len(plans[k].devices_used())))
     return Plan(graph.name, dict(plans[best].configs), name="subset_data_parallel", metadata=plans[best].metadata)

@@ -13,7 +13,9 @@ replication options (sec. 4.1):
   inputs, broadcast to it).
 * ``sync`` says how gradients of replicated parameters are combined. Parameters are split along
   ``parameter`` dimensions and replicated along every other dimension and across replicas; the
-  tasks holding the same shard synchronize with a ring ``all_reduce``, through a
+  tasks holding the same shard synchronize with ``all_reduce`` (in gradient buckets, as PyTorch
+  DDP: :mod:`placement_rl.sim.simulator`), ``all_reduce_per_tensor`` (an all-reduce of this op's
+  gradient alone, as FlexFlow's and TAG's DP-NCCL), through a
   ``parameter_server`` (``ps_device``, default the first task's device) or not at all,
   ``duplicate``, which is only valid when every replica computes identical gradients, i.e. when no
   sample or attribute degree exceeds 1.
@@ -40,8 +42,8 @@ from placement_rl.graph import Op, OpGraph
 from placement_rl.io import check_header, check_keys, read_json, write_json
 from placement_rl.topology import DeviceTopology
 
-SyncMode = Literal["all_reduce", "parameter_server", "duplicate"]
-SYNC_MODES: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate")
+SyncMode = Literal["all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate"]
+SYNC_MODES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
 TagOption = Literal["all_reduce", "parameter_server", "duplicate", "model_parallel"]
 TAG_OPTIONS: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate", "model_parallel")
 

@@ -148,9 +148,15 @@ def plan_cost(result: SimResult, oom_penalty: float) -> float:
 
 
 def initial_plan(
-    name: str, graph: OpGraph, topology: DeviceTopology, space: SearchSpace, rng: np.random.Generator
+    name: str,
+    graph: OpGraph,
+    topology: DeviceTopology,
+    space: SearchSpace,
+    rng: np.random.Generator,
+    cost_model: CostModel | None = None,
 ) -> Plan:
-    """One of FlexFlow's initial candidates, on the search space's devices."""
+    """One of FlexFlow's initial candidates, on the search space's devices (``cost_model`` judges
+    subset data parallelism's device groups)."""
     if name == "data_parallel":
         return data_parallel(graph, topology, space.devices)
     if name == "expert":
@@ -158,7 +164,7 @@ def initial_plan(
     if name == "random":
         return space.random_plan(rng)
     if name == "subset_data_parallel":
-        return subset_data_parallel(graph, topology, space.devices)
+        return subset_data_parallel(graph, topology, space.devices, cost_model)
     raise ValueError(f"initial candidate {name!r}; expected one of {list(EXTENDED_CANDIDATES)}")
 
 
@@ -196,7 +202,7 @@ def run_chain(
     proposals = accepted = 0
     last_report = time.perf_counter()
     for name in candidates:
-        plan = initial_plan(name, graph, topology, space, rng)
+        plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
         cfgs = [plan[op.name] for op in graph.ops]
         sim = DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
         current = sim.cost

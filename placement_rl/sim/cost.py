@@ -15,8 +15,12 @@ forward bytes) and ``peak_flops(d)`` the device's peak in the precision's comput
 A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate: an entry
 for the task's exact output shape wins; else an entry for the whole op scaled by ``f``.
 
-**Communication** (A2): a transfer of ``s`` bytes along a route takes ``latency_s + s / bandwidth``
-(alpha-beta, bandwidth = the route's bottleneck). Collectives over ``n`` devices holding ``s`` bytes:
+**Communication** (A2): a transfer of ``s`` bytes along a route alone takes ``latency_s + s / bandwidth``
+(alpha-beta, bandwidth = the route's bottleneck). How transfers in flight share links is the
+network model (``network``: ``flow``, the default, ``circuit`` or ``pairwise``; see
+:mod:`placement_rl.sim.network`), and all-reduced gradients are bucketed (``bucket_bytes``, 25 MiB as
+PyTorch DDP; 0 all-reduces each tensor alone). The formulas below are the ``circuit`` and
+``pairwise`` models' and FT's estimates. Collectives over ``n`` devices holding ``s`` bytes:
 
 * ring all-reduce: ``2 (n - 1)`` steps of ``s / n`` bytes between ring neighbours:
   ``2 (n - 1) * (latency + (s / n) / bandwidth)`` with ``bandwidth`` the slowest ring hop after
@@ -268,7 +272,13 @@ class CostModel:
         precision: key of :data:`PRECISIONS`: bytes per element of activations, weights, gradients,
             master weights and optimizer state, and the compute dtype (``fp32`` by default).
         profile: measured op times overriding the roofline estimate.
-        comm_table: measured bandwidths overriding the link bandwidth.
+        comm_table: measured bandwidths overriding the link bandwidth (under ``flow``: capping each
+            transfer's rate).
+        network: how transfers share links, a name of :data:`placement_rl.sim.network.NETWORK_MODELS`:
+            ``flow`` (max-min fair flows, the default), ``circuit`` (a transfer holds its whole route)
+            or ``pairwise`` (a dedicated connection per device pair, FlexFlow's A2).
+        bucket_bytes: gradient bucket size for all-reduce (DDP's 25 MiB); 0 all-reduces every
+            parameter tensor on its own (the papers' DP-NCCL).
     """
 
     efficiency: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
@@ -278,8 +288,18 @@ class CostModel:
     precision: str = "fp32"
     profile: ProfileTable | None = None
     comm_table: CommTable | None = None
+    network: str = "flow"
+    bucket_bytes: int = 25 * 2**20
 
     def __post_init__(self) -> None:
+        from placement_rl.sim.network import network_model
+
+        network_model(self.network)  # an unknown name raises, listing the valid ones
+        if isinstance(self.bucket_bytes, bool) or not isinstance(self.bucket_bytes, int) or self.bucket_bytes < 0:
+            raise ValueError(
+                f"bucket_bytes = {self.bucket_bytes!r}; expected an integer number of bytes >= 0 "
+                "(0: one all-reduce per tensor)"
+            )
         if self.optimizer not in OPTIMIZER_STATE_FACTOR:
             raise UnknownNameError("optimizer", self.optimizer, OPTIMIZER_STATE_FACTOR)
         if self.precision not in PRECISIONS:

@@ -13,8 +13,17 @@ computed.
 The result is exact, not an approximation: the re-assembled task graph is identical to the one a
 full simulation builds (same tasks, same ids, same dependencies), so the schedule, makespan and
 peak memory are bit-for-bit those of :func:`placement_rl.simulate`; a property test checks this over
-thousands of random proposals. :meth:`DeltaSimulator.result` gives the full ``SimResult`` of the
-current plan when it is needed.
+thousands of random proposals under every network model. :meth:`DeltaSimulator.result` gives the
+full ``SimResult`` of the current plan when it is needed.
+
+**Where the schedule resumes.** ``t0`` is the earliest moment the change can matter (the earliest
+ready time of a task the change removes, a bound on when the tasks it adds can become ready); every
+unchanged task that became ready before it keeps its times. A changed op's gradients may move other
+ops' shards between all-reduce buckets: a bucket is kept only when its device group's shards did
+not change. Under the ``flow`` model a transfer in flight at ``t0`` would be slowed by the new
+flows, and its remaining bytes are not kept, so the schedule resumes at the latest moment at or
+before ``t0`` when no flow task is in flight (every flow task that became ready before it has
+ended).
 """
 
 from __future__ import annotations
@@ -25,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from placement_rl.plan.core import OpConfig, Plan
-from placement_rl.sim import kernels as _kernels
 from placement_rl.sim.result import SimResult
-from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp
+from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp, _Tasks
 
 
 def oom_cost(makespan_s: float, peak_memory_bytes: np.ndarray, capacity_bytes: np.ndarray, oom_penalty: float) -> float:
@@ -77,6 +85,8 @@ class DeltaSimulator:
         self.cost, self._times = self._evaluate(self.ops, tasks, none, none, none, none)
         self._tasks = tasks
         self._pending: tuple[Any, ...] | None = None
+        self._quiet: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._owner_end: np.ndarray | None = None
 
     def propose(self, index: int, cfg: OpConfig) -> float:
         """Cost of the current plan with op ``index`` set to ``cfg``; follow with :meth:`accept` or :meth:`reject`."""
@@ -96,36 +106,59 @@ class DeltaSimulator:
             consumer = compiled if j == index else self.compiled[j]
             edges = edges.replace(e, *ctx.edge_transfers(e, producer, consumer))
         tasks = ctx.assemble(ops, edges)
-        prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner)
+        prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner, tasks)
         cost, times = self._evaluate(ops, tasks, prefix, ready, start, end)
         self._pending = (index, cfg, compiled, ops, edges, times, tasks)
         self.proposed_makespan_s = float(times[2].max()) if times[2].size else 0.0
         return cost
 
     def _prefix(
-        self, index: int, changed: list[int], ops: OpArrays, edges: EdgeArrays, owner: int | None
+        self, index: int, changed: list[int], ops: OpArrays, edges: EdgeArrays, owner: int | None, tasks: _Tasks
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The tasks of the new task graph whose times the current schedule already gives.
 
         ``t0`` is the earliest moment the change can matter: the earliest ready time of a removed
-        task, or the earliest end of a producer of the changed op (its new tasks wait for one). Every
-        unchanged task that became ready before ``t0`` keeps its times (see ``schedule_from``).
+        task, the earliest end of a producer of the changed op (its new tasks wait for one), and for
+        each new bucket the latest end of an unchanged backward task it waits for. Every unchanged
+        task that became ready before ``t0`` keeps its times (see ``schedule_flows``); under
+        ``flow``, ``t0`` first moves back to when no flow task was in flight.
         """
         ready, start, end = self._times
-        old_ops, old_edges = self.ops, self.edges
+        old_ops, old_edges, old_tasks = self.ops, self.edges, self._tasks
         Fo, Co = int(old_ops.ptr["task"][-1]), int(old_edges.com_ptr[-1])
         Fn, Cn = int(ops.ptr["task"][-1]), int(edges.com_ptr[-1])
         task_src = _remap(old_ops.ptr["task"], ops.ptr["task"], [index])
         com_src = _remap(old_edges.com_ptr, edges.com_ptr, changed)
         sync_changed = [index] if owner is None or owner == index else [index, owner]
-        sync_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], sync_changed)
+        old_block, new_block = 2 * Fo + 2 * Co, 2 * Fn + 2 * Cn
+        # The synchronization block: parameter-server tasks of unchanged ops, buckets of unchanged groups.
+        block_old = np.full(tasks.duration.shape[0] - new_block, -1, np.int64)
+        ps_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], sync_changed)
+        kept = ps_src >= 0
+        block_old[tasks.ps_pos[kept]] = old_block + old_tasks.ps_pos[ps_src[kept]]
+        ar_old, ar_new = old_ops.ptr["allreduce"], ops.ptr["allreduce"]
+        touched = np.unique(
+            np.concatenate(
+                [old_ops.data["ar_group"][ar_old[k] : ar_old[k + 1]] for k in sync_changed]
+                + [ops.data["ar_group"][ar_new[k] : ar_new[k + 1]] for k in sync_changed]
+            )
+        )
+        new_changed = np.isin(tasks.bucket_group, touched)
+        old_changed = np.isin(old_tasks.bucket_group, touched)
+        width = int(max(tasks.bucket_ordinal.max(initial=0), old_tasks.bucket_ordinal.max(initial=0))) + 1
+        old_key = old_tasks.bucket_group * width + old_tasks.bucket_ordinal
+        new_key = tasks.bucket_group * width + tasks.bucket_ordinal
+        sorter = np.argsort(old_key)
+        same = np.flatnonzero(~new_changed)
+        match = sorter[np.searchsorted(old_key[sorter], new_key[same])] if same.size else same
+        block_old[tasks.bucket_pos[same]] = old_block + old_tasks.bucket_pos[match]
         old_id = np.concatenate(
             [
                 np.where(task_src >= 0, task_src, -1),
                 np.where(task_src >= 0, Fo + task_src, -1),
                 np.where(com_src >= 0, 2 * Fo + com_src, -1),
                 np.where(com_src >= 0, 2 * Fo + Co + com_src, -1),
-                np.where(sync_src >= 0, 2 * Fo + 2 * Co + sync_src, -1),
+                block_old,
             ]
         )
         a, b = old_ops.ptr["task"][index], old_ops.ptr["task"][index + 1]
@@ -135,7 +168,8 @@ class DeltaSimulator:
             removed += [ready[2 * Fo + c0 : 2 * Fo + c1], ready[2 * Fo + Co + c0 : 2 * Fo + Co + c1]]
         for k in sync_changed:
             s0, s1 = old_ops.ptr["sync"][k], old_ops.ptr["sync"][k + 1]
-            removed.append(ready[2 * Fo + 2 * Co + s0 : 2 * Fo + 2 * Co + s1])
+            removed.append(ready[old_block + old_tasks.ps_pos[s0:s1]])
+        removed.append(ready[old_block + old_tasks.bucket_pos[old_changed]])
         t0 = min((float(r.min()) for r in removed if r.size), default=np.inf)
         producers = [int(self.ctx.e_src[e]) for e in changed if int(self.ctx.e_dst[e]) == index]
         if not producers:
@@ -144,11 +178,63 @@ class DeltaSimulator:
             p0, p1 = old_ops.ptr["task"][p], old_ops.ptr["task"][p + 1]
             if p1 > p0:
                 t0 = min(t0, float(end[p0:p1].min()))
+        if new_changed.any():
+            t0 = min(t0, self._new_bucket_bound(tasks, np.flatnonzero(new_changed), sync_changed))
+        if tasks.scheduled_flows:
+            t0 = self._quiet_before(t0)
         known = old_id >= 0
         safe = np.where(known, old_id, 0)
         prefix = known & (ready[safe] < t0)
-        assert prefix.shape[0] == 2 * Fn + 2 * Cn + int(ops.ptr["sync"][-1])
+        assert prefix.shape[0] == tasks.duration.shape[0]
         return prefix, ready[safe], start[safe], end[safe]
+
+    def _new_bucket_bound(self, tasks: _Tasks, buckets: np.ndarray, sync_changed: list[int]) -> float:
+        """A moment no new bucket becomes ready before: a bucket waits for the backward tasks of its
+        shards' users, so it is ready no earlier than the last of them that the change leaves alone."""
+        if self._owner_end is None:
+            ctx = self.ctx
+            _, _, end = self._times
+            ptr = self.ops.ptr["task"]
+            F = int(ptr[-1])
+            has = np.diff(ptr) > 0
+            op_end = np.zeros(ptr.shape[0] - 1)
+            if F:
+                op_end[has] = np.maximum.reduceat(end[F : 2 * F], ptr[:-1][has])
+            users = op_end[ctx._users] if ctx._users.size else np.zeros(0)
+            count = np.diff(ctx._users_ptr)
+            owner_end = np.full(count.shape[0], -np.inf)
+            nonempty = count > 0
+            if users.size:
+                owner_end[nonempty] = np.maximum.reduceat(users, ctx._users_ptr[:-1][nonempty])
+            self._owner_end = owner_end
+        bound = np.inf
+        owners = tasks.bucket_members
+        for b in buckets.tolist():
+            members = owners[tasks.bucket_member_ptr[b] : tasks.bucket_member_ptr[b + 1]]
+            members = members[~np.isin(members, sync_changed)]
+            if members.size:
+                bound = min(bound, float(self._owner_end[members].max()))
+        return bound
+
+    def _quiet_before(self, t0: float) -> float:
+        """The latest moment at or before ``t0`` when no flow task of the current schedule is in flight."""
+        if self._quiet is None:
+            ready, _, end = self._times
+            fl = self._tasks.flows
+            ids = np.flatnonzero(np.diff(fl.phase_ptr) > 0)
+            order = np.argsort(ready[ids], kind="stable")
+            r, e = ready[ids][order], end[ids][order]
+            latest = np.maximum.accumulate(e) if e.size else e
+            # position j can resume: no task ready before r[j] is still running at r[j]
+            starts = np.flatnonzero(np.r_[True, r[1:] > r[:-1]]) if r.size else np.zeros(0, np.int64)
+            valid = starts[(starts == 0) | (latest[np.maximum(starts - 1, 0)] <= r[starts])]
+            self._quiet = (r, latest, valid)
+        r, latest, valid = self._quiet
+        k = int(np.searchsorted(r, t0, side="left"))  # flow tasks ready before t0
+        if k == 0 or latest[k - 1] <= t0:
+            return t0
+        j = valid[np.searchsorted(valid, k, side="left") - 1]
+        return float(r[j])
 
     def accept(self) -> None:
         """Make the last proposal the current plan."""
@@ -157,6 +243,7 @@ class DeltaSimulator:
         index, cfg, compiled, self.ops, self.edges, self._times, self._tasks = self._pending
         self.configs[index], self.compiled[index] = cfg, compiled
         self._pending = None
+        self._quiet = self._owner_end = None
 
     def reject(self) -> None:
         """Drop the last proposal."""
@@ -207,19 +294,7 @@ class DeltaSimulator:
         self, ops: OpArrays, tasks: Any, prefix: np.ndarray, ready: np.ndarray, start: np.ndarray, end: np.ndarray
     ) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         ctx = self.ctx
-        start, end, ready, _ = _kernels.schedule_from(
-            tasks.duration,
-            tasks.res_ptr,
-            tasks.res,
-            tasks.succ_ptr,
-            tasks.succ,
-            tasks.indegree,
-            ctx.num_resources,
-            prefix,
-            ready,
-            start,
-            end,
-        )
+        start, end, ready, *_ = ctx.schedule(tasks, prefix, ready, start, end)
         makespan = float(end.max()) if end.size else 0.0
         peak = ctx.peak_memory(ops, tasks, start, end, only_over=True).astype(np.int64)
         return oom_cost(makespan, peak, self._capacity, self.oom_penalty), (ready, start, end)

@@ -288,25 +288,56 @@ def csr(u, v, n):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  # type: ignore[no-untyped-def]
-    """FlexFlow's simulation (sec. 5.2): a global queue ordered by ready time, FIFO per resource.
+    """FlexFlow's simulation (sec. 5.2) of fixed-time tasks: :func:`schedule_flows` without flows.
 
-    A task is ready when all its predecessors have ended; it starts when it is ready and all of its
-    resources (a device, or every link direction a transfer crosses) are free, in the order tasks
-    became ready (ties by task id). Returns ``(start, end, critical_pred)`` where ``critical_pred[t]``
-    is the task whose end fixed ``t``'s start (a predecessor or the resource's previous task), -1
-    for none.
+    Returns ``(start, end, critical_pred)``.
     """
     n = duration.shape[0]
     none = np.zeros(n, np.bool_)
     zeros = np.zeros(n)
-    start, end, _, crit = schedule_from(
-        duration, res_ptr, res, succ_ptr, succ, indegree, num_resources, none, zeros, zeros, zeros
+    pp, pl, pf, fb, fc, fd, fds, cap = no_flows(n)
+    out = schedule_flows(
+        duration,
+        res_ptr,
+        res,
+        succ_ptr,
+        succ,
+        indegree,
+        num_resources,
+        pp,
+        pl,
+        pf,
+        fb,
+        fc,
+        fd,
+        fds,
+        cap,
+        none,
+        zeros,
+        zeros,
+        zeros,
+        False,
     )
-    return start, end, crit
+    return out[0], out[1], out[3]
 
 
 @njit(cache=True)
-def schedule_from(  # type: ignore[no-untyped-def]
+def no_flows(n):  # type: ignore[no-untyped-def]
+    """The flow arrays of :func:`schedule_flows` for ``n`` tasks none of which is a flow task."""
+    return (
+        np.zeros(n + 1, np.int64),
+        np.zeros(0),
+        np.zeros(1, np.int64),
+        np.zeros(0),
+        np.zeros(0),
+        np.zeros(1, np.int64),
+        np.zeros(0, np.int64),
+        np.zeros(0),
+    )
+
+
+@njit(cache=True)
+def schedule_flows(  # type: ignore[no-untyped-def]
     duration,
     res_ptr,
     res,
@@ -314,18 +345,54 @@ def schedule_from(  # type: ignore[no-untyped-def]
     succ,
     indegree,
     num_resources,
+    phase_ptr,
+    phase_latency,
+    phase_flow_ptr,
+    flow_bytes,
+    flow_cap,
+    flow_dir_ptr,
+    flow_dirs,
+    dir_capacity,
     prefix,
     prefix_ready,
     prefix_start,
     prefix_end,
+    record,
 ):
-    """:func:`schedule`, resumed after a known prefix (delta simulation).
+    """FlexFlow's simulation (sec. 5.2) with flow tasks that share link directions max-min fairly.
 
-    ``prefix[t]`` marks tasks whose times are already known (``prefix_*``): every task that becomes
-    ready before some time ``t0`` and whose predecessors and resources are unchanged. They are
-    replayed (resources end busy at their last end, successors are credited), then the queue runs
-    on for the others exactly as a full run would, because a full run pops every prefix task first.
-    Returns ``(start, end, ready, critical_pred)``; ``critical_pred`` is -1 for prefix tasks.
+    **Fixed tasks** (compute tasks; every task under the ``circuit`` and ``pairwise`` models) hold
+    resources: a task is ready when all its predecessors have ended; it starts when it is ready and
+    all of its resources are free, in the order tasks became ready (ties by task id), and runs for
+    ``duration``.
+
+    **Flow tasks** (``phase_ptr[t + 1] > phase_ptr[t]``: transfers and collectives under ``flow``)
+    start when ready; one with a resource (its first; a collective's communicator) waits until the
+    flow tasks that hold it, in the order they became ready, have ended. Task ``t``'s phases ``p``
+    run one after the other; phase ``p`` starts its flows ``phase_flow_ptr[p] : phase_flow_ptr[p + 1]``
+    at once, each carrying
+    ``flow_bytes[f]`` over the link directions ``flow_dirs[flow_dir_ptr[f] : flow_dir_ptr[f + 1]]``
+    (at most ``flow_cap[f]`` bytes/s). The flows in flight share each direction max-min fairly
+    (capacity ``dir_capacity``); rates are recomputed whenever a flow starts or ends. When a
+    phase's flows have all drained, the next phase starts ``phase_latency[p]`` later; the task ends
+    that long after its last phase drains. Every phase has at least one flow.
+
+    Time advances event by event: the earliest of the next ready task and the next flow to drain
+    (drains first on ties). A fixed task is timed when it is taken from the queue, as in
+    FlexFlow's list scheduling.
+
+    **Resuming** (delta simulation): ``prefix[t]`` marks tasks whose times are already known
+    (``prefix_*``): every task that becomes ready before some time ``t0`` and whose predecessors
+    and resources are unchanged, where no flow task that became ready before ``t0`` ends after it.
+    They are replayed (resources end busy at their last end, successors are credited); the run then
+    goes on exactly as a full run would from ``t0``, where no flow is in flight.
+
+    Returns:
+        ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate)``:
+        ``critical_pred[t]`` is the task whose end fixed ``t``'s start (a predecessor or the
+        resource's previous task), -1 for none and for prefix tasks; ``dir_busy`` ``(2L,)`` the
+        seconds each direction carried a flow; with ``record``, the timeline of each direction's
+        rate (bytes/s from ``timeline_time`` on, until its next entry), else empty.
     """
     n = duration.shape[0]
     start = np.zeros(n)
@@ -340,6 +407,47 @@ def schedule_from(  # type: ignore[no-untyped-def]
     heap_id = np.empty(n, np.int64)
     size = 0
     done = 0
+    # flows
+    nfl = flow_bytes.shape[0]
+    nd = dir_capacity.shape[0]
+    flow_task = np.empty(nfl, np.int64)
+    for t in range(n):
+        for p in range(phase_ptr[t], phase_ptr[t + 1]):
+            for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
+                flow_task[f] = t
+    capped = False
+    for f in range(nfl):
+        if flow_cap[f] < np.inf:
+            capped = True
+    phase_of = np.full(n, -1, np.int64)
+    # a flow task's resource (a communicator) runs its flow tasks one at a time, FIFO
+    holder = np.full(num_resources, -1, np.int64)
+    queue_head = np.full(num_resources, -1, np.int64)
+    queue_tail = np.full(num_resources, -1, np.int64)
+    queue_next = np.full(n, -1, np.int64)
+    granted = np.zeros(n, np.bool_)
+    left = np.zeros(n, np.int64)
+    act = np.empty(nfl, np.int64)
+    completed = np.empty(nfl, np.int64)
+    nact = 0
+    remaining = np.zeros(nfl)
+    rate = np.zeros(nfl)
+    finish = np.zeros(nfl)
+    frozen = np.zeros(nfl, np.bool_)
+    dir_n = np.zeros(nd, np.int64)
+    dir_rem = np.zeros(nd)
+    dir_start = np.zeros(nd, np.int64)
+    dir_fill = np.zeros(nd, np.int64)
+    touched = np.empty(nd, np.int64)
+    dir_flows = np.empty(max(flow_dirs.shape[0], 1), np.int64)
+    dir_active = np.zeros(nd, np.int64)
+    dir_since = np.zeros(nd)
+    dir_busy = np.zeros(nd)
+    dir_rate = np.zeros(nd)
+    tl_size = 0
+    tl_time = np.empty(64 if record else 0)
+    tl_dir = np.empty(64 if record else 0, np.int64)
+    tl_rate = np.empty(64 if record else 0)
     for t in range(n):
         if not prefix[t]:
             continue
@@ -360,10 +468,158 @@ def schedule_from(  # type: ignore[no-untyped-def]
     for t in range(n):
         if not prefix[t] and pending[t] == 0:
             size = _heap_push(heap_t, heap_id, size, ready[t], t)
-    while size > 0:
+    now = 0.0
+    next_finish = np.inf
+    dirty = False
+    while True:
+        head = heap_t[0] if size > 0 else np.inf
+        # Rates are stale only for the future: tasks ready now are taken first, then rates recomputed once.
+        if dirty and not head <= now:
+            next_finish = np.inf
+            if nact > 0:
+                _max_min(
+                    act,
+                    nact,
+                    flow_dir_ptr,
+                    flow_dirs,
+                    flow_cap,
+                    capped,
+                    dir_capacity,
+                    rate,
+                    frozen,
+                    dir_n,
+                    dir_rem,
+                    dir_start,
+                    dir_fill,
+                    dir_flows,
+                    touched,
+                )
+                for k in range(nact):
+                    f = act[k]
+                    finish[f] = now + remaining[f] / rate[f]
+                    if finish[f] < next_finish:
+                        next_finish = finish[f]
+                if record:
+                    nt = _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched)
+                    for i in range(nt):
+                        dir_rem[touched[i]] = 0.0
+                    for k in range(nact):
+                        f = act[k]
+                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                            dir_rem[flow_dirs[j]] += rate[f]
+                    for i in range(nt):
+                        d = touched[i]
+                        dir_n[d] = 0
+                        if dir_rem[d] != dir_rate[d]:
+                            dir_rate[d] = dir_rem[d]
+                            tl_time, tl_dir, tl_rate, tl_size = _append(
+                                tl_time, tl_dir, tl_rate, tl_size, now, d, dir_rem[d]
+                            )
+            dirty = False
+        if nact > 0 and next_finish <= head:
+            t_event = next_finish
+            step = t_event - now
+            now = t_event
+            kept = 0
+            ncompleted = 0
+            next_finish = np.inf
+            for k in range(nact):
+                f = act[k]
+                if finish[f] <= t_event:
+                    completed[ncompleted] = f
+                    ncompleted += 1
+                else:
+                    remaining[f] -= rate[f] * step
+                    act[kept] = f
+                    kept += 1
+                    if finish[f] < next_finish:
+                        next_finish = finish[f]
+            nact = kept
+            dirty = True
+            for c in range(ncompleted):
+                f = completed[c]
+                for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                    d = flow_dirs[j]
+                    dir_active[d] -= 1
+                    if dir_active[d] == 0:
+                        dir_busy[d] += now - dir_since[d]
+                        if record and dir_rate[d] != 0.0:
+                            dir_rate[d] = 0.0
+                            tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, now, d, 0.0)
+                t = flow_task[f]
+                left[t] -= 1
+                if left[t] > 0:
+                    continue
+                p = phase_of[t]
+                if p + 1 < phase_ptr[t + 1]:
+                    phase_of[t] = p + 1
+                    size = _heap_push(heap_t, heap_id, size, now + phase_latency[p], t)
+                    continue
+                fin = now + phase_latency[p]
+                end[t] = fin
+                if res_ptr[t + 1] > res_ptr[t]:  # hand the communicator to the next task waiting for it
+                    x = res[res_ptr[t]]
+                    nxt = queue_head[x]
+                    holder[x] = nxt
+                    if nxt >= 0:
+                        queue_head[x] = queue_next[nxt]
+                        granted[nxt] = True
+                        crit[nxt] = t
+                        size = _heap_push(heap_t, heap_id, size, fin, nxt)
+                for k in range(succ_ptr[t], succ_ptr[t + 1]):
+                    v = succ[k]
+                    if fin > ready[v] or last_pred[v] < 0:
+                        ready[v] = max(ready[v], fin)
+                        last_pred[v] = t
+                    pending[v] -= 1
+                    if pending[v] == 0:
+                        size = _heap_push(heap_t, heap_id, size, ready[v], v)
+                done += 1
+            continue
+        if size == 0:
+            break
         r = heap_t[0]
         t = heap_id[0]
         size = _heap_pop(heap_t, heap_id, size)
+        if phase_ptr[t + 1] > phase_ptr[t]:
+            if phase_of[t] < 0:
+                if granted[t]:
+                    granted[t] = False
+                else:
+                    ready[t] = r
+                    crit[t] = last_pred[t]
+                    if res_ptr[t + 1] > res_ptr[t]:
+                        x = res[res_ptr[t]]
+                        if holder[x] >= 0:  # wait for the communicator
+                            if queue_head[x] < 0:
+                                queue_head[x] = t
+                            else:
+                                queue_next[queue_tail[x]] = t
+                            queue_tail[x] = t
+                            queue_next[t] = -1
+                            continue
+                        holder[x] = t
+                phase_of[t] = phase_ptr[t]
+                start[t] = r
+            if r > now:
+                step = r - now
+                for k in range(nact):
+                    f = act[k]
+                    remaining[f] -= rate[f] * step
+                now = r
+            p = phase_of[t]
+            for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
+                act[nact] = f
+                nact += 1
+                remaining[f] = flow_bytes[f]
+                for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                    d = flow_dirs[j]
+                    if dir_active[d] == 0:
+                        dir_since[d] = now
+                    dir_active[d] += 1
+            left[t] = phase_flow_ptr[p + 1] - phase_flow_ptr[p]
+            dirty = True
+            continue
         s = r
         blocker = last_pred[t]
         for k in range(res_ptr[t], res_ptr[t + 1]):
@@ -372,17 +628,17 @@ def schedule_from(  # type: ignore[no-untyped-def]
                 s = res_free[x]
                 blocker = res_last[x]
         start[t] = s
-        f = s + duration[t]
-        end[t] = f
+        fin = s + duration[t]
+        end[t] = fin
         ready[t] = r
         crit[t] = blocker
         for k in range(res_ptr[t], res_ptr[t + 1]):
-            res_free[res[k]] = f
+            res_free[res[k]] = fin
             res_last[res[k]] = t
         for k in range(succ_ptr[t], succ_ptr[t + 1]):
             v = succ[k]
-            if f > ready[v] or last_pred[v] < 0:
-                ready[v] = max(ready[v], f)
+            if fin > ready[v] or last_pred[v] < 0:
+                ready[v] = max(ready[v], fin)
                 last_pred[v] = t
             pending[v] -= 1
             if pending[v] == 0:
@@ -390,7 +646,221 @@ def schedule_from(  # type: ignore[no-untyped-def]
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    return start, end, ready, crit
+    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size]
+
+
+@njit(cache=True)
+def schedule_from(  # type: ignore[no-untyped-def]
+    duration,
+    res_ptr,
+    res,
+    succ_ptr,
+    succ,
+    indegree,
+    num_resources,
+    prefix,
+    prefix_ready,
+    prefix_start,
+    prefix_end,
+):
+    """:func:`schedule`, resumed after a known prefix (:func:`schedule_flows` without flows).
+
+    Returns ``(start, end, ready, critical_pred)``; ``critical_pred`` is -1 for prefix tasks.
+    """
+    pp, pl, pf, fb, fc, fd, fds, cap = no_flows(duration.shape[0])
+    out = schedule_flows(
+        duration,
+        res_ptr,
+        res,
+        succ_ptr,
+        succ,
+        indegree,
+        num_resources,
+        pp,
+        pl,
+        pf,
+        fb,
+        fc,
+        fd,
+        fds,
+        cap,
+        prefix,
+        prefix_ready,
+        prefix_start,
+        prefix_end,
+        False,
+    )
+    return out[0], out[1], out[2], out[3]
+
+
+@njit(cache=True)
+def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no-untyped-def]
+    """Time for flows that all start at 0 to drain under max-min sharing (rates recomputed as they end)."""
+    nfl = flow_bytes.shape[0]
+    nd = dir_capacity.shape[0]
+    act = np.empty(nfl, np.int64)
+    nact = 0
+    for f in range(nfl):
+        if flow_bytes[f] > 0:
+            act[nact] = f
+            nact += 1
+    remaining = flow_bytes.copy()
+    rate = np.zeros(nfl)
+    frozen = np.zeros(nfl, np.bool_)
+    dir_n = np.zeros(nd, np.int64)
+    dir_rem = np.zeros(nd)
+    dir_start = np.zeros(nd, np.int64)
+    dir_fill = np.zeros(nd, np.int64)
+    touched = np.empty(nd, np.int64)
+    dir_flows = np.empty(max(flow_dirs.shape[0], 1), np.int64)
+    caps = np.full(nfl, np.inf)
+    now = 0.0
+    while nact > 0:
+        _max_min(
+            act,
+            nact,
+            flow_dir_ptr,
+            flow_dirs,
+            caps,
+            False,
+            dir_capacity,
+            rate,
+            frozen,
+            dir_n,
+            dir_rem,
+            dir_start,
+            dir_fill,
+            dir_flows,
+            touched,
+        )
+        step = np.inf
+        for k in range(nact):
+            f = act[k]
+            if remaining[f] / rate[f] < step:
+                step = remaining[f] / rate[f]
+        now += step
+        kept = 0
+        for k in range(nact):
+            f = act[k]
+            if remaining[f] / rate[f] > step:
+                remaining[f] -= rate[f] * step
+                act[kept] = f
+                kept += 1
+        nact = kept
+    return now
+
+
+@njit(cache=True)
+def _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched):  # type: ignore[no-untyped-def]
+    """The distinct directions the active flows cross, into ``touched`` (``dir_n`` left counting them)."""
+    nt = 0
+    for k in range(nact):
+        f = act[k]
+        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+            d = flow_dirs[j]
+            if dir_n[d] == 0:
+                touched[nt] = d
+                nt += 1
+            dir_n[d] += 1
+    return nt
+
+
+@njit(cache=True)
+def _max_min(  # type: ignore[no-untyped-def]
+    act,
+    nact,
+    flow_dir_ptr,
+    flow_dirs,
+    flow_cap,
+    capped,
+    dir_capacity,
+    rate,
+    frozen,
+    dir_n,
+    dir_rem,
+    dir_start,
+    dir_fill,
+    dir_flows,
+    touched,
+):
+    """Max-min fair rates of the active flows (``rate[act[:nact]]``), by progressive filling.
+
+    The direction with the smallest fair share (remaining capacity over unfrozen flows) fixes its
+    unfrozen flows at that share, until every flow is fixed; a flow cap below every share fixes
+    that flow at its cap. Scratch arrays (``dir_*``, ``touched``, ``frozen``) come back clean.
+    """
+    nt = _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched)
+    pos = 0
+    for i in range(nt):
+        d = touched[i]
+        dir_rem[d] = dir_capacity[d]
+        dir_start[d] = pos
+        dir_fill[d] = pos
+        pos += dir_n[d]
+    for k in range(nact):
+        f = act[k]
+        frozen[f] = False
+        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+            d = flow_dirs[j]
+            dir_flows[dir_fill[d]] = f
+            dir_fill[d] += 1
+    left = nact
+    while left > 0:
+        share = np.inf
+        bottleneck = -1
+        for i in range(nt):
+            d = touched[i]
+            if dir_n[d] > 0:
+                s = dir_rem[d] / dir_n[d]
+                if s < share:
+                    share = s
+                    bottleneck = d
+        cap_flow = -1
+        if capped or bottleneck < 0:
+            for k in range(nact):
+                f = act[k]
+                if not frozen[f] and (flow_cap[f] < share or (bottleneck < 0 and cap_flow < 0)):
+                    share = flow_cap[f]
+                    cap_flow = f
+        if cap_flow >= 0:
+            _freeze(cap_flow, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+            left -= 1
+            continue
+        for q in range(dir_start[bottleneck], dir_fill[bottleneck]):
+            f = dir_flows[q]
+            if not frozen[f]:
+                _freeze(f, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+                left -= 1
+    for i in range(nt):
+        dir_n[touched[i]] = 0
+    return nt
+
+
+@njit(cache=True)
+def _freeze(f, r, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem):  # type: ignore[no-untyped-def]
+    rate[f] = r
+    frozen[f] = True
+    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+        d = flow_dirs[j]
+        dir_rem[d] -= r
+        dir_n[d] -= 1
+
+
+@njit(cache=True)
+def _append(times, dirs, rates, size, t, d, r):  # type: ignore[no-untyped-def]
+    """Append one timeline entry, doubling the arrays when full."""
+    if size == times.shape[0]:
+        grown_t = np.empty(2 * size + 64)
+        grown_d = np.empty(2 * size + 64, np.int64)
+        grown_r = np.empty(2 * size + 64)
+        grown_t[:size] = times[:size]
+        grown_d[:size] = dirs[:size]
+        grown_r[:size] = rates[:size]
+        times, dirs, rates = grown_t, grown_d, grown_r
+    times[size] = t
+    dirs[size] = d
+    rates[size] = r
+    return times, dirs, rates, size + 1
 
 
 @njit(cache=True)
@@ -491,3 +961,96 @@ def sweep(order, time, device, delta, num_devices):  # type: ignore[no-untyped-d
             if level[d] > peak[d]:
                 peak[d] = level[d]
     return peak
+
+
+@njit(cache=True)
+def fill_buckets(group, nbytes, alone, cap):  # type: ignore[no-untyped-def]
+    """Gradient buckets: shards sorted by group (each group's in backward order) fill buckets in turn;
+    a bucket closes once it holds at least ``cap`` bytes, and at the end of its group. A shard marked
+    ``alone`` (``all_reduce_per_tensor``) is a bucket of its own.
+
+    Returns ``(first, total, ordinal)``: per bucket, its first shard (index into the sorted shards),
+    its bytes, and its index among its group's buckets. Shapes: ``(A,)`` in, ``(B,)`` out.
+    """
+    n = group.shape[0]
+    first = np.empty(n, np.int64)
+    total = np.empty(n)
+    ordinal = np.empty(n, np.int64)
+    count = 0
+    k = 0
+    is_open = False
+    for i in range(n):
+        if i > 0 and group[i] != group[i - 1]:
+            is_open = False
+            k = 0
+        if alone[i]:
+            is_open = False
+        if not is_open:
+            first[count] = i
+            total[count] = 0.0
+            ordinal[count] = k
+            k += 1
+            count += 1
+            is_open = True
+        total[count - 1] += nbytes[i]
+        if total[count - 1] >= cap or alone[i]:
+            is_open = False
+    return first[:count], total[:count], ordinal[:count]
+
+
+@njit(cache=True)
+def interval_rates(dirs, t0, t1, nbytes, num_dirs):  # type: ignore[no-untyped-def]
+    """Busy time and rate over time per link direction of fixed-time transfers.
+
+    Record ``k`` puts ``nbytes[k]`` on direction ``dirs[k]`` evenly over ``[t0[k], t1[k]]``. Returns
+    ``(busy, timeline_time, timeline_dir, timeline_rate)`` as :func:`schedule_flows` does: ``busy``
+    ``(num_dirs,)`` the length of the union of each direction's intervals.
+    """
+    n = dirs.shape[0]
+    ev_dir = np.empty(2 * n, np.int64)
+    ev_time = np.empty(2 * n)
+    ev_rate = np.empty(2 * n)
+    ev_count = np.empty(2 * n, np.int64)
+    m = 0
+    for k in range(n):
+        if t1[k] > t0[k]:
+            r = nbytes[k] / (t1[k] - t0[k])
+            ev_dir[m] = dirs[k]
+            ev_time[m] = t0[k]
+            ev_rate[m] = r
+            ev_count[m] = 1
+            ev_dir[m + 1] = dirs[k]
+            ev_time[m + 1] = t1[k]
+            ev_rate[m + 1] = -r
+            ev_count[m + 1] = -1
+            m += 2
+    # sort by (direction, time): time first, then a stable sort by direction
+    order = np.argsort(ev_time[:m], kind="mergesort")
+    order = order[np.argsort(ev_dir[:m][order], kind="mergesort")]
+    busy = np.zeros(num_dirs)
+    tl_size = 0
+    tl_time = np.empty(64)
+    tl_dir = np.empty(64, np.int64)
+    tl_rate = np.empty(64)
+    i = 0
+    while i < m:
+        d = ev_dir[order[i]]
+        rate = 0.0
+        active = 0
+        last_t = 0.0
+        last_rate = 0.0
+        while i < m and ev_dir[order[i]] == d:
+            t = ev_time[order[i]]
+            if active > 0:
+                busy[d] += t - last_t
+            while i < m and ev_dir[order[i]] == d and ev_time[order[i]] == t:
+                rate += ev_rate[order[i]]
+                active += ev_count[order[i]]
+                i += 1
+            if active == 0:
+                rate = 0.0
+            if rate != last_rate:
+                tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, t, d, rate)
+                last_rate = rate
+            last_t = t
+    return busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size]

@@ -1,4 +1,4 @@
-"""Routes and rings over one topology: the one network model of the simulator and of FT's cost tables.
+"""Routes, rings, collectives and the network models of the simulator (and FT's cost tables).
 
 **Link directions.** Links are full duplex: link ``k`` of ``topology.links`` is two independent
 directions, ``2k`` from ``link.a`` to ``link.b`` and ``2k + 1`` from ``link.b`` to ``link.a``. These
@@ -12,14 +12,51 @@ bottleneck link (the first narrowest link along the path). A device's route to i
 nothing: bandwidth ``inf``, latency 0, kind ``""``. The directions of all routes are stored flat in
 CSR form (``route_dirs[route_ptr[p] : route_ptr[p + 1]]``) for vectorized code.
 
-**Rings.** A ring collective over devices ``r_0 .. r_{f-1}`` sends along the hops
-``r_k -> r_{k+1 mod f}``, all at once. Several rings may run concurrently (FT's collectives over a
-mesh dimension run one ring per group) and share links: a link direction crossed by ``u`` hops of
-all the rings gives each of them ``1 / u`` of its bandwidth. A hop's bandwidth is its route's
-bottleneck divided by the largest ``u`` among the directions it crosses; the rings' bandwidth is the
-slowest hop's (the first such hop, rings in the order given, hops in ring order, which also gives
-the bottleneck kind), their latency the largest hop latency. One ring over the devices holding a
-parameter shard is the simulator's ring all-reduce.
+**Rings** (the ``circuit`` and ``pairwise`` models, and FT). A ring collective over devices
+``r_0 .. r_{f-1}`` sends along the hops ``r_k -> r_{k+1 mod f}``, all at once. Several rings may run
+concurrently (FT's collectives over a mesh dimension run one ring per group) and share links: a
+link direction crossed by ``u`` hops of all the rings gives each of them ``1 / u`` of its bandwidth.
+A hop's bandwidth is its route's bottleneck divided by the largest ``u`` among the directions it
+crosses; the rings' bandwidth is the slowest hop's (the first such hop, rings in the order given,
+hops in ring order, which also gives the bottleneck kind), their latency the largest hop latency.
+
+**Network models** (:data:`NETWORK_MODELS`, chosen by name: ``CostModel(network="flow")``):
+
+* ``flow`` (the default): every transfer is a flow along its route. At every moment the flows in
+  flight share each link direction max-min fairly (progressive filling, :func:`max_min_rates`);
+  rates are recomputed whenever a flow starts or ends. A transfer pays its route's latency once,
+  after its last byte has left. Collectives are flows too (:meth:`Network.all_reduce_algorithms`).
+* ``circuit`` (the simulator's model before flows): a transfer holds every link direction of its route for
+  ``latency + bytes / bottleneck``; transfers through one link direction queue FIFO. A ring
+  all-reduce holds every direction of its ring (:meth:`Network.rings`).
+* ``pairwise`` (FlexFlow's assumption A2): each device pair has its own connection at its route's
+  bottleneck bandwidth; a transfer queues only behind transfers between the same two devices.
+
+**All-reduce as flows** (:meth:`Network.all_reduce_algorithms`, the ``flow`` model). A gradient of
+``S`` bytes over ``n`` devices is all-reduced by one of these algorithms, each a sequence of
+*phases*; a phase is a set of flows that start together, and the next phase starts once they all
+drained plus the phase's latency (its ring steps times the slowest hop's latency):
+
+* ``ring``: one ring in the group's order; each of its ``n`` hops carries ``2 (n - 1) / n * S``;
+  latency ``2 (n - 1)`` hop latencies. Alone on dedicated links of bandwidth ``B`` it takes
+  ``2 (n - 1) / n * S / B + 2 (n - 1) * latency``.
+* ``ring xk`` (devices on several machines): ``k`` rings at once, each carrying ``S / k`` (NCCL's
+  channels). Ring ``j`` visits each machine's devices rotated by ``j * g / k`` (``g`` the machine's
+  devices in the group), so the rings leave and enter machines through different devices and, where
+  each GPU has its own NIC, different NICs. ``k`` runs from 2 to the fewest devices of a machine.
+* ``hierarchical`` (devices on several machines, some machine with two or more): reduce within each
+  machine, all-reduce across machines, broadcast within each machine. When every machine holds the
+  same number ``g`` of the group's devices, this is the bandwidth-optimal form (NCCL/Horovod): a
+  reduce-scatter ring per machine (each hop ``(g - 1) / g * S``), then ``g`` concurrent cross-machine
+  rings, one per local rank, each all-reducing ``S / g``, then an all-gather ring per machine.
+  Otherwise each machine reduces to its first device along a pipelined chain (each hop ``S``), the
+  first devices all-reduce ``S`` in a ring, and each machine broadcasts back along the chain.
+
+**The rule that picks one:** the algorithm whose time alone on the network is the least for this
+message size: ``latency + S * seconds_per_byte``, with ``seconds_per_byte`` the drain time of its
+phases' flows under the same max-min sharing (ties: the order above). This is what NCCL's tuner
+does with its own cost model; while other traffic is in flight the chosen algorithm's flows share
+links with it like any others.
 
 Routes depend only on the topology, so one :class:`Network` per topology is shared
 (:func:`network`), as :func:`~placement_rl.topology.load_preset` shares topologies.
@@ -30,11 +67,170 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 import numpy as np
 
+from placement_rl.errors import UnknownNameError
+from placement_rl.sim import kernels as _kernels
 from placement_rl.topology import DeviceTopology, Link
+
+
+# ------------------------------------------------------------------------------------ network models
+@dataclass(frozen=True)
+class NetworkModel:
+    """How the simulator moves bytes (see the module docstring).
+
+    Attributes:
+        name: how a cost model names it (``CostModel(network=name)``).
+        description: one line for listings and errors.
+        shares_links: transfers and collectives are flows sharing link directions max-min fairly;
+            when false, each takes a fixed time and queues FIFO on what it ``holds``.
+        holds: for fixed-time models, what a transfer occupies: ``"route"`` (every link direction of
+            its route) or ``"pair"`` (its device pair's dedicated connection); ``""`` for flows.
+    """
+
+    name: str
+    description: str
+    shares_links: bool
+    holds: Literal["route", "pair", ""]
+
+
+#: The network models by name (:func:`register_network_model` adds one).
+NETWORK_MODELS: dict[str, NetworkModel] = {}
+
+
+def register_network_model(model: NetworkModel) -> NetworkModel:
+    """Make ``model`` known by its name (the simulator reads only its attributes)."""
+    NETWORK_MODELS[model.name] = model
+    return model
+
+
+def network_model(name: str) -> NetworkModel:
+    """The model called ``name``; :class:`UnknownNameError` listing the valid names otherwise."""
+    if name not in NETWORK_MODELS:
+        raise UnknownNameError("network model", name, NETWORK_MODELS)
+    return NETWORK_MODELS[name]
+
+
+register_network_model(NetworkModel("flow", "flows share every link direction max-min fairly (default)", True, ""))
+register_network_model(
+    NetworkModel("circuit", "a transfer holds every link direction of its route (the earlier default)", False, "route")
+)
+register_network_model(NetworkModel("pairwise", "a dedicated connection per device pair (FlexFlow A2)", False, "pair"))
+
+
+# ------------------------------------------------------------------------------------ max-min sharing
+def max_min_rates(
+    flow_dirs: Sequence[Sequence[int]], capacity: np.ndarray, flow_caps: Sequence[float] | None = None
+) -> np.ndarray:
+    """Max-min fair rates of flows sharing link directions (progressive filling, in bottleneck order).
+
+    Repeatedly the direction with the smallest fair share (remaining capacity over its unfrozen
+    flows) fixes the rate of all its unfrozen flows at that share; a flow's own cap, when smaller
+    than every share, fixes it at the cap. This pure-Python version serves the algorithm choice
+    (:meth:`Network.all_reduce_algorithms`) and the tests; the scheduler has its own kernel.
+
+    Args:
+        flow_dirs: each flow's link directions.
+        capacity: ``(2L,)`` bytes/s per direction.
+        flow_caps: optional per-flow rate caps (``inf``: none).
+
+    Returns:
+        ``(F,)`` bytes/s (``inf`` for a flow that crosses nothing and has no cap).
+    """
+    n = len(flow_dirs)
+    rates = np.full(n, math.inf)
+    caps = [math.inf] * n if flow_caps is None else [float(c) for c in flow_caps]
+    remaining: dict[int, float] = {}
+    users: dict[int, list[int]] = {}
+    for f, dirs in enumerate(flow_dirs):
+        for d in dirs:
+            remaining.setdefault(int(d), float(capacity[int(d)]))
+            users.setdefault(int(d), []).append(f)
+    count = {d: len(u) for d, u in users.items()}
+    frozen = [False] * n
+    left = n
+
+    def freeze(f: int, rate: float) -> None:
+        rates[f] = rate
+        frozen[f] = True
+        for d in flow_dirs[f]:
+            remaining[int(d)] -= rate
+            count[int(d)] -= 1
+
+    while left:
+        share, bottleneck = math.inf, -1
+        for d, k in count.items():
+            if k > 0 and remaining[d] / k < share:
+                share, bottleneck = remaining[d] / k, d
+        capped = min((f for f in range(n) if not frozen[f]), key=lambda f: caps[f])
+        if caps[capped] < share or bottleneck < 0:
+            freeze(capped, caps[capped])
+            left -= 1
+            continue
+        for f in users[bottleneck]:
+            if not frozen[f]:
+                freeze(f, share)
+                left -= 1
+    return rates
+
+
+def drain_time_s(sizes: Sequence[float], flow_dirs: Sequence[Sequence[int]], capacity: np.ndarray) -> float:
+    """Time for flows of ``sizes`` bytes, all starting at once, to drain under max-min sharing.
+
+    Rates are recomputed each time a flow finishes (the simulator's rule).
+    """
+    remaining = [float(s) for s in sizes]
+    active = [f for f, s in enumerate(remaining) if s > 0]
+    now = 0.0
+    while active:
+        rates = max_min_rates([flow_dirs[f] for f in active], capacity)
+        if not np.isfinite(rates).all():
+            raise ValueError("drain_time_s: a flow crosses no link direction")
+        step = min(remaining[f] / r for f, r in zip(active, rates, strict=True))
+        now += step
+        still = []
+        for f, r in zip(active, rates, strict=True):
+            remaining[f] -= r * step
+            if remaining[f] > 1e-9 * sizes[f]:
+                still.append(f)
+        active = still
+    return now
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One all-reduce algorithm over one device group, per byte of the message (see the module docstring).
+
+    Shapes: ``P`` phases, ``F`` flows. Phase ``p``'s flows are ``phase_ptr[p] : phase_ptr[p + 1]``;
+    flow ``f`` carries ``flow_fraction[f] * S`` bytes of an ``S``-byte message over the directions
+    ``flow_dirs[flow_ptr[f] : flow_ptr[f + 1]]``.
+
+    Attributes:
+        name: ``"ring"``, ``"ring x<k>"`` or ``"hierarchical"``.
+        phase_latency_s: ``(P,)`` the latency paid after each phase's flows drain.
+        phase_ptr: ``(P + 1,)`` int64.
+        flow_fraction: ``(F,)`` bytes per message byte.
+        flow_ptr: ``(F + 1,)`` int64.
+        flow_dirs: link directions of all flows, in path order.
+        latency_s: the sum of the phase latencies.
+        seconds_per_byte: the phases' drain time alone on the network, per message byte.
+    """
+
+    name: str
+    phase_latency_s: np.ndarray
+    phase_ptr: np.ndarray
+    flow_fraction: np.ndarray
+    flow_ptr: np.ndarray
+    flow_dirs: np.ndarray
+    latency_s: float
+    seconds_per_byte: float
+
+    def time_s(self, num_bytes: float) -> float:
+        """Time alone on the network for a message of ``num_bytes``."""
+        return self.latency_s + num_bytes * self.seconds_per_byte
 
 
 class Rings(NamedTuple):
@@ -53,6 +249,10 @@ class Rings(NamedTuple):
     kind: str
 
 
+_Hop = tuple[int, int, float]  # (source device, destination device, bytes per message byte)
+_Phase = tuple[float, list[_Hop]]  # (latency after the hops drain, the hops)
+
+
 class Network:
     """Every device-to-device route of one topology, and the bandwidth of concurrent rings.
 
@@ -69,6 +269,9 @@ class Network:
         route_kind: ``D * D`` bottleneck link kinds (``""`` on the diagonal).
         kind_names: the distinct bottleneck kinds of all routes, sorted.
         route_kind_id: ``(D * D,)`` int64 index of ``route_kind`` in ``kind_names`` (-1 on the diagonal).
+        capacity: ``(2L,)`` bandwidth of each link direction in bytes/s.
+        direction_names: ``2L`` names ``"link <a> -> <b>"`` (the simulator's link lanes).
+        device_machine: ``(D,)`` int64 index of each device's machine (machines in order of first appearance).
     """
 
     def __init__(self, topology: DeviceTopology) -> None:
@@ -106,9 +309,27 @@ class Network:
         self.kind_names: tuple[str, ...] = tuple(sorted(set(route_kind) - {""}))
         kind_id = {k: i for i, k in enumerate(self.kind_names)}
         self.route_kind_id = np.array([kind_id.get(k, -1) for k in route_kind], dtype=np.int64)
-        for arr in (self.route_ptr, self.route_dirs, self.route_len, self.route_bw, self.route_lat, self.route_kind_id):
+        self.capacity = np.repeat([link.bandwidth_bytes_per_s for link in links], 2).astype(np.float64)
+        self.direction_names: tuple[str, ...] = tuple(
+            name for link in links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
+        )
+        machine_ids: dict[str, int] = {}
+        self.device_machine = np.array(
+            [machine_ids.setdefault(d.machine, len(machine_ids)) for d in topology.devices], dtype=np.int64
+        )
+        for arr in (
+            self.route_ptr,
+            self.route_dirs,
+            self.route_len,
+            self.route_bw,
+            self.route_lat,
+            self.route_kind_id,
+            self.capacity,
+            self.device_machine,
+        ):
             arr.setflags(write=False)
         self._rings: dict[tuple[tuple[int, ...], ...], Rings] = {}
+        self._algorithms: dict[tuple[int, ...], tuple[Collective, ...]] = {}
 
     def route_dirs_of(self, a: int, b: int) -> np.ndarray:
         """The link directions of the route from device ``a`` to ``b`` (topology indices), in path order."""
@@ -165,6 +386,106 @@ class Network:
         self._rings[key] = found
         return found
 
+    # ------------------------------------------------------------------------------ collectives
+    def all_reduce_algorithms(self, group: Sequence[int]) -> tuple[Collective, ...]:
+        """The all-reduce algorithms over ``group`` (topology device indices, ring order), cached.
+
+        ``ring`` first, then ``ring x2 ..`` and ``hierarchical`` where the group spans machines (module
+        docstring). Empty for fewer than two devices.
+        """
+        key = tuple(int(d) for d in group)
+        found = self._algorithms.get(key)
+        if found is not None:
+            return found
+        found = () if len(key) < 2 else tuple(self._build(name, phases) for name, phases in self._candidates(key))
+        self._algorithms[key] = found
+        return found
+
+    def all_reduce(self, group: Sequence[int], num_bytes: float) -> Collective:
+        """The algorithm the ``flow`` model uses for ``num_bytes`` over ``group``: the least time alone."""
+        options = self.all_reduce_algorithms(group)
+        if not options:
+            raise ValueError(f"all_reduce: group {tuple(group)} has fewer than two devices")
+        return min(options, key=lambda c: c.time_s(num_bytes))  # the first of equal times
+
+    def _candidates(self, group: tuple[int, ...]) -> list[tuple[str, list[_Phase]]]:
+        """Each algorithm as phases of ``(latency, [(src, dst, fraction), ...])`` hops."""
+        n = len(group)
+        machines: dict[int, list[int]] = {}
+        for d in group:
+            machines.setdefault(int(self.device_machine[d]), []).append(d)
+        per = list(machines.values())
+
+        def ring_hops(ring: Sequence[int], fraction: float) -> list[_Hop]:
+            return [(ring[k], ring[(k + 1) % len(ring)], fraction) for k in range(len(ring)) if len(ring) > 1]
+
+        def phase(hops: list[_Hop], steps: int) -> _Phase:
+            """The hops and their latency: ``steps`` times the slowest hop's route latency."""
+            slowest = max((float(self.route_lat[a * self.num_devices + b]) for a, b, _ in hops), default=0.0)
+            return steps * slowest, hops
+
+        out = [("ring", [phase(ring_hops(group, 2.0 * (n - 1) / n), 2 * (n - 1))])]
+        if len(per) < 2:
+            return out
+        fewest = min(len(m) for m in per)
+        for k in range(2, fewest + 1):
+            rings = [[d for m in per for d in _rotate(m, j * len(m) // k)] for j in range(k)]
+            hops = [h for r in rings for h in ring_hops(r, 2.0 * (n - 1) / n / k)]
+            out.append((f"ring x{k}", [phase(hops, 2 * (n - 1))]))
+        if max(len(m) for m in per) < 2:
+            return out
+        m = len(per)
+        if all(len(x) == len(per[0]) for x in per):
+            g = len(per[0])
+            within = [h for x in per for h in ring_hops(x, (g - 1) / g)]
+            across = [h for j in range(g) for h in ring_hops([x[j] for x in per], 2.0 * (m - 1) / m / g)]
+            phases = [phase(within, g - 1), phase(across, 2 * (m - 1)), phase(within, g - 1)]
+        else:
+            longest = max(len(x) for x in per)
+            up = [(x[k + 1], x[k], 1.0) for x in per for k in range(len(x) - 1)]
+            down = [(x[k], x[k + 1], 1.0) for x in per for k in range(len(x) - 1)]
+            leaders = ring_hops([x[0] for x in per], 2.0 * (m - 1) / m)
+            phases = [phase(up, longest - 1), phase(leaders, 2 * (m - 1)), phase(down, longest - 1)]
+        out.append(("hierarchical", phases))
+        return out
+
+    def _build(self, name: str, phases: list[_Phase]) -> Collective:
+        D = self.num_devices
+        latency, ptr, fractions, dirs, flow_ptr = [], [0], [], [], [0]
+        seconds_per_byte = 0.0
+        for lat, hops in phases:
+            hops = [h for h in hops if self.route_len[h[0] * D + h[1]] > 0]
+            routes = [self.route_dirs_of(a, b) for a, b, _ in hops]
+            latency.append(lat)
+            ptr.append(ptr[-1] + len(hops))
+            for (_, _, fraction), route in zip(hops, routes, strict=True):
+                fractions.append(fraction)
+                dirs.extend(route.tolist())
+                flow_ptr.append(len(dirs))
+            if hops:
+                lengths = [len(r) for r in routes]
+                seconds_per_byte += float(
+                    _kernels.drain(
+                        np.array([f for _, _, f in hops], dtype=np.float64),
+                        np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+                        np.concatenate(routes).astype(np.int64),
+                        self.capacity,
+                    )
+                )
+        found = Collective(
+            name,
+            np.array(latency, dtype=np.float64),
+            np.array(ptr, dtype=np.int64),
+            np.array(fractions, dtype=np.float64),
+            np.array(flow_ptr, dtype=np.int64),
+            np.array(dirs, dtype=np.int64),
+            float(sum(latency)),
+            seconds_per_byte,
+        )
+        for arr in (found.phase_latency_s, found.phase_ptr, found.flow_fraction, found.flow_ptr, found.flow_dirs):
+            arr.setflags(write=False)
+        return found
+
     def submatrices(self, devices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Routes among a subset of devices, indexed by position in ``devices`` (FT's flat indices).
 
@@ -184,6 +505,10 @@ class Network:
         return self.route_bw[pairs].reshape(n, n), self.route_lat[pairs].reshape(n, n), ptr, dirs
 
 
+def _rotate(items: Sequence[int], k: int) -> list[int]:
+    return [*items[k:], *items[:k]]
+
+
 _NETWORKS: weakref.WeakKeyDictionary[DeviceTopology, Network] = weakref.WeakKeyDictionary()
 
 
@@ -198,4 +523,15 @@ def network(topology: DeviceTopology) -> Network:
     return found
 
 
-__all__ = ["Network", "Rings", "network"]
+__all__ = [
+    "NETWORK_MODELS",
+    "Collective",
+    "Network",
+    "NetworkModel",
+    "Rings",
+    "drain_time_s",
+    "max_min_rates",
+    "network",
+    "network_model",
+    "register_network_model",
+]

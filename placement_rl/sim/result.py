@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ TASK_KINDS: tuple[str, ...] = (
     "backward",  # compute: backward pass of one partition
     "transfer",  # activation sent from a producer partition to a consumer partition
     "gradient_transfer",  # the activation gradient sent back during backward
-    "all_reduce",  # ring all-reduce of a replicated parameter shard's gradient
+    "all_reduce",  # all-reduce of a bucket of replicated parameter shards' gradients
     "ps_push",  # gradient pushed to a parameter server
     "ps_pull",  # updated parameters pulled from a parameter server
 )
@@ -49,6 +49,32 @@ class TaskTable:
         return int(self.kind.shape[0])
 
 
+def _empty(dtype: Any = np.float64) -> Any:
+    return field(default_factory=lambda: np.zeros(0, dtype))
+
+
+@dataclass(frozen=True)
+class LinkRates:
+    """Each link direction's rate over time: from ``time_s[k]`` on, direction ``direction[k]`` carries
+    ``bytes_per_s[k]``, until the next entry for that direction (0 before its first). Entries are
+    sorted by time under the ``flow`` model and by direction, then time, under the others.
+
+    Shapes: ``(K,)`` each.
+    """
+
+    time_s: np.ndarray = _empty()
+    direction: np.ndarray = _empty(np.int64)
+    bytes_per_s: np.ndarray = _empty()
+
+    def __len__(self) -> int:
+        return int(self.time_s.shape[0])
+
+    def of(self, direction: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(time_s, bytes_per_s)`` of one direction's steps, in time order."""
+        sel = self.direction == direction
+        return self.time_s[sel], self.bytes_per_s[sel]
+
+
 @dataclass(frozen=True)
 class CriticalStep:
     """One task on the critical path."""
@@ -64,7 +90,8 @@ class CriticalStep:
 class SimResult:
     """The simulated cost of one training iteration of a plan.
 
-    Shapes: ``D`` devices, ``L`` links, ``N`` ops.
+    Shapes: ``D`` devices, ``L`` links, ``N`` ops. Link direction ``2k`` runs from link ``k``'s end
+    ``a`` to ``b``, ``2k + 1`` back (:mod:`placement_rl.sim.network`).
 
     Attributes:
         makespan_s: time of one training iteration (forward, backward, gradient synchronization).
@@ -90,6 +117,12 @@ class SimResult:
             the chain of tasks, each started by the end of the previous one (a dependency or the
             previous task on its resource), that ends at the makespan.
         tasks: every task with its times (for traces and Gantt charts).
+        network: the cost model's network model (``flow``, ``circuit``, ``pairwise``).
+        link_direction_names: ``2L`` names ``"link <a> -> <b>"`` (the task table's link lanes).
+        link_direction_bytes: ``(2L,)`` bytes each direction carries.
+        link_direction_busy_s: ``(2L,)`` seconds each direction carries anything.
+        link_direction_capacity_bytes_per_s: ``(2L,)`` each direction's bandwidth.
+        link_direction_rates: each direction's rate over time (:class:`LinkRates`).
     """
 
     makespan_s: float
@@ -112,6 +145,20 @@ class SimResult:
     op_end_s: np.ndarray
     critical_tasks: np.ndarray
     tasks: TaskTable
+    network: str = ""
+    link_direction_names: tuple[str, ...] = ()
+    link_direction_bytes: np.ndarray = _empty()
+    link_direction_busy_s: np.ndarray = _empty()
+    link_direction_capacity_bytes_per_s: np.ndarray = _empty()
+    link_direction_rates: LinkRates = field(default_factory=LinkRates)
+
+    @property
+    def link_direction_utilization(self) -> np.ndarray:
+        """``(2L,)`` bytes over what the direction could carry in the makespan (1 = busy at full rate throughout)."""
+        capacity = self.link_direction_capacity_bytes_per_s * self.makespan_s
+        return np.divide(
+            self.link_direction_bytes, capacity, out=np.zeros_like(self.link_direction_bytes), where=capacity > 0
+        )
 
     @property
     def critical_path(self) -> tuple[CriticalStep, ...]:
@@ -148,5 +195,9 @@ class SimResult:
             "comm_time_s": self.comm_time_s,
             "busy_s": {d: float(b) for d, b in zip(self.device_names, self.busy_s, strict=True)},
             "num_tasks": self.num_tasks,
+            "network": self.network,
+            "max_link_direction_utilization": float(self.link_direction_utilization.max())
+            if self.link_direction_bytes.size
+            else 0.0,
             "critical_path_length": int(self.critical_tasks.shape[0]),
         }

@@ -16,17 +16,41 @@ and mirrored gradient transfers for backward. Backward task ``t`` follows forwar
 backward tasks of the consumers it fed.
 
 **Synchronization.** Parameters are split along parameter dimensions and replicated along the
-others. For each shard held by several devices: ring all-reduce (one collective task occupying
-every link direction of the ring), or parameter-server push and pull transfers, or nothing for
-``duplicate``. Ops sharing a ``param_key`` (an unrolled LSTM layer) synchronize once, after all of
-their backward tasks, over every device that runs any of them (per shard when they split the
-parameters alike), with the first op's sync mode.
+others. Each shard held by several devices is synchronized by all-reduce, by parameter-server push
+and pull transfers, or not at all for ``duplicate``. Ops sharing a ``param_key`` (an unrolled LSTM
+layer) synchronize once, after all of their backward tasks, over every device that runs any of
+them (per shard when they split the parameters alike), with the first op's sync mode.
 
-**Scheduling.** Links are resources like devices, one per direction, so computation and
-communication overlap (A1-A4). A global queue ordered by ready time assigns tasks to their
-resources FIFO; a transfer holds every link direction of its route (alpha-beta time with the route's
-bottleneck bandwidth), so transfers that share a NIC or a switch port contend. Routes, link directions
-and ring bandwidths come from :mod:`placement_rl.sim.network`, shared with FT's cost tables.
+**Gradient buckets** (PyTorch DDP, Horovod). All-reduced gradients are grouped per device group
+(the devices holding the shard, in order: one communicator) into buckets of about
+``CostModel.bucket_bytes`` (25 MiB, DDP's default): a group's shards are taken in backward order
+(descending op index; shared parameters at their first op) and a bucket is closed as soon as it
+holds at least ``bucket_bytes`` (so one large tensor is a bucket of its own). Each bucket is one
+all-reduce task that starts once every backward task feeding it has ended, overlapping the rest of
+backward. ``bucket_bytes=0`` all-reduces every tensor on its own (the papers' DP-NCCL).
+
+**Scheduling.** Computation and communication overlap (A1-A4). A global queue ordered by ready time
+takes tasks in turn; a compute task runs FIFO on its device. How communication is timed is the cost
+model's network model (:mod:`placement_rl.sim.network`):
+
+* ``flow`` (default): each transfer is a flow along its route and starts when ready; the flows in
+  flight share each link direction max-min fairly, rates recomputed whenever one starts or ends; it
+  ends its route's latency after its last byte leaves. An all-reduce is the phases of flows of the
+  algorithm :meth:`~placement_rl.sim.network.Network.all_reduce` picks (ring, parallel rings,
+  hierarchical).
+* ``circuit``: a transfer holds every link direction of its route for ``latency + bytes /
+  bottleneck``, FIFO per direction; a ring all-reduce holds every direction of its ring for
+  ``2 (n - 1) (latency + (S / n) / bandwidth)``, bandwidth shared where its hops share a link.
+* ``pairwise``: as ``circuit``, but a transfer holds only its device pair's own connection, and an
+  all-reduce the pairs of its ring's hops, at their routes' bottleneck bandwidths.
+
+**Link accounting.** Every communication task puts bytes on link directions: a transfer its bytes
+on each direction of its route, a ring all-reduce ``2 (n - 1) / n`` of the message on each
+direction of each hop. ``SimResult`` reports bytes, busy time and utilization per direction, and
+each direction's rate over time: under ``flow`` the rates the flows were given, otherwise each
+task's bytes spread evenly over its duration. No direction carries more than its capacity times
+the makespan under ``flow`` and ``circuit``; ``pairwise`` assumes dedicated connections, so a
+physical direction shared by several pairs may be over-subscribed.
 
 **Memory.** Per device: parameters, gradients and optimizer state of every shard it holds (per
 parameter element under the cost model's precision, :mod:`placement_rl.sim.cost`); each
@@ -51,7 +75,7 @@ from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim import network as _network
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.result import TASK_KINDS, SimResult, TaskTable
+from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
@@ -79,15 +103,18 @@ class _CompiledOp:
     activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # Gradient synchronization tasks (owners of parameters only), as a template with local ids.
-    sync_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,)
-    sync_duration: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,)
+    # Parameter-server synchronization tasks (owners of parameters only), as a template with local ids.
+    sync_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,) push or pull
+    sync_pair: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,) flat device pair
     sync_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,)
-    sync_res: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # resources, flat
-    sync_res_len: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,)
     sync_after_backward: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (S,)
     sync_dep_u: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # push -> pull, local ids
     sync_dep_v: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # All-reduced shards (owners only), bucketed across ops at assembly: (A,) each.
+    ar_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # SimContext group id
+    ar_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # gradient bytes
+    ar_shard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position among the op's syncs
+    ar_alone: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # ``all_reduce_per_tensor``
     # Parameter shards (for ops sharing parameters with others): shard of each task, shard count.
     task_shard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
     shards: int = 1
@@ -104,6 +131,26 @@ class Segments:
     com_p: list[np.ndarray]
     com_q: list[np.ndarray]
     com_b: list[np.ndarray]
+
+
+@dataclass
+class _Flows:
+    """Communication as phases of flows (see :func:`placement_rl.sim.kernels.schedule_flows`).
+
+    Shapes: T tasks, P phases, Fl flows. Task ``t``'s phases are ``phase_ptr[t] : phase_ptr[t + 1]``,
+    phase ``p``'s flows ``phase_flow_ptr[p] : phase_flow_ptr[p + 1]``, flow ``f``'s link directions
+    ``dirs[dir_ptr[f] : dir_ptr[f + 1]]``. Under ``flow`` the kernel schedules them; under the other
+    models they only say which bytes cross which direction (one phase per task).
+    """
+
+    phase_ptr: np.ndarray  # (T + 1,)
+    phase_latency: np.ndarray  # (P,)
+    phase_flow_ptr: np.ndarray  # (P + 1,)
+    num_bytes: np.ndarray  # (Fl,)
+    cap: np.ndarray  # (Fl,) bytes/s, inf for none
+    dir_ptr: np.ndarray  # (Fl + 1,)
+    dirs: np.ndarray
+    task: np.ndarray  # (Fl,) the task of each flow
 
 
 @dataclass
@@ -125,6 +172,258 @@ class _Tasks:
     C: int
     c_src: np.ndarray
     c_dst: np.ndarray
+    lane: np.ndarray  # (T,) device, or resource of the first link direction a communication task uses
+    flows: _Flows
+    scheduled_flows: bool  # the kernel schedules ``flows`` (the ``flow`` model)
+    # The synchronization block (ids from 2F + 2C): parameter-server tasks and buckets, merged by op.
+    ps_pos: np.ndarray  # (S_ps,) position of each parameter-server task (OpArrays order) in the block
+    bucket_pos: np.ndarray  # (B,) position of each bucket in the block
+    bucket_group: np.ndarray  # (B,) its group id
+    bucket_ordinal: np.ndarray  # (B,) its index among its group's buckets
+    bucket_member_ptr: np.ndarray  # (B + 1,) each bucket's shards in ``bucket_members``
+    bucket_members: np.ndarray  # the owner op of each bucket's shards
+
+
+@dataclass
+class _Buckets:
+    """The all-reduce buckets of one plan (:meth:`SimContext._buckets`). B buckets."""
+
+    group: np.ndarray  # (B,) group id
+    num_bytes: np.ndarray  # (B,) gradient bytes
+    ordinal: np.ndarray  # (B,) index among its group's buckets (backward order)
+    op: np.ndarray  # (B,) owner op of its last shard (the lowest op index)
+    local: np.ndarray  # (B,) that shard's position among its op's synchronizations
+    member_count: np.ndarray  # (B,) shards
+    member_owner: np.ndarray  # (sum of member_count,) owner op of each shard, bucket by bucket
+
+
+def _take_ragged(ptr: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For segments ``order`` of a CSR pointer: the new pointer and the element indices, in order."""
+    lengths = np.diff(ptr)[order]
+    return np.concatenate(([0], np.cumsum(lengths))).astype(np.int64), np.repeat(ptr[:-1][order], lengths) + _ranges(
+        lengths
+    )
+
+
+def _shift(ptr: np.ndarray, offset: int) -> np.ndarray:
+    return ptr[1:] + offset
+
+
+def _concat_flows(a: _Flows, b: _Flows) -> _Flows:
+    """Tasks of ``a`` then those of ``b`` (task ids of ``b`` shifted)."""
+    tasks_a = a.phase_ptr.shape[0] - 1
+    return _Flows(
+        np.concatenate([a.phase_ptr, _shift(b.phase_ptr, int(a.phase_ptr[-1]))]),
+        np.concatenate([a.phase_latency, b.phase_latency]),
+        np.concatenate([a.phase_flow_ptr, _shift(b.phase_flow_ptr, int(a.phase_flow_ptr[-1]))]),
+        np.concatenate([a.num_bytes, b.num_bytes]),
+        np.concatenate([a.cap, b.cap]),
+        np.concatenate([a.dir_ptr, _shift(b.dir_ptr, int(a.dir_ptr[-1]))]),
+        np.concatenate([a.dirs, b.dirs]),
+        np.concatenate([a.task, b.task + tasks_a]),
+    )
+
+
+def _take_flows(fl: _Flows, order: np.ndarray) -> _Flows:
+    """The flows of tasks ``order`` (task ``k`` of the result is task ``order[k]``)."""
+    phase_ptr, phases = _take_ragged(fl.phase_ptr, order)
+    flow_ptr, flows = _take_ragged(fl.phase_flow_ptr, phases)
+    dir_ptr, dirs = _take_ragged(fl.dir_ptr, flows)
+    return _Flows(
+        phase_ptr,
+        fl.phase_latency[phases],
+        flow_ptr,
+        fl.num_bytes[flows],
+        fl.cap[flows],
+        dir_ptr,
+        fl.dirs[dirs],
+        np.repeat(np.arange(len(order)), _per_task(phase_ptr, flow_ptr)),
+    )
+
+
+def _per_task(phase_ptr: np.ndarray, flow_ptr: np.ndarray) -> np.ndarray:
+    """Flows per task, from the task -> phase and phase -> flow pointers."""
+    M = phase_ptr.shape[0] - 1
+    phases_per_task = np.diff(phase_ptr)
+    return np.bincount(np.repeat(np.arange(M), phases_per_task), weights=np.diff(flow_ptr), minlength=M).astype(
+        np.int64
+    )
+
+
+@dataclass
+class _Comm:
+    """Communication tasks under the network model. M tasks; ``flows.task`` are local ids ``[0, M)``."""
+
+    duration: np.ndarray  # (M,) fixed-time models; 0 under ``flow``
+    res_ptr: np.ndarray  # (M + 1,)
+    res: np.ndarray  # resources held (fixed-time models)
+    num_bytes: np.ndarray  # (M,) the task's bytes (``TaskTable.num_bytes``)
+    lane: np.ndarray  # (M,) the resource of its first link direction
+    flows: _Flows
+
+    @staticmethod
+    def concat(a: _Comm, b: _Comm) -> _Comm:
+        return _Comm(
+            np.concatenate([a.duration, b.duration]),
+            np.concatenate([a.res_ptr, _shift(b.res_ptr, int(a.res_ptr[-1]))]),
+            np.concatenate([a.res, b.res]),
+            np.concatenate([a.num_bytes, b.num_bytes]),
+            np.concatenate([a.lane, b.lane]),
+            _concat_flows(a.flows, b.flows),
+        )
+
+    def take(self, order: np.ndarray) -> _Comm:
+        """Tasks ``order`` of this one, in that order."""
+        res_ptr, res = _take_ragged(self.res_ptr, order)
+        return _Comm(
+            self.duration[order],
+            res_ptr,
+            self.res[res],
+            self.num_bytes[order],
+            self.lane[order],
+            _take_flows(self.flows, order),
+        )
+
+
+@dataclass
+class _Ring:
+    """One ring per group under a fixed-time model: bandwidth, latency, bottleneck kind, resources held."""
+
+    bandwidth: np.ndarray  # (G,)
+    latency: np.ndarray  # (G,)
+    kind: list[str]
+    res_ptr: np.ndarray  # (G + 1,)
+    res: np.ndarray
+
+
+class _GroupTables:
+    """Per-group all-reduce tables of a :class:`SimContext` (groups by id), for vectorized assembly."""
+
+    def __init__(self, ctx: SimContext, groups: list[tuple[int, ...]]) -> None:
+        self.count = len(groups)
+        self._ctx = ctx
+        self._groups = groups
+        self.size = np.array([len(g) for g in groups], dtype=np.int64)
+        net, D = ctx.network, ctx.num_devices
+        # the ring in the group's order, hop by hop (its bytes per direction under every model)
+        hops = [[(g[k], g[(k + 1) % len(g)]) for k in range(len(g))] for g in groups]
+        hops = [[h for h in hs if net.route_len[h[0] * D + h[1]] > 0] for hs in hops]
+        self._hop_ptr = np.concatenate(([0], np.cumsum([len(h) for h in hops]))).astype(np.int64)
+        self._hop_pair = np.array([a * D + b for hs in hops for a, b in hs], dtype=np.int64)
+        self._fixed: dict[str, _Ring] = {}
+        self._candidates: tuple[np.ndarray, ...] | None = None
+
+    def ring_flows(self, groups: np.ndarray, num_bytes: np.ndarray) -> _Flows:
+        """One phase per bucket: each hop of its group's ring carries ``2 (n - 1) / n`` of the message."""
+        net = self._ctx.network
+        B = groups.shape[0]
+        hop_ptr, hops = _take_ragged(self._hop_ptr, groups)
+        per = np.diff(hop_ptr)
+        pairs = self._hop_pair[hops]
+        dirs, lengths = net.gather(pairs)
+        n = self.size[groups]
+        fraction = 2.0 * (n - 1) / n
+        phase_ptr = np.concatenate(([0], np.cumsum(per > 0))).astype(np.int64)
+        return _Flows(
+            phase_ptr,
+            np.zeros(int(phase_ptr[-1])),
+            np.concatenate(([0], np.cumsum(per[per > 0]))).astype(np.int64),
+            np.repeat(fraction * num_bytes, per),
+            np.full(pairs.shape[0], np.inf),
+            np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+            dirs,
+            np.repeat(np.arange(B), per),
+        )
+
+    def fixed(self, holds: str) -> _Ring:
+        """The ring of every group under ``circuit`` (``"route"``) or ``pairwise`` (``"pair"``)."""
+        found = self._fixed.get(holds)
+        if found is not None:
+            return found
+        ctx = self._ctx
+        net, D = ctx.network, ctx.num_devices
+        bw, lat, kinds, res = [], [], [], []
+        for k, group in enumerate(self._groups):
+            if holds == "route":
+                ring = net.rings((group,))
+                bw.append(ring.bandwidth_bytes_per_s)
+                lat.append(ring.latency_s)
+                kinds.append(ring.kind)
+                res.append(ring.dirs + D)
+                continue
+            pairs = self._hop_pair[self._hop_ptr[k] : self._hop_ptr[k + 1]]
+            slowest = int(pairs[np.argmin(net.route_bw[pairs])]) if pairs.size else -1
+            bw.append(float(net.route_bw[slowest]) if pairs.size else np.inf)
+            lat.append(float(net.route_lat[pairs].max()) if pairs.size else 0.0)
+            kinds.append(net.route_kind[slowest] if pairs.size else "")
+            res.append(ctx._pair_res_base + pairs)
+        found = self._fixed[holds] = _Ring(
+            np.array(bw, dtype=np.float64),
+            np.array(lat, dtype=np.float64),
+            kinds,
+            np.concatenate(([0], np.cumsum([len(r) for r in res]))).astype(np.int64),
+            np.concatenate(res).astype(np.int64) if res else np.zeros(0, np.int64),
+        )
+        return found
+
+    def _candidate_tables(self) -> tuple[np.ndarray, ...]:
+        """Every group's all-reduce algorithms (:meth:`Network.all_reduce_algorithms`) as flat tables."""
+        if self._candidates is None:
+            net = self._ctx.network
+            algos = [net.all_reduce_algorithms(g) for g in self._groups]
+            flat = [c for a in algos for c in a]
+            phases = np.cumsum([0] + [c.phase_latency_s.shape[0] for c in flat])
+            flows = np.cumsum([0] + [c.flow_fraction.shape[0] for c in flat])
+            dirs = np.cumsum([0] + [c.flow_dirs.shape[0] for c in flat])
+
+            def cat(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+                return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
+
+            self._candidates = (
+                np.concatenate(([0], np.cumsum([len(a) for a in algos]))).astype(np.int64),
+                np.array([c.latency_s for c in flat], dtype=np.float64),
+                np.array([c.seconds_per_byte for c in flat], dtype=np.float64),
+                phases.astype(np.int64),
+                cat([c.phase_latency_s for c in flat], np.float64),
+                np.concatenate([[0]] + [c.phase_ptr[1:] + flows[k] for k, c in enumerate(flat)]).astype(np.int64),
+                cat([c.flow_fraction for c in flat], np.float64),
+                np.concatenate([[0]] + [c.flow_ptr[1:] + dirs[k] for k, c in enumerate(flat)]).astype(np.int64),
+                cat([c.flow_dirs for c in flat], np.int64),
+            )
+        return self._candidates
+
+    def flow_all_reduce(self, groups: np.ndarray, num_bytes: np.ndarray, moved: np.ndarray) -> _Comm:
+        """Buckets under ``flow``: each the phases of flows of the algorithm fastest alone for its size."""
+        B = groups.shape[0]
+        cand_ptr, cand_lat, cand_spb, cand_phase_ptr, phase_lat, phase_flow_ptr, fraction, dir_ptr, dirs = (
+            self._candidate_tables()
+        )
+        counts = np.diff(cand_ptr)[groups]
+        cands = np.repeat(cand_ptr[groups], counts) + _ranges(counts)
+        time = cand_lat[cands] + np.repeat(num_bytes, counts) * cand_spb[cands]
+        owner = np.repeat(np.arange(B), counts)
+        # the first fastest candidate of each bucket: sort by (bucket, time), stable
+        best = np.lexsort((time, owner))[np.concatenate(([0], np.cumsum(counts)[:-1]))] if B else np.zeros(0, np.int64)
+        chosen = cands[best]
+        phase_ptr, phases = _take_ragged(cand_phase_ptr, chosen)
+        flow_ptr, flows = _take_ragged(phase_flow_ptr, phases)
+        new_dir_ptr, dir_idx = _take_ragged(dir_ptr, flows)
+        per_task = _per_task(phase_ptr, flow_ptr)
+        flow_bytes = fraction[flows] * np.repeat(num_bytes, per_task)
+        fl = _Flows(
+            phase_ptr,
+            phase_lat[phases],
+            flow_ptr,
+            flow_bytes,
+            np.full(flows.shape[0], np.inf),
+            new_dir_ptr,
+            dirs[dir_idx],
+            np.repeat(np.arange(B), per_task),
+        )
+        lane = self._ctx.num_devices + fl.dirs[fl.dir_ptr[flow_ptr[phase_ptr[:-1]]]] if B else np.zeros(0, np.int64)
+        # a group's buckets run one at a time, in the order they become ready (NCCL's stream per communicator)
+        communicator = self._ctx.num_resources + groups
+        return _Comm(np.zeros(B), np.arange(B + 1, dtype=np.int64), communicator, moved, lane, fl)
 
 
 def _splice(arr: np.ndarray, ptr: np.ndarray, i: int, piece: np.ndarray) -> np.ndarray:
@@ -142,9 +441,9 @@ def _reptr(ptr: np.ndarray, i: int, length: int) -> np.ndarray:
 _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer that splits them
     "task": ("devices", "forward_s", "backward_s", "activation_bytes"),
     "static": ("static_devices", "static_bytes"),
-    "sync": ("sync_kind", "sync_duration", "sync_bytes", "sync_after_backward", "sync_res_len"),
-    "sync_res": ("sync_res",),
+    "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward"),
     "pull": ("sync_dep_u", "sync_dep_v"),
+    "allreduce": ("ar_group", "ar_bytes", "ar_shard", "ar_alone"),
 }
 
 
@@ -237,8 +536,15 @@ class SimContext:
         )
         self._capacity = np.array([d.memory_bytes for d in devices], dtype=np.float64)
         self.network = _network.network(topology)
-        # the simulator's resources are devices then link directions: direction d is resource D + d
+        self.model = _network.network_model(self.cost.network)
+        # the simulator's resources are devices, then link directions (direction d is resource D + d),
+        # then under ``pairwise`` one dedicated connection per ordered device pair (pair p: D + 2L + p)
         self._route_res = self.network.route_dirs + D
+        self._pair_res_base = self.num_resources
+        if self.model.holds == "pair":
+            self.num_resources += D * D
+        self._groups: dict[tuple[int, ...], int] = {}
+        self._group_tables: _GroupTables | None = None
         self._build_edges()
         self._owner: dict[str, int] = {}
         self._key_ops: dict[str, list[int]] = {}
@@ -390,62 +696,60 @@ class SimContext:
         ``shard_bytes`` is one shard's gradient bytes; its whole state is ``state_bytes_per_gradient_byte`` times that.
         """
         D = self.num_devices
-        net = self.network
         static_dev: list[int] = []
         kind: list[int] = []
-        duration: list[float] = []
-        nbytes: list[float] = []
-        res: list[np.ndarray] = []
+        pairs: list[int] = []
         after_backward: list[bool] = []
         dep_u: list[int] = []
         dep_v: list[int] = []
+        ar_group: list[int] = []
         for group in groups:
             static_dev.extend(group)
             if len(group) < 2 or mode == "duplicate":
                 continue
-            if mode == "all_reduce":
-                ring = net.rings((group,))
-                kind.append(_ALL_REDUCE)
-                duration.append(
-                    self.cost.all_reduce_time_s(
-                        shard_bytes, len(group), ring.bandwidth_bytes_per_s, ring.latency_s, ring.kind
-                    )
-                )
-                nbytes.append(2.0 * (len(group) - 1) * shard_bytes)
-                res.append(ring.dirs + D)
-                after_backward.append(True)
+            if mode in ("all_reduce", "all_reduce_per_tensor"):  # bucketed when the task graph is assembled
+                ar_group.append(self.group_id(group))
                 continue
             workers = [d for d in group if d != ps]
             pushes: list[int] = []
             for direction in (_PS_PUSH, _PS_PULL):  # push gradients; pull parameters once all pushes are in
                 for w in workers:
-                    pair = w * D + ps if direction == _PS_PUSH else ps * D + w
                     if direction == _PS_PULL:
                         dep_u.extend(pushes)
                         dep_v.extend([len(kind)] * len(pushes))
                     else:
                         pushes.append(len(kind))
                     kind.append(direction)
-                    duration.append(
-                        self.cost.transfer_time_s(
-                            shard_bytes, net.route_bw[pair], net.route_lat[pair], net.route_kind[pair]
-                        )
-                    )
-                    nbytes.append(shard_bytes)
-                    res.append(self._route_res[net.route_ptr[pair] : net.route_ptr[pair + 1]])
+                    pairs.append(w * D + ps if direction == _PS_PUSH else ps * D + w)
                     after_backward.append(direction == _PS_PUSH)
         return {
             "static_devices": np.array(static_dev, dtype=np.int64),
             "static_bytes": np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_gradient_byte),
             "sync_kind": np.array(kind, dtype=np.int64),
-            "sync_duration": np.array(duration, dtype=np.float64),
-            "sync_bytes": np.array(nbytes, dtype=np.float64),
-            "sync_res": np.concatenate(res).astype(np.int64) if res else np.zeros(0, np.int64),
-            "sync_res_len": np.array([len(r) for r in res], dtype=np.int64),
+            "sync_pair": np.array(pairs, dtype=np.int64),
+            "sync_bytes": np.full(len(kind), shard_bytes),
             "sync_after_backward": np.array(after_backward, dtype=np.bool_),
             "sync_dep_u": np.array(dep_u, dtype=np.int64),
             "sync_dep_v": np.array(dep_v, dtype=np.int64),
+            "ar_group": np.array(ar_group, dtype=np.int64),
+            "ar_bytes": np.full(len(ar_group), shard_bytes),
+            "ar_shard": np.arange(len(ar_group), dtype=np.int64),
+            "ar_alone": np.full(len(ar_group), mode == "all_reduce_per_tensor"),
         }
+
+    def group_id(self, group: tuple[int, ...]) -> int:
+        """The id of a device group (topology indices in ring order), one communicator of all-reduces."""
+        found = self._groups.get(group)
+        if found is None:
+            found = self._groups[group] = len(self._groups)
+        return found
+
+    def group_tables(self) -> _GroupTables:
+        """Per-group tables for the all-reduces of every group seen so far (rebuilt when one is added)."""
+        tables = self._group_tables
+        if tables is None or tables.count != len(self._groups):
+            tables = self._group_tables = _GroupTables(self, list(self._groups))
+        return tables
 
     @staticmethod
     def _set_sync(c: _CompiledOp, template: dict[str, np.ndarray]) -> None:
@@ -502,7 +806,7 @@ class SimContext:
         """``arrays`` with the owners' synchronization replaced by :meth:`shared_template` (default: all owners)."""
         for owner in self._shared_owners if owners is None else owners:
             arrays = arrays.replace_groups(
-                owner, self.shared_template(owner, ops), ("static", "sync", "sync_res", "pull")
+                owner, self.shared_template(owner, ops), ("static", "sync", "pull", "allreduce")
             )
         return arrays
 
@@ -519,10 +823,63 @@ class SimContext:
         """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
         arrays = self.with_shared(OpArrays.from_ops(ops), ops)
         tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
-        start, end, crit = _kernels.schedule(
-            tasks.duration, tasks.res_ptr, tasks.res, tasks.succ_ptr, tasks.succ, tasks.indegree, self.num_resources
+        start, end, _, crit, busy, *timeline = self.schedule(tasks, record=True)
+        return self._result(arrays, tasks, start, end, crit, busy, timeline)
+
+    def schedule(
+        self,
+        tasks: _Tasks,
+        prefix: np.ndarray | None = None,
+        ready: np.ndarray | None = None,
+        start: np.ndarray | None = None,
+        end: np.ndarray | None = None,
+        record: bool = False,
+    ) -> tuple[np.ndarray, ...]:
+        """Run the scheduler (:func:`~placement_rl.sim.kernels.schedule_flows`) on an assembled task graph.
+
+        ``prefix`` and the known ``ready``/``start``/``end`` resume it (delta simulation).
+        ``record`` keeps each link direction's rate over time. Returns ``(start, end, ready,
+        critical_pred, direction_busy_s, timeline_time_s, timeline_direction, timeline_rate)``.
+        """
+        T = tasks.duration.shape[0]
+        if prefix is None:
+            prefix = np.zeros(T, np.bool_)
+            ready = start = end = np.zeros(T)
+        fl = tasks.flows
+        if tasks.scheduled_flows:
+            pp, pl, pf, fb, fc, fd, fds = (
+                fl.phase_ptr,
+                fl.phase_latency,
+                fl.phase_flow_ptr,
+                fl.num_bytes,
+                fl.cap,
+                fl.dir_ptr,
+                fl.dirs,
+            )
+        else:
+            pp, pl, pf, fb, fc, fd, fds, _ = _kernels.no_flows(T)
+        return _kernels.schedule_flows(
+            tasks.duration,
+            tasks.res_ptr,
+            tasks.res,
+            tasks.succ_ptr,
+            tasks.succ,
+            tasks.indegree,
+            self.num_resources + (len(self._groups) if tasks.scheduled_flows else 0),
+            pp,
+            pl,
+            pf,
+            fb,
+            fc,
+            fd,
+            fds,
+            self.network.capacity,
+            prefix,
+            ready,
+            start,
+            end,
+            record,
         )
-        return self._result(arrays, tasks, start, end, crit)
 
     def transfers(self, ops: Sequence[_CompiledOp]) -> tuple[np.ndarray, ...]:
         """Flat transfer arrays of all edges plus per-edge counts (see ``_kernels.build_transfers``)."""
@@ -574,7 +931,8 @@ class SimContext:
         """The task graph: compute tasks, transfers (from per-edge local segments) and synchronization.
 
         Task ids: forward ``[0, F)``, backward ``[F, 2F)``, transfers ``[2F, 2F + C)``, gradient
-        transfers ``[2F + C, 2F + 2C)``, synchronization after, in op order.
+        transfers ``[2F + C, 2F + 2C)``, then the synchronization block: parameter-server pushes and
+        pulls and all-reduce buckets, ordered by op (a bucket at its last shard's op).
         """
         D = self.num_devices
         data = ops.data
@@ -590,82 +948,199 @@ class SimContext:
         c_dst = np.repeat(task_ptr[self.e_dst], n_com) + edges.com_q
         C = c_src.shape[0]
         op_of_task = np.repeat(np.arange(N), n_tasks)
-        pairs = np.concatenate((task_dev[c_src] * D + task_dev[c_dst], task_dev[c_dst] * D + task_dev[c_src]))
-        comm_bytes = np.concatenate((edges.com_b, edges.com_b))
         fwd_ids = 2 * F + np.arange(C)
         bwd_ids = fwd_ids + C
-        # Synchronization templates, shifted to global ids.
         first_sync = 2 * F + 2 * C
-        sizes = np.diff(ops.ptr["sync"])
-        S = int(ops.ptr["sync"][-1])
-        owner_of = np.repeat(np.arange(N), sizes)
-        sync_ids = first_sync + np.arange(S)
+        # The synchronization block: parameter-server tasks per op, and buckets, merged by (op, position).
+        ps_sizes = np.diff(ops.ptr["sync"])
+        S_ps = int(ops.ptr["sync"][-1])
+        ps_owner = np.repeat(np.arange(N), ps_sizes)
+        ps_local = np.arange(S_ps) - np.repeat(ops.ptr["sync"][:-1], ps_sizes)
+        bk = self._buckets(ops)
+        B = bk.group.shape[0]
+        S = S_ps + B
+        order = np.lexsort((np.concatenate([ps_local, bk.local]), np.concatenate([ps_owner, bk.op])))
+        block_pos = np.empty(S, np.int64)
+        block_pos[order] = np.arange(S)
+        ps_pos, bucket_pos = block_pos[:S_ps], block_pos[S_ps:]
+        # Each push and bucket waits for every backward task of every op sharing its parameters.
         after = data["sync_after_backward"]
-        waiting, waiting_owner = sync_ids[after], owner_of[after]
-        # Each such task waits for every backward task of every op sharing the owner's parameters.
+        waiting = first_sync + np.concatenate([ps_pos[after], np.repeat(bucket_pos, bk.member_count)])
+        waiting_owner = np.concatenate([ps_owner[after], bk.member_owner])
         user_ops, counts = _ragged_gather(
             self._users_ptr[waiting_owner], np.diff(self._users_ptr)[waiting_owner], self._users
         )
         sync_u = np.repeat(F + task_ptr[user_ops], n_tasks[user_ops]) + _ranges(n_tasks[user_ops])
         sync_v = np.repeat(np.repeat(waiting, counts), n_tasks[user_ops])
         pull_owner = np.repeat(np.arange(N), np.diff(ops.ptr["pull"]))
-        base = first_sync + ops.ptr["sync"][pull_owner]
-        pull_u, pull_v = data["sync_dep_u"] + base, data["sync_dep_v"] + base
+        base = ops.ptr["sync"][pull_owner]
+        pull_u = first_sync + ps_pos[data["sync_dep_u"] + base]
+        pull_v = first_sync + ps_pos[data["sync_dep_v"] + base]
         arange_f = np.arange(F)
         u = np.concatenate([arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u])
         v = np.concatenate([F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v])
         T = first_sync + S
         succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
-        duration = np.concatenate(
-            [data["forward_s"], data["backward_s"], self._transfer_times(pairs, comm_bytes), data["sync_duration"]]
+        # Communication: point-to-point tasks (transfers, gradient transfers, pushes and pulls), buckets.
+        pairs = np.concatenate(
+            (task_dev[c_src] * D + task_dev[c_dst], task_dev[c_dst] * D + task_dev[c_src], data["sync_pair"])
         )
+        comm_bytes = np.concatenate((edges.com_b, edges.com_b, data["sync_bytes"]))
+        p2p = self._p2p(pairs, comm_bytes)
+        coll = self._collectives(bk.group, bk.num_bytes)
+        # tasks after the compute tasks, in id order: the p2p tasks' sources, then the block's
+        source = np.concatenate([np.arange(2 * C), np.empty(S, np.int64)])
+        source[2 * C + ps_pos] = 2 * C + np.arange(S_ps)
+        source[2 * C + bucket_pos] = 2 * C + S_ps + np.arange(B)
+        comm = _Comm.concat(p2p, coll).take(source)
+        sync_kind = np.empty(S, np.int64)
+        sync_kind[ps_pos] = data["sync_kind"]
+        sync_kind[bucket_pos] = _ALL_REDUCE
+        sync_op = np.empty(S, np.int64)
+        sync_op[ps_pos] = ps_owner
+        sync_op[bucket_pos] = bk.op
         kind = np.concatenate(
-            [
-                np.full(F, _FORWARD),
-                np.full(F, _BACKWARD),
-                np.full(C, _TRANSFER),
-                np.full(C, _GRAD_TRANSFER),
-                data["sync_kind"],
-            ]
+            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER), sync_kind]
         ).astype(np.int8)
-        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], owner_of]).astype(
+        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], sync_op]).astype(
             np.int32
         )
-        num_bytes = np.concatenate([np.zeros(2 * F), comm_bytes, data["sync_bytes"]])
-        net = self.network
-        comm_res, comm_len = _ragged_gather(net.route_ptr[pairs], net.route_len[pairs], self._route_res)
-        res = np.concatenate([task_dev, task_dev, comm_res, data["sync_res"]]).astype(np.int64)
-        res_len = np.concatenate([np.ones(2 * F, np.int64), comm_len, data["sync_res_len"]])
-        res_ptr = np.concatenate(([0], np.cumsum(res_len)))
+        res_len = np.concatenate([np.ones(2 * F, np.int64), np.diff(comm.res_ptr)])
+        flows = comm.flows
         return _Tasks(
-            duration,
-            res,
-            res_ptr,
+            np.concatenate([data["forward_s"], data["backward_s"], comm.duration]),
+            np.concatenate([task_dev, task_dev, comm.res]).astype(np.int64),
+            np.concatenate(([0], np.cumsum(res_len))),
             succ_ptr,
             succ,
             indegree,
             kind,
             task_op,
-            num_bytes,
+            np.concatenate([np.zeros(2 * F), comm.num_bytes]),
             task_dev,
             task_ptr,
             F,
             C,
             c_src,
             c_dst,
+            np.concatenate([task_dev, task_dev, comm.lane]),
+            _Flows(
+                np.concatenate([np.zeros(2 * F, np.int64), flows.phase_ptr]),
+                flows.phase_latency,
+                flows.phase_flow_ptr,
+                flows.num_bytes,
+                flows.cap,
+                flows.dir_ptr,
+                flows.dirs,
+                flows.task + 2 * F,
+            ),
+            self.model.shares_links,
+            ps_pos,
+            bucket_pos,
+            bk.group,
+            bk.ordinal,
+            np.concatenate(([0], np.cumsum(bk.member_count))).astype(np.int64),
+            bk.member_owner,
         )
+
+    def _buckets(self, ops: OpArrays) -> _Buckets:
+        """The all-reduce buckets of every group (module docstring): shards in backward order, each
+        bucket closed once it holds at least ``bucket_bytes``."""
+        data = ops.data
+        sizes = np.diff(ops.ptr["allreduce"])
+        A = int(ops.ptr["allreduce"][-1])
+        owner = np.repeat(np.arange(sizes.shape[0]), sizes)
+        group, nbytes, local = data["ar_group"], data["ar_bytes"], data["ar_shard"]
+        if self.cost.bucket_bytes == 0 or A == 0 or data["ar_alone"].all():  # one bucket per shard, in op order
+            ordinal = np.zeros(A, np.int64)
+            if A:
+                by_group = np.lexsort((-owner, group))
+                starts = np.flatnonzero(np.r_[True, group[by_group][1:] != group[by_group][:-1]])
+                counts = np.diff(np.r_[starts, A])
+                ordinal[by_group] = np.arange(A) - np.repeat(starts, counts)
+            return _Buckets(group, nbytes, ordinal, owner, local, np.ones(A, np.int64), owner)
+        by_group = np.lexsort((local, -owner, group))  # each group's shards in backward order
+        first, total, ordinal = _kernels.fill_buckets(
+            group[by_group], nbytes[by_group], data["ar_alone"][by_group], float(self.cost.bucket_bytes)
+        )
+        counts = np.diff(np.r_[first, A])
+        last = by_group[first + counts - 1]  # the shard that completes the bucket: the lowest op
+        return _Buckets(group[by_group[first]], total, ordinal, owner[last], local[last], counts, owner[by_group])
+
+    def _p2p(self, pairs: np.ndarray, num_bytes: np.ndarray) -> _Comm:
+        """Point-to-point tasks under the network model: ``num_bytes[k]`` along the route of ``pairs[k]``."""
+        net = self.network
+        D = self.num_devices
+        M = pairs.shape[0]
+        moving = np.flatnonzero(num_bytes > 0)
+        dirs, lengths = net.gather(pairs[moving])
+        cap = np.full(moving.shape[0], np.inf)
+        if self.model.shares_links and self.cost.comm_table is not None:
+            cap = self._transfer_bandwidths(pairs[moving], num_bytes[moving])
+        flows = _Flows(
+            np.concatenate(([0], np.cumsum(num_bytes > 0))).astype(np.int64),
+            net.route_lat[pairs[moving]],
+            np.arange(moving.shape[0] + 1, dtype=np.int64),
+            num_bytes[moving],
+            cap,
+            np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+            dirs,
+            moving,
+        )
+        lane = D + net.route_dirs[net.route_ptr[pairs]] if M else np.zeros(0, np.int64)
+        if self.model.shares_links:
+            return _Comm(np.zeros(M), np.zeros(M + 1, np.int64), np.zeros(0, np.int64), num_bytes, lane, flows)
+        duration = self._transfer_times(pairs, num_bytes)
+        if self.model.holds == "pair":
+            res_len = np.ones(M, np.int64)
+            res = self._pair_res_base + pairs
+        else:
+            res, res_len = _ragged_gather(net.route_ptr[pairs], net.route_len[pairs], self._route_res)
+        return _Comm(duration, np.concatenate(([0], np.cumsum(res_len))), res, num_bytes, lane, flows)
+
+    def _collectives(self, groups: np.ndarray, num_bytes: np.ndarray) -> _Comm:
+        """One all-reduce task per bucket of ``num_bytes`` over group ``groups[k]`` (network model)."""
+        B = groups.shape[0]
+        tables = self.group_tables()
+        n = tables.size[groups]
+        moved = 2.0 * (n - 1) * num_bytes
+        if self.model.shares_links:
+            return tables.flow_all_reduce(groups, num_bytes, moved)
+        ring = tables.fixed(self.model.holds)
+        bw = ring.bandwidth[groups]
+        if self.cost.comm_table is not None and B:  # comm tables are small and opt-in; clarity over speed here
+            bw = np.array(
+                [
+                    self.cost.effective_bandwidth(f"all_reduce/{ring.kind[g]}", b, s)
+                    for g, b, s in zip(groups.tolist(), bw.tolist(), num_bytes.tolist(), strict=True)
+                ]
+            )
+        duration = np.where(num_bytes > 0, 2.0 * (n - 1) * (ring.latency[groups] + num_bytes / n / bw), 0.0)
+        res, res_len = _ragged_gather(ring.res_ptr[groups], np.diff(ring.res_ptr)[groups], ring.res)
+        flows = tables.ring_flows(groups, num_bytes)
+        res_ptr = np.concatenate(([0], np.cumsum(res_len))).astype(np.int64)
+        if self.model.holds == "route":
+            lane = res[res_ptr[:-1]] if B else np.zeros(0, np.int64)
+        else:
+            lane = self.num_devices + flows.dirs[flows.dir_ptr[flows.phase_flow_ptr[flows.phase_ptr[:-1]]]]
+        return _Comm(duration, res_ptr, res, moved, lane, flows)
 
     def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
         net = self.network
         bw = net.route_bw[pairs]
-        table = self.cost.comm_table
-        if table is not None and pairs.size:
-            kinds = net.route_kind_id[pairs]
-            bw = bw.copy()
-            for k, name in enumerate(net.kind_names):
-                for i in np.nonzero(kinds == k)[0]:  # comm tables are small and opt-in; clarity over speed here
-                    bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
+        if self.cost.comm_table is not None and pairs.size:
+            bw = self._transfer_bandwidths(pairs, num_bytes)
         return np.where(num_bytes > 0, net.route_lat[pairs] + num_bytes / bw, 0.0)
+
+    def _transfer_bandwidths(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+        """The comm table's bandwidth for each transfer (the route's bottleneck where it has none)."""
+        net = self.network
+        kinds = net.route_kind_id[pairs]
+        bw = net.route_bw[pairs].copy()
+        for k, name in enumerate(net.kind_names):
+            for i in np.nonzero(kinds == k)[0]:  # comm tables are small and opt-in; clarity over speed here
+                bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
+        return bw
 
     def peak_memory(
         self, ops: OpArrays, tasks: _Tasks, start: np.ndarray, end: np.ndarray, only_over: bool = False
@@ -705,16 +1180,20 @@ class SimContext:
         delta = np.concatenate([ev_bytes, -ev_bytes])
         return static + _peak_levels(device, time, delta, D)
 
-    def _result(self, ops: OpArrays, tasks: _Tasks, start: np.ndarray, end: np.ndarray, crit: np.ndarray) -> SimResult:
+    def _result(
+        self,
+        ops: OpArrays,
+        tasks: _Tasks,
+        start: np.ndarray,
+        end: np.ndarray,
+        crit: np.ndarray,
+        direction_busy: np.ndarray,
+        timeline: Sequence[np.ndarray],
+    ) -> SimResult:
         D = self.num_devices
         F = tasks.F
-        task_dev, task_ptr, res, res_ptr = tasks.task_dev, tasks.task_ptr, tasks.res, tasks.res_ptr
-        T = tasks.duration.shape[0]
-        lane = res[res_ptr[:-1]] if T else np.zeros(0, np.int64)
-        res_len = np.diff(res_ptr)
-        if T and (res_len == 0).any():
-            lane = np.where(res_len > 0, lane, 0)
-        table = TaskTable(tasks.kind, tasks.op, lane.astype(np.int32), start, end, tasks.num_bytes, self._lanes)
+        task_dev, task_ptr = tasks.task_dev, tasks.task_ptr
+        table = TaskTable(tasks.kind, tasks.op, tasks.lane.astype(np.int32), start, end, tasks.num_bytes, self._lanes)
         makespan = float(end.max()) if end.size else 0.0
         duration = end - start
         busy = np.bincount(task_dev, weights=duration[:F], minlength=D) + np.bincount(
@@ -722,17 +1201,19 @@ class SimContext:
         )
         peak = self.peak_memory(ops, tasks, start, end)
         oom_mask = peak > self._capacity
-        # Links: bytes and busy time per direction, folded to links.
-        comm_ids = np.arange(2 * F, T)
-        lens = res_len[comm_ids]
-        link_res = res[np.repeat(res_ptr[comm_ids], lens) + _ranges(lens)] if comm_ids.size else np.zeros(0, np.int64)
-        per_res_bytes = np.bincount(
-            link_res, weights=np.repeat(tasks.num_bytes[comm_ids], lens), minlength=self.num_resources
-        )
-        per_res_busy = np.bincount(link_res, weights=np.repeat(duration[comm_ids], lens), minlength=self.num_resources)
+        # Links: the bytes each flow puts on each direction; busy time and rates over time from the
+        # scheduler (flows) or from each task's bytes spread over its duration (fixed-time models).
+        fl = tasks.flows
         L = self.num_links
-        link_bytes = per_res_bytes[D:].reshape(L, 2).sum(axis=1) if L else np.zeros(0)
-        link_busy = per_res_busy[D:].reshape(L, 2).max(axis=1) if L else np.zeros(0)
+        lengths = np.diff(fl.dir_ptr)
+        flow_bytes = np.repeat(fl.num_bytes, lengths)
+        direction_bytes = np.bincount(fl.dirs, weights=flow_bytes, minlength=2 * L).astype(np.float64)
+        if not tasks.scheduled_flows:
+            owner = np.repeat(fl.task, lengths)
+            direction_busy, *timeline = _kernels.interval_rates(fl.dirs, start[owner], end[owner], flow_bytes, 2 * L)
+        rates = LinkRates(*timeline)
+        link_bytes = direction_bytes.reshape(L, 2).sum(axis=1) if L else np.zeros(0)
+        link_busy = direction_busy.reshape(L, 2).max(axis=1) if L else np.zeros(0)
         n = task_ptr.shape[0] - 1
         has = task_ptr[1:] > task_ptr[:-1]
         starts = task_ptr[:-1].clip(max=max(F - 1, 0))
@@ -761,6 +1242,12 @@ class SimContext:
             op_end_s=op_end,
             critical_tasks=_kernels.critical_chain(crit, end),
             tasks=table,
+            network=self.model.name,
+            link_direction_names=self.network.direction_names,
+            link_direction_bytes=direction_bytes,
+            link_direction_busy_s=direction_busy,
+            link_direction_capacity_bytes_per_s=self.network.capacity,
+            link_direction_rates=rates,
         )
 
 

@@ -85,6 +85,77 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+class _Direction(NamedTuple):
+    """A link direction that carried bytes, with its figures (``SimResult.link_direction_*``)."""
+
+    lane: int  # index into ``TaskTable.lanes``
+    direction: int  # index into ``SimResult.link_direction_names``
+    num_bytes: float
+    busy_s: float
+    capacity_bytes_per_s: float
+    utilization: float
+
+
+def _directions(result: SimResult) -> list[_Direction]:
+    """The link directions that carried bytes, in lane order (empty for results without link figures)."""
+    num_devices = _num_devices(result)
+    names = result.link_direction_names
+    if not names or num_devices + len(names) > len(result.tasks.lanes):
+        return []
+    utilization = result.link_direction_utilization
+    return [
+        _Direction(
+            num_devices + d,
+            d,
+            float(result.link_direction_bytes[d]),
+            float(result.link_direction_busy_s[d]),
+            float(result.link_direction_capacity_bytes_per_s[d]),
+            float(utilization[d]),
+        )
+        for d in np.flatnonzero(result.link_direction_bytes > 0).tolist()
+    ]
+
+
+def _utilization_steps(result: SimResult, direction: _Direction) -> tuple[np.ndarray, np.ndarray]:
+    """``(time_s, fraction of capacity)`` steps of one direction, starting at 0 and ending at the makespan."""
+    times, rates = result.link_direction_rates.of(direction.direction)
+    keep = np.isfinite(times) & np.isfinite(rates)
+    times, rates = times[keep], rates[keep]
+    fraction = rates / direction.capacity_bytes_per_s if direction.capacity_bytes_per_s > 0 else rates * 0.0
+    end = result.makespan_s if math.isfinite(result.makespan_s) else (float(times[-1]) if times.size else 0.0)
+    return np.concatenate(([0.0], times, [end])), np.concatenate(([0.0], fraction, [0.0]))
+
+
+def _rows_of_lanes(
+    lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, first_free_tid: int
+) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """A thread per task such that tasks on one thread never overlap (flows share link directions).
+
+    Each lane's tasks, by start, take the lane's first row that is free by then. Row 0 is the lane
+    itself (``tid`` = lane); further rows get new thread ids from ``first_free_tid`` on.
+
+    Returns:
+        ``(tid (T,), [(lane, row, tid), ...])``: each task's thread and the extra rows.
+    """
+    tid = lanes.astype(np.int64).copy()
+    extra: list[tuple[int, int, int]] = []
+    for lane in np.unique(lanes).tolist():
+        idx = np.flatnonzero(lanes == lane)
+        idx = idx[np.lexsort((ends[idx], starts[idx]))]
+        row_end: list[float] = []
+        row_tid: list[int] = []
+        for k in idx.tolist():
+            row = next((r for r, free_at in enumerate(row_end) if free_at <= starts[k]), len(row_end))
+            if row == len(row_end):
+                row_end.append(-math.inf)
+                row_tid.append(lane if row == 0 else first_free_tid + len(extra))
+                if row:
+                    extra.append((lane, row, row_tid[-1]))
+            row_end[row] = float(ends[k])
+            tid[k] = row_tid[row]
+    return tid, extra
+
+
 # --------------------------------------------------------------------------------------------------
 # Chrome trace
 # --------------------------------------------------------------------------------------------------
@@ -130,6 +201,11 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     * one process per machine when device names look like ``"m0/gpu1"`` (else one ``"devices"``
       process) and one ``"network"`` process for the link directions;
     * one thread per lane, ``tid`` = lane index, ordered by lane index through ``thread_sort_index``;
+      a communication task is on the lane of the first link direction it uses, and where such
+      tasks overlap (flows sharing a link) the later ones go to extra threads ``"<lane> #2"``, ...;
+    * one counter track per link direction that carried bytes (``"ph": "C"``, named after the
+      lane, ``args.utilization`` the fraction of its capacity in use from ``ts`` on), and its bytes,
+      busy time and utilization over the iteration in ``metadata["link_directions"]``;
     * one complete event (``"ph": "X"``) per task with positive, finite duration: ``ts``/``dur`` in
       microseconds, ``name`` ``"<op> [<kind>]"``, ``cat`` the kind, and ``args`` with ``kind``, ``op``,
       ``start_s``, ``end_s``, ``critical`` (bool: on the critical path) and, for communication tasks,
@@ -178,7 +254,20 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     num_bytes = np.asarray(tasks.num_bytes, dtype=np.float64)[keep]
     num_bytes = np.where(np.isfinite(num_bytes), num_bytes, 0.0).tolist()
     crit = critical[keep].tolist()
-    for k, op, lane, s, e, b, c in zip(kinds, ops, lane_ids, starts, ends, num_bytes, crit, strict=True):
+    # threads: compute tasks on their device's lane; overlapping communication on extra rows of its lane
+    tids = tasks.lane[keep].astype(np.int64)
+    comm = np.flatnonzero(~np.isin(tasks.kind[keep], list(compute)) & (tids >= num_devices))
+    rows, extra = _rows_of_lanes(tids[comm], start_s[keep][comm], end_s[keep][comm], len(lanes))
+    tids[comm] = rows
+    for home, row, tid in extra:
+        pid = lane_pid[home]
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{lanes[home]} #{row + 1}"}}
+        )
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    for k, op, lane, tid, s, e, b, c in zip(
+        kinds, ops, lane_ids, tids.tolist(), starts, ends, num_bytes, crit, strict=True
+    ):
         kind = TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}"
         op_name = _op_label(result, op)
         args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
@@ -190,12 +279,26 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
                 "name": f"{op_name} [{kind}]",
                 "cat": kind,
                 "pid": lane_pid[lane],
-                "tid": lane,
+                "tid": tid,
                 "ts": s * _US_PER_S,
                 "dur": (e - s) * _US_PER_S,
                 "args": args,
             }
         )
+
+    directions = _directions(result)
+    for direction in directions:
+        for t, u in zip(*_utilization_steps(result, direction), strict=True):
+            events.append(
+                {
+                    "ph": "C",
+                    "name": lanes[direction.lane],
+                    "pid": lane_pid[direction.lane],
+                    "tid": direction.lane,
+                    "ts": float(t) * _US_PER_S,
+                    "args": {"utilization": float(u)},
+                }
+            )
 
     oom = _oom_device_indices(result)
     peak = np.asarray(result.peak_memory_bytes, dtype=np.float64)
@@ -225,6 +328,17 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
         ],
         "lanes": list(lanes),
         "num_device_lanes": num_devices,
+        "network": result.network,
+        "link_directions": [
+            {
+                "name": lanes[d.lane],
+                "bytes": _finite_or_none(d.num_bytes),
+                "busy_s": _finite_or_none(d.busy_s),
+                "capacity_bytes_per_s": _finite_or_none(d.capacity_bytes_per_s),
+                "utilization": _finite_or_none(d.utilization),
+            }
+            for d in directions
+        ],
     }
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
 
@@ -256,7 +370,8 @@ class _LaneLabel(NamedTuple):
     Attributes:
         lane: index into ``TaskTable.lanes``.
         text: the left tick label: the lane name, with ``" (OOM)"`` appended for a device that does not fit.
-        memory_text: the right-hand label: ``"<peak> / <capacity> GiB"`` for devices, ``""`` for links.
+        memory_text: the right-hand label: ``"<peak> / <capacity> GiB"`` for devices; for a link
+            direction that carried bytes, ``"<utilization>% of <capacity> GB/s"``; else ``""``.
         oom: whether the lane is a device whose peak memory exceeds its capacity.
     """
 
@@ -287,8 +402,8 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
         result: the simulation result.
         lanes: lane indices to label; by default, in lane order (devices first, then links), every
             device with a drawable task (finite times) or that is OOM, and every link direction with a
-            drawable task of positive duration (links that only carry zero-duration tasks would be
-            empty rows).
+            drawable task of positive duration or that carried bytes (links that only carry
+            zero-duration tasks would be empty rows).
 
     Returns:
         One :class:`_LaneLabel` per row.
@@ -302,7 +417,9 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
         used = set(np.unique(tasks.lane[drawable & (tasks.lane < num_devices)]).tolist())
         used |= set(np.unique(tasks.lane[positive]).tolist())
         used |= {d for d in oom if d < num_devices}
+        used |= {d.lane for d in _directions(result)}
         lanes = sorted(used)
+    by_lane = {d.lane: d for d in _directions(result)}
     peak = np.asarray(result.peak_memory_bytes, dtype=np.float64)
     cap = np.asarray(result.memory_capacity_bytes, dtype=np.float64)
     labels: list[_LaneLabel] = []
@@ -314,6 +431,11 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
             cap_gib = cap[lane] / _GIB if lane < cap.size else float("nan")
             memory = f"{peak_gib:.2f} / {cap_gib:.2f} GiB" + (" OOM" if is_oom else "")
             labels.append(_LaneLabel(lane, f"{name} (OOM)" if is_oom else name, memory, is_oom))
+        elif lane in by_lane:
+            d = by_lane[lane]
+            labels.append(
+                _LaneLabel(lane, name, f"{d.utilization:.0%} of {d.capacity_bytes_per_s / 1e9:g} GB/s", False)
+            )
         else:
             labels.append(_LaneLabel(lane, name, "", False))
     return labels
@@ -403,6 +525,26 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
     ]
     if crit_sel.any():
         handles.append(Patch(facecolor="none", edgecolor="black", linewidth=0.9, label="critical path"))
+    # each link direction's utilization over time, as a grey area rising from the row's bottom
+    drawn = False
+    for direction in _directions(result):
+        row = row_of_lane.get(direction.lane)
+        if row is None:
+            continue
+        times, fraction = _utilization_steps(result, direction)
+        bottom = row + bar_height / 2
+        ax.fill_between(
+            times * _MS_PER_S,
+            bottom,
+            bottom - bar_height * np.clip(fraction, 0.0, 1.0),
+            step="post",
+            facecolor="#7f7f7f",
+            alpha=0.45,
+            linewidth=0,
+        )
+        drawn = True
+    if drawn:
+        handles.append(Patch(facecolor="#7f7f7f", alpha=0.45, label="link utilization"))
 
     makespan_ms = result.makespan_s * _MS_PER_S
     x_max_ms = float(np.max(end_s[drawable])) * _MS_PER_S if num_drawable else 0.0
