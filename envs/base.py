@@ -17,6 +17,7 @@ A tree search branches from a state with :meth:`PlanEnv.snapshot` and :meth:`Pla
 from __future__ import annotations
 
 import copy
+import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any, ClassVar, Self
 import gymnasium as gym
 import numpy as np
 
-from placement_rl.config import integer, option, parse
+from placement_rl.config import Rule, choice, integer, option, parse
 from placement_rl.plan import OpConfig, Plan, data_parallel
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator
@@ -48,6 +49,40 @@ from .reward import Outcome, Reward, make_reward
 
 _CACHE_INSTANCES = 16
 
+# Upper limits of the configured maxima. Each bounds an array that the observation or the action
+# mask allocates (and copies every step), so a typo such as ``max_devices: 1000000000`` fails
+# with a clear error naming the key instead of trying to allocate tens of GiB.
+#: Node rows of the observation (``max_groups``, ``max_nodes``, ``one_shot_ops``).
+MAX_NODES = 16_384
+#: Edge columns of the observation (``max_edges``; the default ``8 * max_nodes`` stays within it).
+MAX_EDGES = 8 * MAX_NODES
+#: Device rows of the observation (``max_devices``; ``device_bandwidth`` is ``max_devices`` squared).
+MAX_DEVICES = 1_024
+#: Columns of the Node2vec ``node_structure`` field (``node2vec_dim``).
+MAX_STRUCTURE_DIM = 128
+#: Entries of the action mask (one-shot: ``max_nodes * one_shot_groups + one_shot_groups * max_devices``).
+MAX_ACTIONS = 1 << 22
+
+#: The values of :attr:`EnvConfig.invalid_action`.
+INVALID_ACTIONS: tuple[str, ...] = ("end", "raise")
+
+_COST_MODEL = Rule(lambda v: v is None or isinstance(v, CostModel), "a CostModel object or null")
+
+
+def brief(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (error messages name the value, not a
+    megabyte of it)."""
+    text = re.sub(r"\s*\n\s*", " ", repr(value))  # numpy arrays print on several lines
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def allowed_actions(mask: np.ndarray, limit: int = 32) -> str:
+    """The allowed actions of ``mask`` as a list for an error message (the first ``limit`` of them)."""
+    allowed = np.flatnonzero(mask).tolist()
+    if len(allowed) <= limit:
+        return str(allowed)
+    return f"[{', '.join(map(str, allowed[:limit]))}, ...] ({len(allowed)} in all)"
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -58,24 +93,32 @@ class EnvConfig:
             ``{"kind": "random", ...}`` (see :mod:`placement_rl.envs.generator`) or a generator object.
         reward: ``speedup``, ``mdpe`` or ``dense`` (see :mod:`placement_rl.envs.reward`) or a Reward.
         reward_options: keyword options of the reward (``{"alpha": 0.5}``).
-        max_groups: METIS op groups per instance (TAG: 60); smaller graphs use their ops.
-        max_nodes: node rows of the observation (default: ``max_groups``).
-        max_edges: edge columns of the observation (default: ``8 * max_nodes``).
-        max_devices: device rows of the observation (random topologies have at most 48 GPUs).
+        max_groups: METIS op groups per instance (TAG: 60); smaller graphs use their ops. At most
+            :data:`MAX_NODES`.
+        max_nodes: node rows of the observation (default: ``max_groups``); at most :data:`MAX_NODES`.
+        max_edges: edge columns of the observation (default: ``8 * max_nodes``); at most :data:`MAX_EDGES`.
+        max_devices: device rows of the observation (random topologies have at most 48 GPUs); at
+            most :data:`MAX_DEVICES`.
         cost_model: the simulator's cost model (default: :data:`placement_rl.sim.simulator.DEFAULT_COST_MODEL`).
         node2vec_dim: if positive, the observation gets ``node_structure``: a Node2vec embedding
-            of each group in the group graph (Trinity's structure feature), computed once per instance.
+            of each group in the group graph (Trinity's structure feature), computed once per
+            instance; at most :data:`MAX_STRUCTURE_DIM`.
+        invalid_action: what ``step`` does with an action inside the action space that the
+            action mask forbids (a padded slot, or over memory): ``"end"`` ends the episode with
+            the reward's invalid-action reward and ``info["invalid_action"] = True``; ``"raise"``
+            raises ``ValueError`` and leaves the episode as it was.
     """
 
     generator: Any = None  # checked by make_generator when the env is built
     reward: Any = "speedup"  # checked, with reward_options, by make_reward when the env is built
     reward_options: Mapping[str, Any] = field(default_factory=dict)
-    max_groups: int = option(60, rule=integer(low=1))
-    max_nodes: int | None = option(None, rule=integer(low=1, null=True))
-    max_edges: int | None = option(None, rule=integer(low=1, null=True))
-    max_devices: int = option(64, rule=integer(low=1))
-    cost_model: CostModel | None = None
-    node2vec_dim: int = option(0, rule=integer(low=0))
+    max_groups: int = option(60, rule=integer(low=1, high=MAX_NODES))
+    max_nodes: int | None = option(None, rule=integer(low=1, high=MAX_NODES, null=True))
+    max_edges: int | None = option(None, rule=integer(low=1, high=MAX_EDGES, null=True))
+    max_devices: int = option(64, rule=integer(low=1, high=MAX_DEVICES))
+    cost_model: CostModel | None = option(None, rule=_COST_MODEL)
+    node2vec_dim: int = option(0, rule=integer(low=0, high=MAX_STRUCTURE_DIM))
+    invalid_action: str = option("end", rule=choice(INVALID_ACTIONS))
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> Self:
@@ -235,6 +278,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
     def _action_mask(self) -> np.ndarray:
         raise NotImplementedError
 
+    def _state_observation(self) -> dict[str, np.ndarray]:
+        """The observation of the current state (what the last observation showed)."""
+        raise NotImplementedError
+
     # --------------------------------------------------------------- helpers
     def _instance_data(self, instance: Instance) -> InstanceData:
         key = f"{instance.name}/{instance.groups.num_ops}"
@@ -258,7 +305,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         return data
 
     def _begin_episode(self, seed: int | None) -> InstanceData:
-        gym.Env.reset(self, seed=seed)
+        try:
+            gym.Env.reset(self, seed=seed)
+        except gym.error.Error as exc:  # Gymnasium's type for a bad seed; the env API raises ValueError
+            raise ValueError(f"reset(seed={brief(seed)}): {exc}") from None
         instance = self.generator.sample(self.np_random, self.config.groups_per_instance)
         self.data = data = self._instance_data(instance)
         self._delta = None
@@ -323,23 +373,70 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         obs["action_mask"] = self._last_mask = self._action_mask()
         return obs
 
-    def _check_action(self, action: Any) -> None:
+    def _as_action(self, action: Any) -> Any:
+        """``action`` checked against the action space: an ``int`` (``Discrete``) or an int64 array
+        (``MultiDiscrete``).
+
+        Raises:
+            RuntimeError: before ``reset()`` or after the episode ended.
+            ValueError: for anything outside the action space (wrong type, dtype or shape, floats,
+                bools, out-of-range or huge integers), naming the value. Floats are never truncated.
+        """
         if self._done:
             raise RuntimeError("step() after the episode ended; call reset() first")
         space = self.action_space
         if isinstance(space, gym.spaces.MultiDiscrete):
-            arr = np.asarray(action)
+            try:
+                arr = np.asarray(action)
+            except (ValueError, TypeError) as exc:  # ragged nested lists, objects numpy cannot read
+                raise ValueError(
+                    f"action {brief(action)} is not an array of integers of shape {space.shape}: {exc}"
+                ) from None
             if not np.issubdtype(arr.dtype, np.integer) or arr.shape != space.shape:
                 raise ValueError(
-                    f"action of dtype {arr.dtype} and shape {arr.shape}; expected integers of shape {space.shape} "
-                    f"(MultiDiscrete: {space.shape[0]} entries)"
+                    f"action {brief(action)} of dtype {arr.dtype} and shape {arr.shape}; expected integers of shape "
+                    f"{space.shape} (MultiDiscrete: {space.shape[0]} entries)"
                 )
-            bad = np.flatnonzero((arr < 0) | (arr >= space.nvec))
-            if bad.size:
-                i = int(bad[0])
-                raise ValueError(f"action entry {i} = {int(arr[i])}; expected 0..{int(space.nvec[i]) - 1}")
-        elif not space.contains(action):
-            raise ValueError(f"action {action!r} is outside the action space {space}")
+            # Compare as Python ints: uint64 entries above 2**63 must not wrap when cast to int64.
+            for i, (value, n) in enumerate(zip(arr.tolist(), space.nvec.tolist(), strict=True)):
+                if not 0 <= value < n:
+                    raise ValueError(f"action entry {i} = {value}; expected 0..{n - 1} (action {brief(action)})")
+            return arr.astype(np.int64)
+        assert isinstance(space, gym.spaces.Discrete)
+        n = int(space.n)
+        is_int = isinstance(action, (int, np.integer)) and not isinstance(action, (bool, np.bool_))
+        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+            is_int, action = True, action.item()
+        if not is_int:
+            raise ValueError(
+                f"action {brief(action)} is outside the action space {space}: expected an integer 0..{n - 1}, "
+                f"got {type(action).__name__}"
+            )
+        value = int(action)  # Python ints: no overflow for huge values
+        if not 0 <= value < n:
+            raise ValueError(f"action {brief(action)} is outside the action space {space}: expected 0..{n - 1}")
+        return value
+
+    def _invalid(self, reason: str) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """The step of an action inside the action space that the mask forbids.
+
+        With ``invalid_action="raise"``, ``ValueError(reason)`` and the episode goes on unchanged.
+        With ``"end"``, the action is not applied and the episode terminates in the state the
+        action answered (its observation, :meth:`_state_observation`), with the reward's
+        :meth:`~placement_rl.envs.reward.Reward.invalid_action_reward` and ``info["invalid_action"]``.
+        """
+        if self.config.invalid_action == "raise":
+            raise ValueError(reason)
+        assert self.data is not None
+        obs = self._state_observation()
+        self._done = True
+        info = {
+            "instance": self.data.instance.name,
+            "partial_makespan_s": self._partial_s,
+            "invalid_action": True,
+            "invalid_action_reason": reason,
+        }
+        return obs, float(self.reward_fn.invalid_action_reward()), True, False, info
 
     def _finish(self, plan: Plan, previous_partial_s: float) -> tuple[float, dict[str, Any]]:
         """Simulate the final plan on the original graph; the reward and ``info`` of the last step."""
@@ -391,8 +488,11 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         """Put the env back in the state of ``snapshot`` (which stays unchanged, to restore again).
 
         Raises:
-            ValueError: if ``snapshot`` came from an env of another class or with another config.
+            ValueError: if ``snapshot`` is not an :class:`EnvSnapshot`, or came from an env of another
+                class or with another config.
         """
+        if not isinstance(snapshot, EnvSnapshot):
+            raise ValueError(f"restore({brief(snapshot)}): expected an EnvSnapshot from snapshot()")
         if snapshot.env_class is not type(self) or (
             snapshot.config is not self.config and snapshot.config != self.config
         ):

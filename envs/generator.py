@@ -34,6 +34,15 @@ from placement_rl.topology import (
     resolve_topology,
 )
 
+#: The largest global batch a generator takes (the op graphs' tensor sizes scale with it).
+MAX_BATCH_SIZE = 1_000_000
+
+
+def _brief(value: Any) -> str:
+    """``repr(value)`` for an error message, cut at 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:120]}... ({len(text)} characters)"
+
 
 @dataclass(frozen=True, eq=False)
 class Instance:
@@ -103,20 +112,34 @@ class FixedGenerator:
     Attributes:
         model: a zoo model name.
         topology: a preset name, ``random:SEED`` or a topology JSON file.
-        batch_size: the global batch (default: the zoo's, the papers' setting).
+        batch_size: the global batch (default: the zoo's, the papers' setting); at most
+            :data:`MAX_BATCH_SIZE`.
     """
 
     model: str = option("inception_v3", rule=text())
     topology: str = option("tag-testbed", rule=text())
-    batch_size: int | None = option(None, rule=integer(low=1, null=True))
+    batch_size: int | None = option(None, rule=integer(low=1, high=MAX_BATCH_SIZE, null=True))
 
     def __post_init__(self) -> None:
         check_fields(self, "generator 'fixed'")
 
     def validate(self, where: str) -> None:
-        """The model and topology exist (:class:`UnknownNameError` names the valid ones)."""
+        """The model and topology exist (:class:`UnknownNameError` names the valid ones).
+
+        Raises:
+            UnknownNameError: for an unknown model or topology name.
+            SchemaError: for a topology file that does not exist, cannot be read or is not a topology.
+        """
         zoo.spec(self.model)
-        resolve_topology(self.topology)
+        try:
+            resolve_topology(self.topology)
+        except OSError as exc:  # a missing or unreadable file: a config error like any other
+            raise SchemaError(f"{where}: topology = {_brief(self.topology)}: {exc}") from None
+        except ValueError as exc:
+            if type(exc) is not ValueError:  # SchemaError, UnknownNameError: they name the spec or file
+                raise
+            # A bare ValueError (Python's int() on a seed of thousands of digits) does not name it.
+            raise SchemaError(f"{where}: topology = {_brief(self.topology)}: {exc}") from None
 
     def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
         return _instance(self.model, self.batch_size, self.topology, max_groups, 0)
@@ -137,20 +160,23 @@ class RandomGenerator:
         models: the zoo models to draw from (uniformly).
         topology_split: ``"train"`` draws seeds from ``TRAIN_SEEDS``, ``"test"`` from ``TEST_SEEDS``.
         num_topologies: draw from the first ``num_topologies`` seeds of the split (a fixed pool,
-            so instances repeat and their cached baselines pay off), or from the whole split if None.
+            so instances repeat and their cached baselines pay off), or from the whole split if None;
+            at most the split's size.
         held_out_models: models reserved for testing (see ``model_split``).
         model_split: ``"train"`` never draws ``held_out_models``; ``"test"`` draws only them.
-        batch_size: the global batch (default: each model's zoo default).
+        batch_size: the global batch (default: each model's zoo default); at most :data:`MAX_BATCH_SIZE`.
     """
 
     models: Sequence[str] = option(
         ("inception_v3", "resnet101", "vgg19", "transformer", "bert_small"), rule=sequence_of(text())
     )
     topology_split: Literal["train", "test"] = option("train", rule=choice(SPLITS))
-    num_topologies: int | None = option(1000, rule=integer(low=1, null=True))
+    num_topologies: int | None = option(
+        1000, rule=integer(low=1, high=min(len(TRAIN_SEEDS), len(TEST_SEEDS)), null=True)
+    )
     held_out_models: Sequence[str] = option((), rule=sequence_of(text()))
     model_split: Literal["train", "test"] = option("train", rule=choice(SPLITS))
-    batch_size: int | None = option(None, rule=integer(low=1, null=True))
+    batch_size: int | None = option(None, rule=integer(low=1, high=MAX_BATCH_SIZE, null=True))
 
     def __post_init__(self) -> None:
         check_fields(self, "generator 'random'")
@@ -193,18 +219,18 @@ def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> Instan
 
     Raises:
         UnknownNameError: for an unknown kind, model or topology, naming the valid ones.
-        SchemaError: (a ``ValueError``) for an unknown key, naming the valid ones, or a value its
-            field's rule refuses.
+        SchemaError: (a ``ValueError``) for a value that is neither a mapping nor a generator, an
+            unknown key, naming the valid ones, or a value its field's rule refuses.
     """
     if spec is None:
         return FixedGenerator()
     if hasattr(spec, "sample"):
         return spec  # type: ignore[return-value]
     if not isinstance(spec, Mapping):
-        raise TypeError(f"generator: expected a mapping with 'kind' or a generator object, got {spec!r}")
+        raise SchemaError(f"generator = {_brief(spec)}; expected a mapping with 'kind' or a generator object")
     options = dict(spec)
     kind = options.pop("kind", "fixed")
-    if kind not in GENERATORS:
+    if not isinstance(kind, str) or kind not in GENERATORS:
         raise UnknownNameError("generator kind", kind, GENERATORS)
     for key in ("models", "held_out_models"):  # lists from YAML; the generator is frozen and hashable
         if isinstance(options.get(key), list):

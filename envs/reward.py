@@ -6,15 +6,24 @@ always simulated on the model's original graph; the per-step partial plans on th
 
 * ``speedup`` (TAG): 0 until the last step, then the simulated speedup of the final plan over data
   parallelism (all-reduce over every device), or -1 if the plan does not fit in memory.
+  An invalid action (one the action mask forbids; it ends the episode, see the envs'
+  ``invalid_action`` option) gets -1 too: the reward of a plan that does not fit.
 * ``mdpe`` (Trinity, eq. 8): 0 until the last step, then ``-log(alpha * f + beta * q_comm +
   gamma * q_mem)`` with ``f`` the final makespan over data parallelism's (times the search's OOM
   multiplier ``1 + 10 * (1 + overflow)`` when a device overflows), ``q_comm = max(0, C / C_hat -
   1)`` for the busiest link's bytes ``C`` in GB and ``q_mem = max(0, M / M_hat - 1)`` for the
   largest device peak ``M`` in GiB. Defaults: alpha 0.5, beta 0.3, gamma 0.2, C_hat = M_hat = 8.
+  An invalid action gets ``-log(alpha * (1 + oom_penalty))`` (-1.705 by default): the reward of a
+  plan as fast as data parallelism that overflows a device, with no link or memory excess.
 * ``dense``: every step, the drop of the partial plan's simulated makespan over data
   parallelism's (``(T_prev - T_now) / T_dp``, partial plans on the group graph), plus -1 at the
   end if the final plan does not fit. Summed over an episode it is ``1 - T_final / T_dp`` minus
-  the OOM penalty.
+  the OOM penalty. An invalid action gets -1 (nothing changed, so no makespan term), after the
+  steps' rewards so far.
+
+Every option is a finite number within a documented range (rewards within +-1e6, which RLlib's
+float32 batches hold exactly enough; MDPE's weights and scales positive and at most 1e6), so a
+reward is always finite.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from placement_rl.config import check_fields, number, option, parse
-from placement_rl.errors import UnknownNameError
+from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.sim.delta import oom_cost
 from placement_rl.sim.result import SimResult
 
@@ -65,13 +74,25 @@ class Reward:
     def __call__(self, outcome: Outcome) -> float:
         raise NotImplementedError
 
+    def invalid_action_reward(self) -> float:
+        """The reward of a step whose action the mask forbids (the episode ends there). Default: -1."""
+        return -1.0
+
+
+#: Rewards (per step, OOM and invalid-action rewards) stay within +-REWARD_LIMIT.
+REWARD_LIMIT = 1e6
+
 
 @dataclass(frozen=True)
 class SpeedupReward(Reward):
-    """TAG's reward: final speedup over data parallelism, -1 on out-of-memory."""
+    """TAG's reward: final speedup over data parallelism, -1 on out-of-memory or an invalid action."""
 
     name: ClassVar[str] = "speedup"
-    oom_reward: float = option(-1.0, rule=number())
+    oom_reward: float = option(-1.0, rule=number(-REWARD_LIMIT, REWARD_LIMIT))
+    invalid_reward: float = option(-1.0, rule=number(-REWARD_LIMIT, REWARD_LIMIT))
+
+    def invalid_action_reward(self) -> float:
+        return self.invalid_reward
 
     def __call__(self, outcome: Outcome) -> float:
         if outcome.final is None:
@@ -86,12 +107,17 @@ class MDPEReward(Reward):
     """Trinity's multi-dimensional performance evaluation (see the module docstring)."""
 
     name: ClassVar[str] = "mdpe"
-    alpha: float = option(0.5, rule=number(0, low_open=True))
-    beta: float = option(0.3, rule=number(0))
-    gamma: float = option(0.2, rule=number(0))
-    c_hat_gb: float = option(8.0, rule=number(0, low_open=True))
-    m_hat_gib: float = option(8.0, rule=number(0, low_open=True))
-    oom_penalty: float = option(10.0, rule=number(0))
+    # Lower bounds keep alpha * f from underflowing to 0 (log(0)); upper bounds keep it finite.
+    alpha: float = option(0.5, rule=number(1e-6, 1e6))
+    beta: float = option(0.3, rule=number(0, 1e6))
+    gamma: float = option(0.2, rule=number(0, 1e6))
+    c_hat_gb: float = option(8.0, rule=number(1e-6, 1e6))
+    m_hat_gib: float = option(8.0, rule=number(1e-6, 1e6))
+    oom_penalty: float = option(10.0, rule=number(0, 1e6))
+
+    def invalid_action_reward(self) -> float:
+        """``-log(alpha * (1 + oom_penalty))``: a plan as fast as data parallelism that overflows memory."""
+        return -math.log(self.alpha * (1.0 + self.oom_penalty))
 
     def terms(self, final: SimResult, baseline: SimResult) -> tuple[float, float, float]:
         """``(f, q_comm, q_mem)`` of a final plan."""
@@ -113,7 +139,11 @@ class DenseReward(Reward):
     """Per-step drop of the partial plan's makespan, relative to data parallelism."""
 
     name: ClassVar[str] = "dense"
-    oom_reward: float = option(-1.0, rule=number())
+    oom_reward: float = option(-1.0, rule=number(-REWARD_LIMIT, REWARD_LIMIT))
+    invalid_reward: float = option(-1.0, rule=number(-REWARD_LIMIT, REWARD_LIMIT))
+
+    def invalid_action_reward(self) -> float:
+        return self.invalid_reward
 
     def __call__(self, outcome: Outcome) -> float:
         reward = 0.0
@@ -141,8 +171,8 @@ def make_reward(name: str | Reward, options: Mapping[str, Any] | None = None) ->
     """
     if isinstance(name, Reward):
         if options:
-            raise ValueError("reward_options given with a Reward object; set them on the object")
+            raise SchemaError(f"reward_options {options!r} given with a Reward object; set them on the object")
         return name
-    if name not in REWARDS:
+    if not isinstance(name, str) or name not in REWARDS:
         raise UnknownNameError("reward", name, REWARDS)
     return parse(REWARDS[name], options, f"reward {name!r}")

@@ -10,7 +10,7 @@ import numpy as np
 
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, tag_group_config, tag_strategy
 
-from ..base import PlanEnv, bytes_on_devices
+from ..base import PlanEnv, allowed_actions, bytes_on_devices
 from ..observation import COL_COMPUTE_MS
 from .types import PlacementConfig
 
@@ -39,6 +39,11 @@ class PlacementEnv(PlanEnv):
         * one-shot: ``MultiDiscrete([k] * max_nodes + [max_devices] * k)``: the group of every op
           slot, then the device of every group.
 
+        Every action of the space is a valid input to ``step`` (what ``action_space.sample()``
+        draws included); one the action mask forbids ends the episode (see Episode End). Anything
+        else (floats, bools, strings, None, huge or negative integers, wrong shapes or dtypes)
+        raises ``ValueError`` naming it; floats are never truncated.
+
     Observation Space:
         The padded ``Dict`` of :mod:`placement_rl.envs.observation` (node = op group). In one-shot
         mode the node rows are the ops to partition. ``action_mask`` has one entry per action
@@ -52,7 +57,9 @@ class PlacementEnv(PlanEnv):
 
     Rewards:
         The named reward of the config (``speedup``, ``mdpe``, ``dense``): see
-        :mod:`placement_rl.envs.reward`.
+        :mod:`placement_rl.envs.reward`. An invalid action (see Episode End) gets the reward's
+        invalid-action reward: -1 for ``speedup`` and ``dense`` (the reward of a plan that does not
+        fit), ``-log(alpha * (1 + oom_penalty))`` for ``mdpe``.
 
     Starting State:
         A new instance from the generator (drawn with ``self.np_random``), nothing decided; the
@@ -62,11 +69,24 @@ class PlacementEnv(PlanEnv):
         Terminates after the last group (sequential) or the one step (one-shot); never truncates.
         The last step's ``info`` has ``makespan_s``, ``dp_makespan_s``, ``speedup``, ``oom``,
         ``result`` (:meth:`SimResult.summary`), ``plan`` (the final :class:`Plan` on the original
-        graph) and ``instance``. Every step's ``info`` has ``partial_makespan_s``.
+        graph) and ``instance``. Every step's ``info`` has ``partial_makespan_s`` and
+        ``invalid_action`` (False).
+
+        **Invalid actions.** An action inside the action space that the action mask forbids (a
+        padded device, machine or op slot, a group on a padded device, or a group over memory) is
+        not applied. With ``invalid_action="end"`` (the default) it terminates the episode with the
+        invalid-action reward; the observation is that of the state the action answered, and
+        ``info`` has ``invalid_action: True``, ``invalid_action_reason`` (what was masked and
+        why), ``instance`` and ``partial_makespan_s``, but no plan. With ``invalid_action="raise"``
+        it raises ``ValueError`` with that reason and the episode goes on unchanged.
 
     Arguments:
         config: a mapping of :class:`~placement_rl.envs.placement.types.PlacementConfig` fields
-            (RLlib's ``env_config``); keyword arguments override it. Unknown keys raise ``ValueError``.
+            (RLlib's ``env_config``); keyword arguments override it. Unknown keys, values of the
+            wrong type, NaN and values outside a field's documented range (the maxima are capped:
+            ``max_nodes`` and ``one_shot_ops`` at 16384, ``max_edges`` at 131072, ``max_devices`` at
+            1024, ``one_shot_groups`` at 1024, the one-shot action mask at 2**22 entries) raise
+            ``ValueError`` naming the key and the value, before anything is allocated.
 
     Snapshots:
         ``snapshot()`` / ``restore(snapshot)`` save and restore the running episode for tree search
@@ -75,7 +95,12 @@ class PlacementEnv(PlanEnv):
         is shared. A snapshot restores only into an env of this class with an equal config.
 
     Version History:
-        * v0: initial version.
+        * v0: initial version. Revised in place, without a new id because every sequence of
+          allowed actions behaves as before: an action inside the action space that the mask
+          forbids ends the episode with the invalid-action reward (it raised ``ValueError``; the
+          ``invalid_action="raise"`` option keeps that); ``info`` gained ``invalid_action``; the
+          configured maxima are capped; ``action_space="tag"`` with ``mode="one_shot"`` (where it
+          was ignored) is refused; ``reset`` raises ``ValueError`` for a bad seed.
     """
 
     config_class = PlacementConfig
@@ -94,10 +119,7 @@ class PlacementEnv(PlanEnv):
 
     # ----------------------------------------------------------------- spaces
     def _num_actions(self) -> int:
-        cfg = self.config
-        if cfg.mode == "one_shot":
-            return cfg.nodes * cfg.one_shot_groups + cfg.one_shot_groups * cfg.max_devices
-        return cfg.max_devices * (len(TAG_OPTIONS) if cfg.action_space == "tag" else 1)
+        return self.config.num_actions
 
     def _make_action_space(self) -> gym.Space[Any]:
         cfg = self.config
@@ -127,16 +149,22 @@ class PlacementEnv(PlanEnv):
             return -1
         return int(self._order[self._t])
 
+    def _state_observation(self) -> dict[str, np.ndarray]:
+        assert self.data is not None
+        # Before the first decision the partial plan is data parallelism, whose feedback is cached.
+        feedback = self._feedback() if self.config.mode == "sequential" and self._t > 0 else self.data.baseline_partial
+        return self._observation(feedback, self._decided, self._current(), self._used)
+
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        self._check_action(action)
+        action = self._as_action(action)
         if self.config.mode == "one_shot":
-            return self._step_one_shot(np.asarray(action, dtype=np.int64))
-        action = int(action)
+            return self._step_one_shot(action)
         mask = self._last_mask  # the mask of the observation the action answers
         if not mask[action]:
-            raise ValueError(
-                f"action {action} is masked for group {self._current()} (it does not fit in memory or names no "
-                f"device); allowed actions: {np.flatnonzero(mask).tolist()}"
+            why = self._padding_reason(action) or "the group does not fit in memory there by the env's estimate"
+            return self._invalid(
+                f"action {action} is masked for group {self._current()}: {why}; allowed actions: "
+                f"{allowed_actions(mask)}"
             )
         data = self.data
         assert data is not None
@@ -163,7 +191,7 @@ class PlacementEnv(PlanEnv):
         previous = self._partial_s
         feedback = self._feedback()
         self._partial_s = feedback[0]
-        info: dict[str, Any] = {"partial_makespan_s": self._partial_s}
+        info: dict[str, Any] = {"partial_makespan_s": self._partial_s, "invalid_action": False}
         terminated = self._t == groups.num_ops
         if terminated:
             reward, final = self._finish(self._final_plan(), previous)
@@ -181,13 +209,16 @@ class PlacementEnv(PlanEnv):
         assign, placement = action[: cfg.nodes], action[cfg.nodes :]
         bad = np.flatnonzero(placement >= D)
         if bad.size:
-            raise ValueError(
+            return self._invalid(
                 f"action places group {int(bad[0])} on device index {int(placement[bad[0]])}; topology "
-                f"{topology.name!r} has devices 0..{D - 1}"
+                f"{topology.name!r} has devices 0..{D - 1} (the action mask allows only those)"
             )
-        if (assign[N:] != 0).any():
-            raise ValueError(
-                f"action assigns padded op slots (>= {N}) to a group other than 0; the action mask allows only 0"
+        padded = np.flatnonzero(assign[N:] != 0)
+        if padded.size:
+            slot = N + int(padded[0])
+            return self._invalid(
+                f"action assigns padded op slot {slot} (the graph has {N} ops, slots 0..{N - 1}) to group "
+                f"{int(assign[slot])}; the action mask allows only group 0 for padded op slots (>= {N})"
             )
         names = [d.name for d in topology.devices]
         configs = {op.name: OpConfig.make(names[int(placement[assign[i]])]) for i, op in enumerate(groups.ops)}
@@ -198,6 +229,7 @@ class PlacementEnv(PlanEnv):
         self._used = np.bincount(placement[assign[:N]], weights=self._single_need(), minlength=D)[:D]
         self._partial_s = float("nan")
         reward, info = self._finish(plan, float("nan"))
+        info["invalid_action"] = False
         info["groups_used"] = int(np.unique(assign[:N]).size)
         return self._observation(data.baseline_partial, self._decided, -1, self._used), reward, True, False, info
 
@@ -205,10 +237,19 @@ class PlacementEnv(PlanEnv):
         """Simulated makespan (s) of the partial plan if the current group took ``action``.
 
         The state does not change (the greedy reference agent calls this for every allowed action).
-        Sequential mode only.
+        Sequential mode only. Any real device (or machine) may be previewed, masked by memory or not.
+
+        Raises:
+            RuntimeError: outside a running sequential episode.
+            ValueError: for an action outside the action space or one naming a padded device or
+                machine slot.
         """
         if self.config.mode != "sequential" or self._done or self.data is None:
             raise RuntimeError("evaluate_action needs a running sequential episode")
+        action = self._as_action(action)
+        padded = self._padding_reason(action)
+        if padded:
+            raise ValueError(padded)
         g = self._current()
         groups = self.data.instance.groups
         if self.config.action_space == "device":
@@ -229,6 +270,24 @@ class PlacementEnv(PlanEnv):
         return self._preview(g, cfg)
 
     # ---------------------------------------------------------------- helpers
+    def _padding_reason(self, action: int) -> str | None:
+        """Why ``action`` (inside the action space) names no device or machine of the instance; None if it does."""
+        assert self.data is not None
+        topology = self.data.instance.topology
+        if self.config.action_space == "device":
+            D = topology.num_devices
+            if action < D:
+                return None
+            return f"action {action} names device {action}; topology {topology.name!r} has devices 0..{D - 1}"
+        M = len(topology.machines())
+        machine, option = divmod(action, len(TAG_OPTIONS))
+        if machine < M:
+            return None
+        return (
+            f"action {action} names machine {machine} (option {TAG_OPTIONS[option]!r}); topology {topology.name!r} "
+            f"has machines 0..{M - 1}"
+        )
+
     def _tag_action(self, action: int) -> tuple[str, str]:
         machines = list(self.data.instance.topology.machines()) if self.data else []
         m, o = divmod(action, len(TAG_OPTIONS))

@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placement_rl.config import choice, integer, option
+from placement_rl.errors import SchemaError
+from placement_rl.plan import TAG_OPTIONS
 
-from ..base import EnvConfig
+from ..base import MAX_ACTIONS, MAX_NODES, EnvConfig
 
 #: The values of :attr:`PlacementConfig.mode` and :attr:`PlacementConfig.action_space`.
 MODES: tuple[str, ...] = ("sequential", "one_shot")
 ACTION_SPACES: tuple[str, ...] = ("device", "tag")
+#: The most groups ``k`` of the one-shot partition (:attr:`PlacementConfig.one_shot_groups`).
+MAX_ONE_SHOT_GROUPS = 1_024
 
 
 @dataclass(frozen=True)
@@ -21,16 +25,41 @@ class PlacementConfig(EnvConfig):
         mode: ``sequential`` (TAG: one step per op group) or ``one_shot`` (Trinity / Hierarchical:
             one step assigns every op to a group and every group to a device).
         action_space: ``device`` (a device per group) or ``tag`` (a machine x TAG replication option
-            per group); sequential mode only.
+            per group); sequential mode only (``tag`` with ``one_shot`` is refused).
         one_shot_ops: one-shot mode: graphs with more ops are METIS-coarsened to this many op
-            groups first (smaller graphs use their raw ops); also the observation's node rows.
-        one_shot_groups: one-shot mode: the number of groups ``k`` ops are partitioned into.
+            groups first (smaller graphs use their raw ops); also the observation's node rows. At
+            most :data:`~placement_rl.envs.base.MAX_NODES`.
+        one_shot_groups: one-shot mode: the number of groups ``k`` ops are partitioned into; at
+            most :data:`MAX_ONE_SHOT_GROUPS`. The one-shot action mask has ``max_nodes * k + k *
+            max_devices`` entries, at most :data:`~placement_rl.envs.base.MAX_ACTIONS`.
     """
 
     mode: str = option("sequential", rule=choice(MODES))
     action_space: str = option("device", rule=choice(ACTION_SPACES))
-    one_shot_ops: int = option(512, rule=integer(low=1))
-    one_shot_groups: int = option(16, rule=integer(low=1))
+    one_shot_ops: int = option(512, rule=integer(low=1, high=MAX_NODES))
+    one_shot_groups: int = option(16, rule=integer(low=1, high=MAX_ONE_SHOT_GROUPS))
+
+    def validate(self, where: str) -> None:
+        """Rules that tie fields together: ``tag`` is sequential only; the one-shot mask's size."""
+        if self.mode == "one_shot" and self.action_space != "device":
+            raise SchemaError(
+                f"{where}: action_space = {self.action_space!r} with mode = 'one_shot'; the TAG action space is "
+                f"for mode = 'sequential' (one-shot actions are a group per op and a device per group)"
+            )
+        if self.num_actions > MAX_ACTIONS:
+            n, k, d = self.nodes, self.one_shot_groups, self.max_devices
+            raise SchemaError(
+                f"{where}: the one-shot action mask would have max_nodes * one_shot_groups + one_shot_groups * "
+                f"max_devices = {n} * {k} + {k} * {d} = {self.num_actions} entries; at most {MAX_ACTIONS} "
+                f"(lower one_shot_ops / max_nodes, one_shot_groups or max_devices)"
+            )
+
+    @property
+    def num_actions(self) -> int:
+        """Entries of the action mask: one per action (sequential) or per slot and choice (one-shot)."""
+        if self.mode == "one_shot":
+            return self.nodes * self.one_shot_groups + self.one_shot_groups * self.max_devices
+        return self.max_devices * (len(TAG_OPTIONS) if self.action_space == "tag" else 1)
 
     @property
     def nodes(self) -> int:

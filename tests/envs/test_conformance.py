@@ -1,16 +1,21 @@
 """Conformance of every registered environment id in every mode.
 
-For each (id, mode): Gymnasium's env checker, seeded determinism, pickling mid-episode,
-observations inside the observation space, and the final makespan equal to an independent
+For each (id, mode): Gymnasium's env checker over 20 seeds of sampled actions (on padded action
+spaces, where most samples are masked, and on each registered id's default config), both
+``invalid_action`` modes (a masked action ends the episode, or raises and changes nothing),
+seeded determinism, pickling mid-episode, observations inside the observation space (200 random
+episodes, some ended by a masked action), and the final makespan equal to an independent
 ``placement_rl.simulate`` of the reported plan.
 
 Instances are small (lenet / alexnet / rnnlm at batch 32, 8 op groups, on the 4-GPU ``trinity``
-preset) except one default-size case (inception_v3 x tag-testbed, 60 groups x 16 GPUs).
+preset or small random topologies) except the default-size cases (inception_v3 x tag-testbed, 60
+groups x 16 GPUs).
 """
 
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +92,41 @@ def test_modes_cover_every_id_and_mode() -> None:
 
 
 # ------------------------------------------------------------------------------ env checker
-#: Configs whose action space holds only legal actions: the checker steps with
-#: ``action_space.sample()``, which knows nothing of the action mask, while a masked or padded
-#: action must raise (tests/envs/placement, tests/envs/sharding). So the maxima are set to the
+#: Seeds of the checker's sampled actions (``check_env`` steps with ``action_space.sample()``,
+#: which knows nothing of the action mask: padded and masked actions come up all the time).
+CHECKER_SEEDS = range(20)
+
+
+@pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")
+@pytest.mark.parametrize("env_id", list(ENV_IDS))
+def test_check_env_on_registered_defaults(env_id: str) -> None:
+    """Every registered id with its default config (inception_v3 x tag-testbed, padded maxima):
+    whatever the checker samples is a valid input to ``step``."""
+    env = gym.make(env_id)
+    for seed in CHECKER_SEEDS:
+        env.unwrapped.action_space.seed(seed)
+        check_env(env.unwrapped, skip_render_check=True)
+    # The samples did hit masked actions (the default maxima pad 16 GPUs to 64 device slots).
+    env.unwrapped.action_space.seed(0)
+    outcomes = set()
+    for _ in range(20):
+        env.reset(seed=0)
+        outcomes.add(env.step(env.unwrapped.action_space.sample())[4]["invalid_action"])
+    assert outcomes == {True, False}
+
+
+@pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")
+@pytest.mark.parametrize("mode", list(MODES))
+def test_check_env_on_padded_spaces(mode: str) -> None:
+    """Every mode on small instances with padded maxima (4 of 64 devices, 8 groups of 60 rows, ...)."""
+    env = make(mode).unwrapped
+    for seed in CHECKER_SEEDS:
+        env.action_space.seed(seed)
+        check_env(env, skip_render_check=True)
+
+
+#: Configs whose action space holds only legal actions, for ``invalid_action="raise"`` (where a
+#: masked action raises, so the checker's samples must all be legal): the maxima are set to the
 #: instance: 4 devices of trinity; for the TAG space a topology of 2 machines x 1 GPU (random:126),
 #: so every machine x option action is real; lenet's 15 ops as the one-shot node rows; 4
 #: configurations per group (each of lenet's groups has at least 4 on trinity). Tiny lenet fits
@@ -104,16 +141,18 @@ TIGHT: dict[str, dict[str, Any]] = {
 
 @pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")
 @pytest.mark.parametrize("mode", list(MODES))
-def test_check_env_passes(mode: str) -> None:
+def test_check_env_raise_mode_on_tight_spaces(mode: str) -> None:
     topo = random_topology(126)
     assert [len(d) for d in topo.machines().values()] == [1, 1]
     env_id, extra = MODES[mode]
-    env = gym.make(env_id, config={**TIGHT[mode], **extra})
+    env = gym.make(env_id, config={**TIGHT[mode], **extra, "invalid_action": "raise"})
     # Precondition of the checker: every action of the space is legal at every step.
     trace = play(env, RandomAgent(0), seed=0)
     masks = [o["action_mask"] for o in trace["obs"][:-1]]
     assert all(m.all() for m in masks), [np.flatnonzero(m == 0).tolist() for m in masks]
-    check_env(env.unwrapped, skip_render_check=True)
+    for seed in CHECKER_SEEDS:
+        env.unwrapped.action_space.seed(seed)
+        check_env(env.unwrapped, skip_render_check=True)
 
 
 @pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")
@@ -128,6 +167,66 @@ def test_checker_parts_on_padded_spaces(mode: str) -> None:
     env_reset_passive_checker(env, seed=0)
     obs, _ = env.reset(seed=0)
     env_step_passive_checker(env, RandomAgent(0).act(env, obs))
+
+
+# ------------------------------------------------------------------------- invalid actions
+def masked_action(env: gym.Env[Any, Any], obs: dict[str, np.ndarray], rng: np.random.Generator) -> Any:
+    """An action inside the action space that ``obs``'s mask forbids (sequential: a masked index;
+    one-shot: an allowed action with one entry changed to a masked choice), or None if there is none."""
+    space, mask = env.action_space, obs["action_mask"]
+    if isinstance(space, gym.spaces.Discrete):
+        masked = np.flatnonzero(mask == 0)
+        return None if masked.size == 0 else int(rng.choice(masked))
+    action = RandomAgent(int(rng.integers(1 << 30))).act(env, obs)
+    offsets = np.concatenate([[0], np.cumsum(space.nvec)])
+    slots = [i for i in range(len(space.nvec)) if not mask[offsets[i] : offsets[i + 1]].all()]
+    if not slots:
+        return None
+    i = int(rng.choice(slots))
+    action[i] = int(rng.choice(np.flatnonzero(mask[offsets[i] : offsets[i + 1]] == 0)))
+    return action
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_masked_action_in_end_mode_ends_the_episode(mode: str) -> None:
+    """The default: the action is not applied; the episode terminates in the state it answered,
+    with the reward's invalid-action reward and ``info["invalid_action"]``; the env then resets."""
+    env = make(mode, small("alexnet"))
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    if mode != "placement-one_shot":  # mid-episode
+        for _ in range(2):
+            obs, *_ = env.step(RandomAgent(0).act(env, obs))
+    action = masked_action(env, obs, rng)
+    assert action is not None
+    last, reward, terminated, truncated, info = env.step(action)
+    assert (reward, terminated, truncated) == (-1.0, True, False)  # speedup: the OOM reward
+    reason = info["invalid_action_reason"]
+    assert info["invalid_action"] is True
+    if mode == "placement-one_shot":
+        assert re.match(r"action (places group \d+ on device index \d+|assigns padded op slot \d+)", reason), reason
+    else:
+        assert reason.startswith(f"action {action} is masked for group "), reason
+    assert obs_differences(last, obs) == [] and outside_space(env.observation_space, last) == []
+    with pytest.raises(RuntimeError, match=r"step\(\) after the episode ended"):
+        env.step(action)
+    again = play(env, RandomAgent(3), seed=1)  # a new episode is whole
+    assert again["infos"][-1]["invalid_action"] is False and "plan" in again["infos"][-1]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_masked_action_in_raise_mode_raises_and_changes_nothing(mode: str) -> None:
+    env, fresh = make(mode, small("alexnet"), invalid_action="raise"), make(mode, small("alexnet"))
+    rng = np.random.default_rng(1)
+    obs, _ = env.reset(seed=0)
+    fresh.reset(seed=0)
+    action = masked_action(env, obs, rng)
+    with pytest.raises(ValueError, match=r"is masked for group|device index|padded op slot"):
+        env.step(action)
+    allowed = RandomAgent(5).act(env, obs)
+    a, b = env.step(allowed), fresh.step(allowed)
+    assert obs_differences(a[0], b[0]) == [] and a[1:4] == b[1:4]
+    assert a[4].get("partial_makespan_s") == b[4].get("partial_makespan_s")
 
 
 # ----------------------------------------------------------------------------- determinism
@@ -234,6 +333,69 @@ def test_observations_stay_in_space(mode: str, generator: dict[str, Any]) -> Non
             if bad:
                 failures.append((seed, step, bad))
     assert failures == [], f"(episode, step, keys outside observation_space): {failures}"
+
+
+#: The random-episode sweep: tiny instances (lenet and alexnet at batch 32 on trinity, on two
+#: random topologies, and drawn by the random generator) under drawn settings.
+SWEEP_GENERATORS: list[dict[str, Any]] = [
+    small("lenet"),
+    small("alexnet"),
+    small("lenet", "random:3"),
+    small("alexnet", "random:17"),
+    {"kind": "random", "models": ["lenet", "alexnet"], "batch_size": 32, "num_topologies": 20},
+]
+SWEEP_CONFIGS_PER_MODE, SWEEP_EPISODES_PER_CONFIG = 10, 5  # 4 modes x 10 x 5 = 200 episodes
+
+
+def sweep_config(mode: str, index: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Drawn settings: group count, reward, Node2vec features; the mode's own sizes in turn."""
+    overrides: dict[str, Any] = {
+        "max_groups": int(rng.integers(1, 9)),
+        "reward": str(rng.choice(["speedup", "mdpe", "dense"])),
+        "node2vec_dim": int(rng.choice([0, 4])),
+    }
+    if mode == "placement-one_shot":
+        overrides |= {"one_shot_groups": int(rng.integers(1, 9)), "max_devices": int(rng.choice([48, 64]))}
+    elif mode == "sharding":
+        overrides["max_configs"] = [4, 16, 256][index % 3]  # 4: often no padding; 256: always some
+    return overrides
+
+
+@pytest.mark.filterwarnings("ignore:.*infinity:UserWarning")
+@pytest.mark.parametrize("mode", list(MODES))
+def test_random_episodes_stay_in_space(mode: str) -> None:
+    """50 random episodes per mode (200 in all) with valid actions never leave the observation
+    space; in more than half of them a masked action is taken at a drawn step instead (where the
+    state has one) and ends the episode, and that last observation is checked too."""
+    rng = np.random.default_rng(list(MODES).index(mode))
+    failures, episodes, invalid_ends = [], 0, 0
+    for c in range(SWEEP_CONFIGS_PER_MODE):
+        generator = SWEEP_GENERATORS[c % len(SWEEP_GENERATORS)]
+        overrides = sweep_config(mode, c, rng)
+        env = make(mode, generator, **overrides)
+        space = env.observation_space
+        for e in range(SWEEP_EPISODES_PER_CONFIG):
+            seed = int(rng.integers(1 << 31))
+            agent = RandomAgent(seed)
+            obs, _ = env.reset(seed=seed)
+            steps = env.unwrapped.data.instance.groups.num_ops if mode != "placement-one_shot" else 1
+            end_on = int(rng.integers(steps)) if e % 2 == 0 else -1  # the step that takes a masked action
+            step, done = 0, False
+            while not done:
+                if outside_space(space, obs):
+                    failures.append((c, e, step, outside_space(space, obs), overrides))
+                action = masked_action(env, obs, rng) if step == end_on else None
+                obs, reward, done, truncated, info = env.step(agent.act(env, obs) if action is None else action)
+                assert np.isfinite(reward) and truncated is False
+                assert info["invalid_action"] is (action is not None) and (done or action is None)
+                invalid_ends += action is not None
+                step += 1
+            if outside_space(space, obs):
+                failures.append((c, e, "last", outside_space(space, obs), overrides))
+            episodes += 1
+    assert failures == [], f"(config, episode, step, keys outside observation_space, settings): {failures}"
+    assert episodes == SWEEP_CONFIGS_PER_MODE * SWEEP_EPISODES_PER_CONFIG
+    assert invalid_ends >= 5, invalid_ends  # masked actions came up (some states have none to take)
 
 
 # ------------------------------------------------------------------------- final makespan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -161,25 +162,55 @@ def test_bad_values() -> None:
         ValueError, match=r"generator 'random': model_split = 'val'; expected one of \['train', 'test'\]"
     ):
         make_generator({"kind": "random", "model_split": "val"})
-    with pytest.raises(ValueError, match=r"generator 'random': num_topologies = 0; expected an integer >= 1 or null"):
+    with pytest.raises(
+        ValueError, match=r"generator 'random': num_topologies = 0; expected an integer >= 1 and <= 1e\+06 or null"
+    ):
         make_generator({"kind": "random", "num_topologies": 0})
     with pytest.raises(ValueError, match=r"no model to draw: models \['lenet'\] minus held_out_models \['lenet'\]"):
         make_generator({"kind": "random", "models": ["lenet"], "held_out_models": ["lenet"]})
     with pytest.raises(ValueError, match=r"is empty for model_split='test'"):
         make_generator({"kind": "random", "model_split": "test"})
-    with pytest.raises(TypeError, match=r"expected a mapping with 'kind' or a generator object, got 'fixed'"):
-        make_generator("fixed")  # type: ignore[arg-type]
+    for spec in ("fixed", 5, ["fixed"]):
+        expected = rf"generator = {re.escape(repr(spec))}; expected a mapping with 'kind' or a generator object"
+        with pytest.raises(ValueError, match=expected):
+            make_generator(spec)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown generator kind \['fixed'\]; expected one of: fixed, random"):
+        make_generator({"kind": ["fixed"]})
+    with pytest.raises(
+        ValueError,
+        match=r"generator 'fixed': batch_size = 10{30}; expected an integer >= 1 and <= 1e\+06".replace(
+            "10{30}", str(10**30)
+        ),
+    ):
+        make_generator({"kind": "fixed", "batch_size": 10**30})  # torch would overflow importing it
+    with pytest.raises(ValueError, match=r"generator 'random': num_topologies = 1000001; expected an integer >= 1 and"):
+        make_generator({"kind": "random", "num_topologies": 1_000_001})  # more than the split holds
+    missing = r"generator 'fixed': topology = '/no/such/topology.json': no such file: '/no/such/topology.json'"
+    with pytest.raises(ValueError, match=missing):
+        make_generator({"kind": "fixed", "topology": "/no/such/topology.json"})
 
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ({"kind": "random", "num_topologies": float("nan")}, r"num_topologies = nan; expected an integer >= 1 or null"),
-        ({"kind": "random", "num_topologies": float("inf")}, r"num_topologies = inf; expected an integer >= 1 or null"),
-        ({"kind": "random", "num_topologies": 2.5}, r"num_topologies = 2.5; expected an integer >= 1 or null"),
+        (
+            {"kind": "random", "num_topologies": float("nan")},
+            r"num_topologies = nan; expected an integer >= 1 and <= 1e\+06 or null",
+        ),
+        (
+            {"kind": "random", "num_topologies": float("inf")},
+            r"num_topologies = inf; expected an integer >= 1 and <= 1e\+06 or null",
+        ),
+        (
+            {"kind": "random", "num_topologies": 2.5},
+            r"num_topologies = 2.5; expected an integer >= 1 and <= 1e\+06 or null",
+        ),
         ({"kind": "random", "models": "lenet"}, r"models = 'lenet'; expected a list whose every item is a non-empty"),
         ({"kind": "random", "held_out_models": [""]}, r"held_out_models = \(''.\); expected a list whose every item"),
-        ({"kind": "random", "batch_size": 0}, r"generator 'random': batch_size = 0; expected an integer >= 1 or null"),
+        (
+            {"kind": "random", "batch_size": 0},
+            r"generator 'random': batch_size = 0; expected an integer >= 1 and <= 1e\+06 or null",
+        ),
         ({"kind": "fixed", "batch_size": float("nan")}, r"generator 'fixed': batch_size = nan; expected an integer"),
         ({"kind": "fixed", "model": 7}, r"generator 'fixed': model = 7; expected a non-empty string"),
         ({"kind": "fixed", "topology": None}, r"generator 'fixed': topology = None; expected a non-empty string"),
@@ -193,7 +224,9 @@ def test_bad_field_values_name_the_field(spec: dict[str, Any], expected: str) ->
 def test_generators_built_directly_are_checked_too() -> None:
     with pytest.raises(ValueError, match=r"generator 'random': topology_split = 'val'; expected one of"):
         RandomGenerator(models=("lenet",), topology_split="val")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"generator 'fixed': batch_size = -3; expected an integer >= 1 or null"):
+    with pytest.raises(
+        ValueError, match=r"generator 'fixed': batch_size = -3; expected an integer >= 1 and <= 1e\+06 or null"
+    ):
         FixedGenerator(model="lenet", batch_size=-3)
     with pytest.raises(UnknownNameError, match=r"unknown model 'gpt'"):
         FixedGenerator(model="gpt")

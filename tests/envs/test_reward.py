@@ -119,6 +119,23 @@ def test_dense_reward_unit(sims: tuple[SimResult, SimResult]) -> None:
     assert reward(outcome(oom, dp, previous=math.nan, partial=math.nan)) == -single.makespan_s / dp.makespan_s
 
 
+# ---------------------------------------------------------------------- invalid actions
+def test_invalid_action_rewards() -> None:
+    """What a masked action earns (the episode ends there): the reward of a plan that does not fit."""
+    assert SpeedupReward().invalid_action_reward() == -1.0
+    assert DenseReward().invalid_action_reward() == -1.0
+    assert make_reward("speedup", {"invalid_reward": -5.0}).invalid_action_reward() == -5.0
+    assert make_reward("dense", {"invalid_reward": -2.0}).invalid_action_reward() == -2.0
+    # mdpe: as fast as data parallelism (f = 1) but over memory by a hair: alpha * (1 + oom_penalty)
+    assert MDPEReward().invalid_action_reward() == pytest.approx(-math.log(0.5 * 11), rel=1e-12)
+    assert MDPEReward(alpha=0.2, oom_penalty=4.0).invalid_action_reward() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_invalid_reward_of_every_reward_is_finite_at_the_option_limits() -> None:
+    for options in ({"alpha": 1e-6, "oom_penalty": 0}, {"alpha": 1e6, "oom_penalty": 1e6}):
+        assert math.isfinite(make_reward("mdpe", options).invalid_action_reward())
+
+
 # ------------------------------------------------------------------------- in the envs
 def make(env_id: str, reward: str, generator: dict[str, Any] | None = None, **extra: Any) -> gym.Env[Any, Any]:
     return gym.make(env_id, config={"generator": generator or SMALL, "max_groups": 8, "reward": reward, **extra})
@@ -230,25 +247,38 @@ def test_make_reward_unknown_option_lists_valid() -> None:
         make_reward("mdpe", {"alpha": 0.4, "delta": 1.0})
     for valid in ("alpha", "beta", "gamma", "c_hat_gb", "m_hat_gib", "oom_penalty"):
         assert valid in str(err.value)
-    speedup_error = r"reward 'speedup': unknown key\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
+    speedup_error = (
+        r"reward 'speedup': unknown key\(s\) \['alpha'\]; expected some of \['invalid_reward', 'oom_reward'\]"
+    )
     with pytest.raises(ValueError, match=speedup_error):
         make_reward("speedup", {"alpha": 0.5})
 
 
 def test_make_reward_bad_values() -> None:
-    with pytest.raises(ValueError, match="reward_options given with a Reward object"):
+    with pytest.raises(ValueError, match=r"reward_options \{'oom_reward': 0.0\} given with a Reward object"):
         make_reward(SpeedupReward(), {"oom_reward": 0.0})
-    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -1; expected a finite number > 0"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -1; expected a finite number >= 1e-06 and <= 1e\+06"):
         make_reward("mdpe", {"alpha": -1})
-    with pytest.raises(ValueError, match=r"reward 'mdpe': c_hat_gb = 0; expected a finite number > 0"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': c_hat_gb = 0; expected a finite number >= 1e-06"):
         make_reward("mdpe", {"c_hat_gb": 0})
+    # Bounded so that the reward stays finite: alpha * f never underflows to 0 nor overflows.
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = 5e-324; expected a finite number >= 1e-06"):
+        make_reward("mdpe", {"alpha": 5e-324})
+    with pytest.raises(ValueError, match=r"reward 'mdpe': oom_penalty = 1e\+300; expected a finite number >= 0 and"):
+        make_reward("mdpe", {"oom_penalty": 1e300})
+    with pytest.raises(
+        ValueError, match=r"reward 'speedup': oom_reward = -10000000.0; expected a finite number >= -1e\+06"
+    ):
+        make_reward("speedup", {"oom_reward": -1e7})
+    with pytest.raises(ValueError, match=r"unknown reward \['speedup'\]; expected one of: dense, mdpe, speedup"):
+        make_reward(["speedup"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"reward 'mdpe': gamma = -0.1; expected a finite number >= 0"):
         make_reward("mdpe", {"gamma": -0.1})
     with pytest.raises(ValueError, match=r"reward 'dense': oom_reward = '-1'; expected a finite number"):
         make_reward("dense", {"oom_reward": "-1"})
     with pytest.raises(ValueError, match=r"reward 'mdpe': expected a mapping, got list"):
         make_reward("mdpe", [("alpha", 0.4)])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -2; expected a finite number > 0"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = -2; expected a finite number >= 1e-06"):
         MDPEReward(alpha=-2)  # built directly: checked too
     assert make_reward("mdpe", {"beta": 0, "gamma": 0, "oom_penalty": 0}).beta == 0  # >= 0 may be 0
 
@@ -256,7 +286,10 @@ def test_make_reward_bad_values() -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize(
     ("name", "option"),
-    [("speedup", "oom_reward"), ("dense", "oom_reward"), *(("mdpe", f.name) for f in dataclasses.fields(MDPEReward))],
+    [
+        *((name, option) for name in ("speedup", "dense") for option in ("oom_reward", "invalid_reward")),
+        *(("mdpe", f.name) for f in dataclasses.fields(MDPEReward)),
+    ],
 )
 def test_make_reward_refuses_nan_and_inf(name: str, option: str, bad: float) -> None:
     with pytest.raises(ValueError, match=rf"reward '{name}': {option} = {bad!r}; expected a finite number"):
@@ -265,14 +298,14 @@ def test_make_reward_refuses_nan_and_inf(name: str, option: str, bad: float) -> 
 
 def test_env_config_refuses_nan_reward_option() -> None:
     config = {"generator": SMALL, "reward": "mdpe", "reward_options": {"alpha": float("nan")}}
-    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = nan; expected a finite number > 0"):
+    with pytest.raises(ValueError, match=r"reward 'mdpe': alpha = nan; expected a finite number >= 1e-06"):
         gym.make("placement_rl/Placement-v0", config=config)
 
 
 def test_env_config_reward_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown reward 'fast'; expected one of: dense, mdpe, speedup"):
         gym.make("placement_rl/Placement-v0", config={"generator": SMALL, "reward": "fast"})
-    dense_error = r"reward 'dense': unknown key\(s\) \['alpha'\]; expected some of \['oom_reward'\]"
+    dense_error = r"reward 'dense': unknown key\(s\) \['alpha'\]; expected some of \['invalid_reward', 'oom_reward'\]"
     with pytest.raises(ValueError, match=dense_error):
         gym.make(
             "placement_rl/Sharding-v0", config={"generator": SMALL, "reward": "dense", "reward_options": {"alpha": 1}}

@@ -135,6 +135,28 @@ def test_restore_after_the_end_and_into_a_finished_episode() -> None:
     assert_same(first[2:], replay(env, actions[2:]))
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_restore_after_an_invalid_action_ended_the_episode(case: str) -> None:
+    """A masked action ends the episode (``invalid_action="end"``) without touching its state: from a
+    snapshot taken before it, the episode goes on as if it had never been taken."""
+    env = make(case)
+    obs, _ = env.reset(seed=2)
+    _, before = play(env, obs, RandomAgent(1), steps=CASES[case][2])
+    obs = before[-1][0] if before else obs
+    snap = env.snapshot()
+    actions, first = play(env, obs, RandomAgent(6))
+    env.restore(snap)
+    if case == "placement-one_shot":
+        masked = np.zeros(env.action_space.shape, np.int64)
+        masked[-1] = env.config.max_devices - 1  # the last group on a padded device slot
+    else:
+        masked = int(np.flatnonzero(obs["action_mask"] == 0)[-1])
+    last, reward, terminated, _, info = env.step(masked)
+    assert terminated and info["invalid_action"] and reward == -1.0
+    env.restore(snap)
+    assert_same(first, replay(env, actions))
+
+
 # ---------------------------------------------------------------------- other envs
 def test_restore_into_another_env_with_the_same_config() -> None:
     env, twin = make("placement-tag"), make("placement-tag")

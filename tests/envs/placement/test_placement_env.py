@@ -47,16 +47,38 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         ("max_groups", 0, r"max_groups = 0; expected an integer >= 1"),
         ("max_groups", 8.0, r"max_groups = 8.0; expected an integer >= 1"),
         ("max_devices", True, r"max_devices = True; expected an integer >= 1"),
-        ("max_nodes", -2, r"max_nodes = -2; expected an integer >= 1 or null"),
-        ("max_edges", float("inf"), r"max_edges = inf; expected an integer >= 1 or null"),
+        ("max_nodes", -2, r"max_nodes = -2; expected an integer >= 1 and <= 16384 or null"),
+        ("max_edges", float("inf"), r"max_edges = inf; expected an integer >= 1 and <= 131072 or null"),
         ("one_shot_groups", 0, r"one_shot_groups = 0; expected an integer >= 1"),
         ("one_shot_ops", 0, r"one_shot_ops = 0; expected an integer >= 1"),
         ("node2vec_dim", -1, r"node2vec_dim = -1; expected an integer >= 0"),
+        # The maxima are capped before anything is allocated (10**9 devices would be 30 GiB of features).
+        ("max_devices", 10**9, r"max_devices = 1000000000; expected an integer >= 1 and <= 1024"),
+        ("max_groups", 16385, r"max_groups = 16385; expected an integer >= 1 and <= 16384"),
+        ("max_nodes", 2**63, r"max_nodes = 9223372036854775808; expected an integer >= 1 and <= 16384 or null"),
+        ("max_edges", 10**12, r"max_edges = 1000000000000; expected an integer >= 1 and <= 131072 or null"),
+        ("one_shot_ops", 10**9, r"one_shot_ops = 1000000000; expected an integer >= 1 and <= 16384"),
+        ("one_shot_groups", 10**7, r"one_shot_groups = 10000000; expected an integer >= 1 and <= 1024"),
+        ("node2vec_dim", 10**6, r"node2vec_dim = 1000000; expected an integer >= 0 and <= 128"),
+        ("invalid_action", "ignore", r"invalid_action = 'ignore'; expected one of \['end', 'raise'\]"),
+        ("cost_model", "fast", r"cost_model = 'fast'; expected a CostModel object or null"),
     ],
 )
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
     with pytest.raises(ValueError, match=f"PlacementConfig: {expected}"):
         make(**{key: value})
+
+
+def test_one_shot_limits_that_tie_fields() -> None:
+    big = {"mode": "one_shot", "one_shot_ops": 16384, "one_shot_groups": 1024}
+    expected = (
+        r"the one-shot action mask would have max_nodes \* one_shot_groups \+ one_shot_groups \* max_devices = "
+        r"16384 \* 1024 \+ 1024 \* 64 = 16842752 entries; at most 4194304"
+    )
+    with pytest.raises(ValueError, match=expected):
+        make(**big)
+    with pytest.raises(ValueError, match=r"action_space = 'tag' with mode = 'one_shot'; the TAG action space is for"):
+        make(mode="one_shot", action_space="tag")
 
 
 @pytest.mark.parametrize(
@@ -92,7 +114,21 @@ def test_actions_outside_the_space(action_space: str) -> None:
     env = make(action_space=action_space)
     obs, _ = env.reset(seed=0)
     n = env.action_space.n
-    for bad in (n, -1, 1.5, "0", [0]):
+    # Never truncated, wrapped or read as a bool: floats, bools, huge and negative ints are refused.
+    for bad in (
+        n,
+        -1,
+        1.5,
+        "0",
+        [0],
+        True,
+        np.float64(1.0),
+        np.array(1.0),
+        10**30,
+        -(2**64),
+        None,
+        np.uint64(2**64 - 1),
+    ):
         expected = rf"action {re.escape(repr(bad))} is outside the action space Discrete\({n}\)"
         with pytest.raises(ValueError, match=expected):
             env.step(bad)
@@ -101,13 +137,20 @@ def test_actions_outside_the_space(action_space: str) -> None:
 
 
 def test_masked_device_action_raises_and_keeps_state() -> None:
-    env = make()
+    env = make(invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert allowed(obs) == [0, 1, 2, 3]  # trinity: 4 devices, tiny lenet fits everywhere
     for padded in (4, 17, 63):
-        expected = rf"action {padded} is masked for group \d+ .*allowed actions: \[0, 1, 2, 3\]"
+        expected = (
+            rf"action {padded} is masked for group \d+: action {padded} names device {padded}; topology 'trinity' "
+            rf"has devices 0\.\.3; allowed actions: \[0, 1, 2, 3\]"
+        )
         with pytest.raises(ValueError, match=expected):
             env.step(padded)
+        with pytest.raises(ValueError, match=rf"action {padded} names device {padded}; topology 'trinity'"):
+            env.unwrapped.evaluate_action(padded)  # previews simulate only real devices
+    with pytest.raises(ValueError, match=r"action -1 is outside the action space"):
+        env.unwrapped.evaluate_action(-1)  # never a negative index from the end
     after = env.step(2)
     fresh = make()
     fresh.reset(seed=0)
@@ -117,11 +160,38 @@ def test_masked_device_action_raises_and_keeps_state() -> None:
 
 
 def test_masked_tag_action_raises() -> None:
-    env = make(action_space="tag")
+    env = make(action_space="tag", invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert allowed(obs) == [0, 1, 2, 3]  # trinity is one machine: machine 0 x 4 options
-    with pytest.raises(ValueError, match=r"action 4 is masked"):
-        env.step(4)
+    expected = r"action 5 is masked for group \d+: action 5 names machine 1 \(option 'parameter_server'\); topology"
+    with pytest.raises(ValueError, match=expected):
+        env.step(5)
+
+
+@pytest.mark.parametrize("config", [{}, {"action_space": "tag"}, {"mode": "one_shot"}])
+def test_masked_action_ends_the_episode(config: dict[str, Any]) -> None:
+    """The default (``invalid_action="end"``): a masked action is not applied, the episode ends with
+    the reward's invalid-action reward, and the last observation is the state the action answered."""
+    for reward, expected in (("speedup", -1.0), ("dense", -1.0), ("mdpe", -float(np.log(0.5 * 11)))):
+        env = make(reward=reward, **config)
+        obs, _ = env.reset(seed=0)
+        if config.get("mode") == "one_shot":
+            action = np.zeros(env.action_space.shape, np.int64)
+            action[-1] = 7  # the last group on device 7; trinity has 4
+            why = r"action places group 15 on device index 7; topology 'trinity' has devices 0\.\.3"
+        else:
+            action, why = env.action_space.n - 1, r"action \d+ is masked for group \d+: action \d+ names"
+        last, r, terminated, truncated, info = env.step(action)
+        assert (r, terminated, truncated) == (pytest.approx(expected), True, False)
+        assert info["invalid_action"] is True and re.search(why, info["invalid_action_reason"])
+        assert "plan" not in info and info["instance"] == "lenet@trinity"
+        assert obs_equal(last, obs)  # nothing was applied
+        with pytest.raises(RuntimeError, match=r"step\(\) after the episode ended"):
+            env.step(action)
+
+
+def obs_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def test_step_before_reset_and_after_the_end() -> None:
@@ -152,7 +222,7 @@ def one_shot_env(**config: Any) -> tuple[PlacementEnv, int, int, dict[str, np.nd
 
 
 def test_one_shot_padded_device_raises() -> None:
-    env, nodes, _, _ = one_shot_env()
+    env, nodes, _, _ = one_shot_env(invalid_action="raise")
     action = np.zeros(nodes + 4, np.int64)
     action[nodes + 2] = 6  # group 2 on device 6; trinity has 4
     expected = r"action places group 2 on device index 6; topology 'trinity' has devices 0\.\.3"
@@ -164,18 +234,25 @@ def test_one_shot_padded_device_raises() -> None:
 
 
 def test_one_shot_padded_op_slot_raises() -> None:
-    env, nodes, ops, _ = one_shot_env(max_nodes=20)
+    env, nodes, ops, _ = one_shot_env(max_nodes=20, invalid_action="raise")
     assert ops == 15 < nodes == 20
     action = np.zeros(nodes + 4, np.int64)
     action[17] = 1
-    with pytest.raises(ValueError, match=r"assigns padded op slots \(>= 15\) to a group other than 0"):
+    expected = r"assigns padded op slot 17 \(the graph has 15 ops, slots 0\.\.14\) to group 1; the action mask allows"
+    with pytest.raises(ValueError, match=expected):
         env.step(action)
     with pytest.raises(ValueError, match=rf"shape \({nodes + 3},\); expected integers of shape \({nodes + 4},\)"):
         env.step(np.zeros(nodes + 3, np.int64))  # wrong length
     with pytest.raises(ValueError, match=r"action entry 0 = 4; expected 0..3"):
         env.step(np.full(nodes + 4, 4, np.int64))  # group index 4 of 4 groups
+    with pytest.raises(ValueError, match=r"action entry 0 = 18446744073709551615; expected 0..3"):
+        env.step(np.full(nodes + 4, 2**64 - 1, np.uint64))  # compared as integers, never wrapped to -1
     with pytest.raises(ValueError, match=r"dtype float64"):
         env.step(np.zeros(nodes + 4, np.float64))  # floats are not silently truncated
+    with pytest.raises(ValueError, match=r"action array\(\[False, .* of dtype bool"):
+        env.step(np.zeros(nodes + 4, bool))
+    with pytest.raises(ValueError, match=r"action \[\[0, 1\], \[2\]\] is not an array of integers of shape \(24,\)"):
+        env.step([[0, 1], [2]])  # ragged
 
 
 def test_one_shot_action_decoding() -> None:
@@ -232,13 +309,14 @@ def vgg19_small_gpu0(shrunk_topology: Callable[..., str]) -> dict[str, Any]:
 
 
 def test_group_that_does_not_fit_is_masked(vgg19_small_gpu0: dict[str, Any]) -> None:
-    env = make(vgg19_small_gpu0, max_devices=8)
+    env = make(vgg19_small_gpu0, max_devices=8, invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert obs["device_features"][:4, DEV_COL_MEMORY_GIB].tolist() == [0.25, 11, 11, 11]
     # The first group (the most compute: vgg19's early convolutions, GiBs of activations at batch 96)
     # does not fit in 256 MiB: gpu0 is masked, the other real devices are not, padding never is.
     assert obs["action_mask"].tolist() == [0, 1, 1, 1, 0, 0, 0, 0]
-    with pytest.raises(ValueError, match=r"action 0 is masked for group \d+ \(it does not fit in memory"):
+    expected = r"action 0 is masked for group \d+: the group does not fit in memory there by the env's estimate"
+    with pytest.raises(ValueError, match=expected):
         env.step(0)
     obs, *_ = env.step(1)
     used = obs["device_features"][:4, DEV_COL_MEMORY_USED_GIB]  # the group's estimate, now on gpu1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -106,9 +107,14 @@ def test_configs_that_overflow_a_device_are_masked(shrunk_topology: Callable[...
     assert 0 < sum(expected) < len(configs)
     assert obs["action_mask"][: len(configs)].tolist() == expected
     bad = expected.index(0)
-    expected_error = rf"action {bad} is masked for group 0 \(outside its {len(configs)} configurations or over memory\)"
+    expected_error = rf"action {bad} is masked for group 0: its devices would exceed their memory by the env's estimate"
+    raising = make(gen, invalid_action="raise")
+    raising.reset(seed=0)
     with pytest.raises(ValueError, match=expected_error):
-        env.step(bad)
+        raising.step(bad)
+    obs, reward, terminated, truncated, info = env.step(bad)  # the default: the episode ends
+    assert (reward, terminated, truncated, info["invalid_action"]) == (-1.0, True, False, True)
+    assert re.search(expected_error, info["invalid_action_reason"])
 
 
 def test_when_nothing_fits_the_whole_set_is_allowed(shrunk_topology: Callable[..., str]) -> None:
@@ -141,8 +147,13 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         ("max_configs", 0, r"max_configs = 0; expected an integer >= 1"),
         ("max_configs", 2.5, r"max_configs = 2.5; expected an integer >= 1"),
         ("max_configs", float("nan"), r"max_configs = nan; expected an integer >= 1"),
-        ("max_partitions", 0, r"max_partitions = 0; expected an integer >= 1 or null"),
+        ("max_configs", 65537, r"max_configs = 65537; expected an integer >= 1 and <= 65536"),
+        ("max_partitions", 0, r"max_partitions = 0; expected an integer >= 1 and <= 1024 or null"),
+        ("max_partitions", 10**9, r"max_partitions = 1000000000; expected an integer >= 1 and <= 1024 or null"),
         ("max_groups", -1, r"max_groups = -1; expected an integer >= 1"),
+        ("dim_kinds", "sample", r"dim_kinds = 'sample'; expected a list whose every item is one of \['sample', "),
+        ("dim_kinds", 5, r"dim_kinds = 5; expected a list whose every item is one of"),
+        ("invalid_action", "skip", r"invalid_action = 'skip'; expected one of \['end', 'raise'\]"),
     ],
 )
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
@@ -150,11 +161,10 @@ def test_bad_config_values(key: str, value: Any, expected: str) -> None:
         make(**{key: value})
 
 
-def test_bad_dim_kinds_named_at_reset() -> None:
-    env = make(dim_kinds=["sample", "pipeline"])
-    expected = r"dim_kinds \['pipeline'\]; expected a subset of \['sample', 'attribute', 'parameter'\]"
+def test_bad_dim_kinds_named_at_construction() -> None:
+    expected = r"dim_kinds = \['sample', 'pipeline'\]; expected a list whose every item is one of \['sample', "
     with pytest.raises(ValueError, match=expected):
-        env.reset(seed=0)
+        make(dim_kinds=["sample", "pipeline"])
 
 
 def test_instance_over_max_nodes() -> None:
@@ -163,17 +173,27 @@ def test_instance_over_max_nodes() -> None:
 
 
 def test_bad_actions() -> None:
-    env = make(max_configs=32)
+    env = make(max_configs=32, invalid_action="raise")
     with pytest.raises(RuntimeError, match=r"step\(\) after the episode ended; call reset\(\) first"):
         env.unwrapped.step(0)
     obs, _ = env.reset(seed=0)
     n = len(env.unwrapped.configs(0))
     assert n < 32
-    for bad in (32, -1, 0.5):
-        with pytest.raises(ValueError, match=rf"action {bad!r} is outside the action space Discrete\(32\)"):
+    for bad in (32, -1, 0.5, True, 10**30, None):
+        with pytest.raises(
+            ValueError, match=rf"action {re.escape(repr(bad))} is outside the action space Discrete\(32\)"
+        ):
             env.step(bad)
-    with pytest.raises(ValueError, match=rf"action {n} is masked for group 0 \(outside its {n} configurations"):
+    padded = rf"action {n} is masked for group 0: action {n} names configuration {n}; group 0 has {n} configurations"
+    with pytest.raises(ValueError, match=padded):
         env.step(n)
+    with pytest.raises(ValueError, match=rf"action {n} names configuration {n}; group 0 has {n} configurations"):
+        env.unwrapped.evaluate_action(n)  # it simulates only real configurations
+    with pytest.raises(ValueError, match=r"action -1 is outside the action space"):
+        env.unwrapped.evaluate_action(-1)  # never a negative index from the end
+    for index in (-1, 8, 1.0, "0"):
+        with pytest.raises(ValueError, match=rf"group index {re.escape(repr(index))}; expected an integer 0\.\.7"):
+            env.unwrapped.configs(index)
     done = False
     while not done:
         obs, _, done, _, _ = env.step(allowed(obs)[0])
