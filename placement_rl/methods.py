@@ -2,17 +2,20 @@
 
 A *method* turns a problem (a graph, a topology, a simulation context) into a :class:`Plan`:
 
-========================  ========================================================================
-name                      what it is
-========================  ========================================================================
-``data_parallel``         every op split along its batch over all devices (the reference)
-``single_device``         everything on the fastest device
-``expert``                FlexFlow's expert strategies (Krizhevsky 2014; Wu et al. 2016 for RNNs)
-``layerwise``             contiguous stages balanced by compute
-``subset_data_parallel``  the fastest data parallelism over one machine, one device type, or all
-``mcmc``                  FlexFlow's MCMC with delta simulation (:func:`placement_rl.search.mcmc`)
-``ft``                    TensorOpt's FT over 1, 2, 4, ... devices, the simulator's pick
-========================  ========================================================================
+============================  ======================================================================
+name                          what it is
+============================  ======================================================================
+``data_parallel``             every op split along its batch over all devices, gradients all-reduced
+                              in buckets as PyTorch DDP (the reference)
+``data_parallel_per_tensor``  the same, each gradient all-reduced alone (the papers' DP-NCCL)
+``single_device``             everything on the fastest device
+``expert``                    FlexFlow's expert strategies (Krizhevsky 2014; Wu et al. 2016 for RNNs)
+``layerwise``                 contiguous stages balanced by compute
+``subset_data_parallel``      the fastest data parallelism over one machine, one device type, or all
+``mcmc``                      FlexFlow's MCMC with delta simulation (:func:`placement_rl.search.mcmc`)
+``ft``                        TensorOpt's FT over 1, 2, 4, ... devices, the simulator's pick
+``exhaustive``                branch and bound over the whole SOAP space (small spaces only)
+============================  ======================================================================
 
 Learned agents join as :class:`Method` objects built at the Ray edge
 (:func:`placement_rl.rl.agents.policy_method`); new methods register by name with
@@ -20,11 +23,18 @@ Learned agents join as :class:`Method` objects built at the Ray edge
 
 :func:`compare_methods` runs the methods on one instance, judges every plan with the same
 simulation, and returns one :class:`MethodResult` row per method: ``placement-rl plan``,
-``placement-rl evaluate`` and the benchmarks all print these rows.
+``placement-rl evaluate``, ``placement-rl compare`` (:mod:`placement_rl.experiments`) and the
+benchmarks all print these rows. Every row carries the instance's compute lower bound
+(:func:`compute_lower_bound_s`) and the share of the data-parallel-to-bound headroom the plan
+captured (:attr:`MethodResult.headroom_captured`).
+
+A method may check its options (and whether it can run on an instance) before any work starts
+(:attr:`Method.check`), and a search may return :class:`Found` to report its anytime trace.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,18 +42,40 @@ from typing import Any
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
-from placement_rl.plan import Plan, data_parallel, expert, layerwise, single_device, subset_data_parallel
+from placement_rl.plan import (
+    Plan,
+    data_parallel,
+    data_parallel_per_tensor,
+    expert,
+    layerwise,
+    single_device,
+    subset_data_parallel,
+)
 from placement_rl.sim import CostModel, SimContext, SimResult
 from placement_rl.topology import DeviceTopology
 
 _BASELINE_BUILDERS: dict[str, Callable[[OpGraph, DeviceTopology], Plan]] = {
     "data_parallel": data_parallel,
+    "data_parallel_per_tensor": data_parallel_per_tensor,
     "single_device": single_device,
     "expert": expert,
     "layerwise": layerwise,
 }
 #: The baseline strategies, by their one name (CLI aliases such as ``dp`` live only in the parser).
 BASELINES: tuple[str, ...] = tuple(_BASELINE_BUILDERS)
+#: The data-parallel references every row's speedups are taken against, where registered: bucketed
+#: data parallelism (the simulator's default) and the papers' per-tensor DP-NCCL.
+DP_REFERENCES: tuple[str, ...] = ("data_parallel", "data_parallel_per_tensor")
+
+
+def compute_lower_bound_s(single_device_result: SimResult, num_devices: int) -> float:
+    """The instance's compute lower bound: total single-device compute over the device count.
+
+    Args:
+        single_device_result: the simulation of the whole graph on the fastest device.
+        num_devices: the cluster's device count.
+    """
+    return float(single_device_result.busy_s.sum()) / max(num_devices, 1)
 
 
 def baseline_plan(name: str, graph: OpGraph, topology: DeviceTopology) -> Plan:
@@ -77,20 +109,46 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class Found:
+    """A plan with its search's anytime trace (what a method may return instead of a bare plan).
+
+    Attributes:
+        plan: the plan found.
+        anytime: ``(seconds since the search began, best cost so far in seconds)`` at each improvement
+            and at the end; the cost is the makespan, penalized for plans that do not fit.
+    """
+
+    plan: Plan
+    anytime: tuple[tuple[float, float], ...] = ()
+
+
+#: ``check(options, graph, topology)``: raise ``ValueError`` naming the bad value; called once with
+#: ``graph = topology = None`` (the options alone) and once per instance, before any work starts.
+MethodCheck = Callable[[Mapping[str, Any], OpGraph | None, DeviceTopology | None], None]
+
+
+@dataclass(frozen=True)
 class Method:
-    """A named way to make a plan: ``run(problem) -> Plan``.
+    """A named way to make a plan: ``run(problem) -> Plan`` (or :class:`Found`).
 
     Attributes:
         name: how rows and the CLI call it.
         run: the method.
         description: one line for listings.
         options: the option names ``run`` reads from ``problem.options`` (others are an error).
+        check: validates options and instances before any work starts (:data:`MethodCheck`).
     """
 
     name: str
-    run: Callable[[Problem], Plan]
+    run: Callable[[Problem], Plan | Found]
     description: str = ""
     options: tuple[str, ...] = ()
+    check: MethodCheck | None = None
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the method takes a seed (comparisons run it once per seed, others once)."""
+        return "seed" in self.options
 
 
 _METHODS: dict[str, Method] = {}
@@ -126,6 +184,10 @@ class MethodResult:
         search_s: wall-clock seconds the method took to make the plan (its simulation excluded).
         dp_makespan_s: data parallelism's makespan on the same instance (the reference).
         batch_size: the graph's global batch size.
+        lower_bound_s: the instance's compute lower bound (:func:`compute_lower_bound_s`).
+        reference_makespans_s: makespan of each registered data-parallel reference
+            (:data:`DP_REFERENCES`) on the same instance.
+        anytime: the search's trace (:attr:`Found.anytime`); empty for methods that report none.
     """
 
     instance: str
@@ -135,6 +197,9 @@ class MethodResult:
     search_s: float
     dp_makespan_s: float
     batch_size: int = 1
+    lower_bound_s: float = 0.0
+    reference_makespans_s: Mapping[str, float] = field(default_factory=dict)
+    anytime: tuple[tuple[float, float], ...] = ()
 
     @property
     def makespan_s(self) -> float:
@@ -144,6 +209,23 @@ class MethodResult:
     def speedup_over_dp(self) -> float:
         """Data parallelism's makespan over this plan's (> 1: faster than data parallelism)."""
         return self.dp_makespan_s / self.result.makespan_s if self.result.makespan_s > 0 else float("inf")
+
+    @property
+    def speedups(self) -> dict[str, float]:
+        """Speedup over each data-parallel reference (> 1: faster), by reference name."""
+        refs = {"data_parallel": self.dp_makespan_s, **self.reference_makespans_s}
+        m = self.result.makespan_s
+        return {name: (ref / m if m > 0 else math.inf) for name, ref in refs.items()}
+
+    @property
+    def headroom_captured(self) -> float | None:
+        """The share of the headroom between data parallelism and the compute lower bound that this
+        plan captured: ``(dp - makespan) / (dp - bound)``; 1 reaches the bound, 0 is data
+        parallelism, negative is slower than it. ``None`` when data parallelism is at the bound."""
+        headroom = self.dp_makespan_s - self.lower_bound_s
+        if not headroom > 0:
+            return None
+        return (self.dp_makespan_s - self.result.makespan_s) / headroom
 
     @property
     def oom(self) -> bool:
@@ -173,6 +255,9 @@ class MethodResult:
             "makespan_s": r.makespan_s,
             "samples_per_s": r.samples_per_s(self.batch_size),
             "speedup_over_dp": self.speedup_over_dp,
+            "speedup_over": self.speedups,
+            "lower_bound_s": self.lower_bound_s,
+            "headroom_captured": self.headroom_captured,
             "max_peak_memory_bytes": self.max_peak_memory_bytes,
             "peak_memory_bytes": {d: int(m) for d, m in zip(r.device_names, r.peak_memory_bytes, strict=True)},
             "comm_bytes": r.comm_bytes,
@@ -215,7 +300,8 @@ def compare_methods(
 
     Returns:
         One row per method, in the order given; ``speedup_over_dp`` is against data parallelism
-        on all devices, simulated whether or not ``data_parallel`` is among ``methods``.
+        on all devices, simulated whether or not ``data_parallel`` is among ``methods``; every row
+        has the instance's compute lower bound and the registered data-parallel references.
 
     Raises:
         UnknownNameError: for an unknown method name, or an option a method does not take.
@@ -231,18 +317,33 @@ def compare_methods(
             if key not in method.options:
                 raise UnknownNameError(f"option of method {name!r}", key, method.options)
     ctx = SimContext(graph, topology, cost_model)
-    # Compile the simulator's kernels outside the timed methods.
-    ctx.simulate(single_device(graph, topology), validate=False)
+    # Compile the simulator's kernels outside the timed methods (the single-device run also gives the bound).
+    single = ctx.simulate(single_device(graph, topology), validate=False)
     dp = ctx.simulate(data_parallel(graph, topology), validate=False)
+    lower_bound_s = compute_lower_bound_s(single, topology.num_devices)
+    references = {
+        name: ctx.simulate(_as_found(_METHODS[name].run(Problem(graph, topology, ctx))).plan).makespan_s
+        for name in DP_REFERENCES[1:]
+        if name in _METHODS
+    }
     instance = f"{graph.name}@{topology.name}"
     rows: list[MethodResult] = []
     for method in resolved:
         problem = Problem(graph, topology, ctx, options.get(method.name, {}), progress)
         start = time.perf_counter()
-        plan = method.run(problem)
+        found = _as_found(method.run(problem))
         elapsed = time.perf_counter() - start
         row = MethodResult(
-            instance, method.name, plan, ctx.simulate(plan), elapsed, dp.makespan_s, graph.batch_size or 1
+            instance,
+            method.name,
+            found.plan,
+            ctx.simulate(found.plan),
+            elapsed,
+            dp.makespan_s,
+            graph.batch_size or 1,
+            lower_bound_s,
+            references,
+            found.anytime,
         )
         rows.append(row)
         if on_result is not None:
@@ -250,17 +351,56 @@ def compare_methods(
     return rows
 
 
+def _as_found(out: Plan | Found) -> Found:
+    return out if isinstance(out, Found) else Found(out)
+
+
 # ------------------------------------------------------------------------------ built-in methods
 def _baseline(name: str, build: Callable[[OpGraph, DeviceTopology], Plan], description: str) -> Method:
     return Method(name, lambda p: build(p.graph, p.topology), description)
 
 
-def _mcmc(problem: Problem) -> Plan:
+def _mcmc(problem: Problem) -> Found:
     from placement_rl.search import mcmc
 
     opts = {"budget": "10s", "chains": 1, "seed": 0, **problem.options}
     found = mcmc(problem.graph, problem.topology, cost_model=problem.cost_model, progress=problem.progress, **opts)
-    return found.plan
+    return Found(found.plan, anytime_trace(found.best_costs_s, found.elapsed_s))
+
+
+def anytime_trace(best_costs_s: Any, elapsed_s: float) -> tuple[tuple[float, float], ...]:
+    """``(seconds, best cost)`` at each improvement of a per-proposal best-cost trace, and at the end.
+
+    The search records costs per proposal, not times: proposal ``k`` of ``n`` is placed at
+    ``elapsed_s * (k + 1) / n`` (a steady proposal rate).
+    """
+    n = len(best_costs_s)
+    if n == 0:
+        return ()
+    points: list[tuple[float, float]] = []
+    for k, cost in enumerate(best_costs_s):
+        if not points or cost < points[-1][1]:
+            points.append((elapsed_s * (k + 1) / n, float(cost)))
+    if points[-1][0] < elapsed_s:
+        points.append((elapsed_s, points[-1][1]))
+    return tuple(points)
+
+
+def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    from placement_rl.search import Budget
+
+    if "budget" in options:
+        try:
+            Budget.parse(options["budget"])
+        except ValueError as exc:
+            detail = str(exc).split(": ", 1)[-1]
+            raise ValueError(f"budget = {options['budget']!r}; {detail}") from None
+    chains = options.get("chains", 1)
+    if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
+        raise ValueError(f"chains = {chains!r}; expected an integer >= 1")
+    beta = options.get("beta", 50.0)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
+        raise ValueError(f"beta = {beta!r}; expected a finite number > 0")
 
 
 def _ft(problem: Problem) -> Plan:
@@ -270,9 +410,15 @@ def _ft(problem: Problem) -> Plan:
     from placement_rl.search.ft import best_over_device_counts, run_ft
 
     max_configs = int(problem.options.get("max_configs", 8))
+    counts = problem.options.get("device_counts")
     with step_progress(problem.graph.num_ops, "FT", problem.progress) as report:
         found = best_over_device_counts(
-            problem.graph, problem.topology, cost_model=problem.cost_model, max_configs=max_configs, progress=report
+            problem.graph,
+            problem.topology,
+            counts,
+            cost_model=problem.cost_model,
+            max_configs=max_configs,
+            progress=report,
         )
     if found is not None:
         return found[1].plan
@@ -282,7 +428,8 @@ def _ft(problem: Problem) -> Plan:
 
 
 for _name, _description in (
-    ("data_parallel", "every op split along its batch over all devices"),
+    ("data_parallel", "every op split along its batch over all devices, gradients in buckets"),
+    ("data_parallel_per_tensor", "data parallelism with every gradient all-reduced alone (DP-NCCL)"),
     ("single_device", "every op on the fastest device"),
     ("expert", "FlexFlow's expert strategies"),
     ("layerwise", "contiguous stages balanced by compute"),
@@ -301,6 +448,95 @@ register_method(
         _mcmc,
         "FlexFlow's MCMC search with delta simulation",
         ("budget", "chains", "seed", "beta", "initial", "task_map", "delta"),
+        _check_mcmc,
     )
 )
-register_method(Method("ft", _ft, "TensorOpt's FT, the simulator's pick over device counts", ("max_configs",)))
+
+
+def _check_ft(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    max_configs = options.get("max_configs", 8)
+    if isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1:
+        raise ValueError(f"max_configs = {max_configs!r}; expected an integer >= 1")
+    counts = options.get("device_counts")
+    if counts is None:
+        return
+    if not isinstance(counts, (list, tuple)) or not counts:
+        raise ValueError(f"device_counts = {counts!r}; expected a non-empty list of device counts")
+    for n in counts:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"device_counts = {counts!r}: {n!r} is not a device count (an integer >= 1)")
+        if topology is not None and n > topology.num_devices:
+            raise ValueError(f"device_counts = {counts!r}: {topology.name!r} has only {topology.num_devices} devices")
+
+
+#: The most plans ``exhaustive`` enumerates unless its ``max_plans`` option says otherwise.
+EXHAUSTIVE_MAX_PLANS = 1_000_000
+
+
+def _exhaustive_space(options: Mapping[str, Any], graph: OpGraph, topology: DeviceTopology) -> Any:
+    from placement_rl.search import SearchSpace
+
+    count = options.get("devices")
+    devices = None if count is None else [d.name for d in topology.devices[:count]]
+    return SearchSpace(graph, topology, devices=devices)
+
+
+def _check_exhaustive(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    from placement_rl.search import Budget
+
+    limit = options.get("max_plans", EXHAUSTIVE_MAX_PLANS)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 1:
+        raise ValueError(f"max_plans = {limit!r}; expected a number >= 1")
+    if "time_limit" in options:
+        budget = Budget.parse(options["time_limit"]) if isinstance(options["time_limit"], str) else None
+        if budget is None or budget.seconds is None:
+            raise ValueError(f"time_limit = {options['time_limit']!r}; expected a duration such as '30s' or '2m'")
+    count = options.get("devices")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"devices = {count!r}; expected a device count (an integer >= 1): the first N devices")
+    if graph is None or topology is None:
+        return
+    if count is not None and count > topology.num_devices:
+        raise ValueError(f"devices = {count}: {topology.name!r} has only {topology.num_devices} devices")
+    space = _exhaustive_space(options, graph, topology)
+    log10_plans = sum(math.log10(space.size(i)) for i in range(graph.num_ops))
+    if log10_plans > math.log10(limit):
+        raise ValueError(
+            f"exhaustive search of {graph.name!r} ({graph.num_ops} ops) on {topology.name!r}: the space has "
+            f"10^{log10_plans:.1f} plans, more than max_plans = {limit:g}; expected a small instance (a coarsened "
+            "graph, fewer devices with 'devices: N') or a search method such as mcmc"
+        )
+
+
+def _exhaustive(problem: Problem) -> Plan:
+    from placement_rl.search import Budget, exhaustive
+
+    limit = problem.options.get("time_limit")
+    found = exhaustive(
+        problem.graph,
+        problem.topology,
+        _exhaustive_space(problem.options, problem.graph, problem.topology),
+        cost_model=problem.cost_model,
+        time_limit_s=Budget.parse(limit).seconds if limit is not None else None,
+    )
+    return found.plan
+
+
+register_method(
+    Method(
+        "ft",
+        _ft,
+        "TensorOpt's FT, the simulator's pick over device counts",
+        ("max_configs", "device_counts"),
+        _check_ft,
+    )
+)
+register_method(
+    Method(
+        "exhaustive",
+        _exhaustive,
+        "branch and bound over the whole SOAP space (refused when the space is too large)",
+        ("max_plans", "time_limit", "devices"),
+        _check_exhaustive,
+    )
+)

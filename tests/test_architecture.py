@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sim",),
     ("plan", "plan.constructors"),  # constructors may judge candidates by simulation (subset data parallelism)
     ("search", "profiling", "emulate"),
-    ("methods", "explain"),
+    ("methods", "explain", "experiments"),
     ("envs",),
     ("policies", "rl"),
     ("cli",),

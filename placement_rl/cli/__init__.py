@@ -2,6 +2,7 @@
 
 * :mod:`.describe`: ``models``, ``topologies``, ``show-graph``, ``show-topology``, ``profile``
 * :mod:`.plan`: ``plan`` (every method side by side), ``simulate``
+* :mod:`.compare`: ``compare`` (an experiment file: every method on every instance, as Ray tasks)
 * :mod:`.search`: ``search mcmc``, ``frontier``
 * :mod:`.rl`: ``train``, ``tune``, ``evaluate``
 * :mod:`.emulate`: ``emulate`` (an emulated cluster against the network models)
@@ -18,7 +19,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from placement_rl.cli import describe, emulate, plan, rl, search
+from placement_rl.cli import compare, describe, emulate, plan, rl, search
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="placement-rl", description="Place and shard deep-learning training graphs on GPU clusters."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for family in (plan, search, describe, rl, emulate):
+    for family in (plan, compare, search, describe, rl, emulate):
         family.add_commands(sub)
     return parser
 

@@ -319,15 +319,39 @@ def gib(value: float | None) -> str:
 
 
 def method_rows_table(rows: list[Any]) -> None:
-    """The comparison table of :class:`~placement_rl.methods.MethodResult` rows."""
+    """The comparison table of :class:`~placement_rl.methods.MethodResult` rows, then the instance's
+    compute lower bound (total single-device compute over the device count) next to data parallelism."""
+
+    def per_tensor(r: Any) -> str:
+        speedup = r.speedups.get("data_parallel_per_tensor")
+        return "-" if speedup is None else f"{speedup:.2f}x"
+
+    def headroom(r: Any) -> str:
+        share = r.headroom_captured
+        return "-" if share is None else f"{share:.0%}"
+
     print_table(
-        ["method", "ms/iter", "samples/s", "vs DP", "peak mem GiB", "comm GB", "GPUs", "OOM", "search s"],
+        [
+            "method",
+            "ms/iter",
+            "samples/s",
+            "vs DP",
+            "vs DP per tensor",
+            "headroom",
+            "peak mem GiB",
+            "comm GB",
+            "GPUs",
+            "OOM",
+            "search s",
+        ],
         [
             [
                 r.method,
                 f"{r.makespan_s * 1e3:,.2f}",
                 f"{r.result.samples_per_s(r.batch_size):,.0f}",
                 f"{r.speedup_over_dp:.2f}x",
+                per_tensor(r),
+                headroom(r),
                 f"{r.max_peak_memory_bytes / 2**30:.2f}",
                 f"{r.result.comm_bytes / 1e9:.3f}",
                 r.devices_used,
@@ -337,3 +361,10 @@ def method_rows_table(rows: list[Any]) -> None:
             for r in rows
         ],
     )
+    if rows and rows[0].lower_bound_s > 0:
+        first = rows[0]
+        print(
+            f"compute lower bound {first.lower_bound_s * 1e3:,.2f} ms (total single-device compute over the "
+            f"device count): data parallelism is {first.dp_makespan_s / first.lower_bound_s:.2f}x from it; "
+            "headroom = the share of that distance a plan closed"
+        )

@@ -30,27 +30,56 @@ from placement_rl.paths import output_file, output_folder, safe_name
 DEFAULT_PLAN_METHODS = ("data_parallel", "single_device", "expert", "layerwise", "mcmc", "ft")
 
 
-def cmd_plan(args: argparse.Namespace) -> None:
-    from placement_rl.methods import best_result, compare_methods
+def plan_experiment(args: argparse.Namespace) -> Any:
+    """``plan``'s flags as a one-instance experiment (the same cells and rows as ``compare``)."""
+    from placement_rl.experiments import parse_experiment
 
-    graph, topology = load_instance(args)
+    methods: list[Any] = []
+    for name in args.methods or DEFAULT_PLAN_METHODS:
+        if name == "mcmc":
+            methods.append({"method": "mcmc", "budget": args.mcmc_budget, "chains": args.chains})
+        elif name == "ft":
+            methods.append({"method": "ft", "max_configs": args.ft_max_configs})
+        else:
+            methods.append(name)
+    agents: list[str] = []
+    if args.checkpoint:
+        from placement_rl.rl.agents import agent_names
+        from placement_rl.rl.compare import checkpoint_agent
+
+        agent, _ = checkpoint_agent(args.checkpoint)
+        methods.append({"method": agent, "checkpoint": args.checkpoint})
+        agents = agent_names()
+    model: dict[str, Any] = {"model": args.model}
+    if args.batch_size is not None:
+        model["batch_size"] = args.batch_size
+    document = {"models": [model], "topologies": [args.topology], "methods": methods, "seeds": [args.seed]}
+    return parse_experiment(document, "plan", agents=agents, name="plan")
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from placement_rl.experiments import measure_cells, prepare, resolve_registered
+    from placement_rl.methods import best_result
+
+    prepared = prepare(plan_experiment(args), "plan", cost_model=cost_model(args))
+    instance = prepared.instances[0]
+    graph, topology = instance.graph, instance.topology
     default_dir = Path("out") / safe_name(f"plan-{graph.name}-{topology.name}")
     out_dir = output_folder(args.out_dir or default_dir)  # checked before any method runs
-    methods: list[Any] = list(args.methods or DEFAULT_PLAN_METHODS)
-    options: dict[str, dict[str, Any]] = {}
-    if "mcmc" in methods:
-        options["mcmc"] = {"budget": args.mcmc_budget, "chains": args.chains, "seed": args.seed}
-        if args.chains > 1:
-            options["mcmc"]["task_map"] = chain_map(args.chains, args.mcmc_budget)
-    if "ft" in methods:
-        options["ft"] = {"max_configs": args.ft_max_configs}
+    resolve: Any = resolve_registered
     if args.checkpoint:
-        from placement_rl.rl.agents import policy_method
+        from placement_rl.rl.compare import check_learned, resolve_method
 
-        methods.append(policy_method(args.checkpoint))
-    rows = compare_methods(
-        graph, topology, methods, cost_model=cost_model(args), options=options, progress=not args.json
-    )
+        check_learned(prepared, "plan")
+        resolve = resolve_method
+
+    def runtime_options(entry: Any) -> dict[str, Any]:
+        if entry.method == "mcmc" and args.chains > 1:
+            return {"task_map": chain_map(args.chains, args.mcmc_budget)}
+        return {}
+
+    measured = measure_cells(prepared, resolve=resolve, extra_options=runtime_options, progress=not args.json)
+    rows = [m.result for m in measured]
     best = best_result(rows)
     title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter)"
     paths = write_plan_outputs(out_dir, "best_plan", best.plan, best.result, title)
@@ -59,7 +88,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         from placement_rl.methods import baseline_plan
         from placement_rl.sim import simulate
 
-        dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), cost_model(args))
+        dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), prepared.cost_model)
     words = explain_plan(graph, topology, best.plan, best.result, dp)
     if args.json:
         print_json(
@@ -67,7 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
                 "model": graph.name,
                 "topology": topology.name,
                 "best": best.method,
-                "methods": [r.row() for r in rows],
+                "methods": [m.row for m in measured],
                 "explanation": words,
                 "files": [str(p) for p in paths],
             }

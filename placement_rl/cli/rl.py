@@ -45,26 +45,27 @@ def topology_list(spec: str) -> list[str]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from placement_rl.rl.evaluate import evaluate
+    from placement_rl.rl.evaluate import evaluate_cells
 
-    rows = evaluate(
+    cells = evaluate_cells(
         args.checkpoint,
         args.topologies,
         args.models,
         mcmc_budget=args.mcmc_budget,
         progress=None if args.json else lambda line: print(line, file=sys.stderr),
     )
+    rows = [m.result for m in cells]
     policy = rows[0].method if rows else "policy"
-    instances = list(dict.fromkeys(r.instance for r in rows))
+    instances = list(dict.fromkeys(m.row["instance"] for m in cells))
     wins = sum(1 for r in rows if r.method == policy and not r.oom and r.speedup_over_dp > 1.0)
     if args.json:
-        print_json({"rows": [r.row() for r in rows], "instances": len(instances), "policy_beats_dp": wins})
+        print_json({"rows": [m.row for m in cells], "instances": len(instances), "policy_beats_dp": wins})
         return
     print_table(
         ["instance", "method", "ms/iter", "vs DP", "peak mem GiB", "comm GB", "OOM", "search s"],
         [
             [
-                r.instance,
+                m.row["instance"],
                 r.method,
                 f"{r.makespan_s * 1e3:,.2f}",
                 f"{r.speedup_over_dp:.2f}x",
@@ -73,7 +74,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                 "yes" if r.oom else "no",
                 f"{r.search_s:.2f}",
             ]
-            for r in rows
+            for m, r in zip(cells, rows, strict=True)
         ],
     )
     budget = args.mcmc_budget or "off"

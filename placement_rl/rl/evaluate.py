@@ -1,7 +1,9 @@
 """Evaluate a trained policy on (unseen) topologies and models next to the baselines.
 
-One :func:`placement_rl.methods.compare_methods` per instance: the policy (a method named after its
-agent), data parallelism, the expert strategy and, optionally, MCMC at a fixed budget.
+A thin view of ``compare`` (:mod:`placement_rl.experiments`): one experiment of the policy (a method
+named after its agent), data parallelism, the expert strategy and, optionally, MCMC at a fixed
+budget, over models x topologies; its cells run one after the other in this process and give the
+same rows as ``placement-rl compare``.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from placement_rl.methods import MethodResult, compare_methods
-from placement_rl.rl.agents import load_policy, policy_method
+from placement_rl.experiments import Measured, measure_cells, parse_experiment, prepare
+from placement_rl.methods import MethodResult
 
 
 def training_models(env: dict[str, Any]) -> list[str]:
@@ -23,6 +25,54 @@ def training_models(env: dict[str, Any]) -> list[str]:
     return list(gen.get("models", ["inception_v3"]))
 
 
+def evaluate_cells(
+    checkpoint: str,
+    topologies: Sequence[str],
+    models: Sequence[str] | None = None,
+    *,
+    mcmc_budget: Any = "2s",
+    progress: Callable[[str], None] | None = None,
+) -> list[Measured]:
+    """Run the policy deterministically on every (model, topology) and the baselines beside it.
+
+    Args:
+        checkpoint: a ``checkpoint_*`` folder of a training run (only its safe policy export is read).
+        topologies: topology specs (presets, ``random:SEED``, ``test:N``, files).
+        models: zoo models (default: the training config's generator model(s)).
+        mcmc_budget: MCMC's budget per instance (``None`` skips MCMC).
+        progress: called with one line per instance.
+
+    Returns:
+        The cells (rows in ``compare``'s format, with their results): the policy (named after its
+        agent), ``data_parallel``, ``expert`` and ``mcmc``, per instance.
+    """
+    from placement_rl.rl.agents import agent_names
+    from placement_rl.rl.compare import check_learned, checkpoint_agent, resolve_method
+
+    agent, trained_on = checkpoint_agent(checkpoint)
+    methods: list[Any] = [{"method": agent, "checkpoint": str(checkpoint)}, "data_parallel", "expert"]
+    if mcmc_budget is not None:
+        methods.append({"method": "mcmc", "budget": mcmc_budget})
+    document = {
+        "models": list(models or trained_on),
+        "topologies": list(topologies),
+        "methods": methods,
+        "seeds": [0],
+    }
+    prepared = prepare(parse_experiment(document, "evaluate", agents=agent_names(), name="evaluate"), "evaluate")
+    check_learned(prepared, "evaluate")
+
+    def report(measured: Measured) -> None:
+        if progress is not None and measured.row["method"] == agent:
+            r = measured.result
+            progress(
+                f"{measured.row['instance']}: {r.method} {r.makespan_s * 1e3:.1f} ms, "
+                f"{r.speedup_over_dp:.2f}x over data parallel"
+            )
+
+    return measure_cells(prepared, resolve=resolve_method, on_result=report)
+
+
 def evaluate(
     checkpoint: str,
     topologies: Sequence[str],
@@ -31,40 +81,6 @@ def evaluate(
     mcmc_budget: Any = "2s",
     progress: Callable[[str], None] | None = None,
 ) -> list[MethodResult]:
-    """Run the policy deterministically on every (model, topology) and the baselines beside it.
-
-    Args:
-        checkpoint: a ``checkpoint_*`` folder of a training run (only its safe policy export is read).
-        topologies: topology specs (presets, ``random:SEED``, files).
-        models: zoo models (default: the training config's generator model(s)).
-        mcmc_budget: MCMC's budget per instance (``None`` skips MCMC).
-        progress: called with one line per instance.
-
-    Returns:
-        Rows for the policy (named after its agent), ``data_parallel``, ``expert`` and ``mcmc`` per instance.
-    """
-    from placement_rl import zoo
-    from placement_rl.topology import resolve_topology
-
-    policy = load_policy(checkpoint)
-    method = policy_method(policy)
-    if models is None:
-        models = training_models(dict(policy.config.env))
-    methods: list[Any] = [method, "data_parallel", "expert"]
-    options = {}
-    if mcmc_budget is not None:
-        methods.append("mcmc")
-        options["mcmc"] = {"budget": mcmc_budget, "seed": 0}
-    rows: list[MethodResult] = []
-    for model in models:
-        graph = zoo.load(model)
-        for spec in topologies:
-            found = compare_methods(graph, resolve_topology(spec), methods, options=options)
-            rows.extend(found)
-            if progress is not None:
-                mine = found[0]
-                progress(
-                    f"{mine.instance}: {mine.method} {mine.makespan_s * 1e3:.1f} ms, "
-                    f"{mine.speedup_over_dp:.2f}x over data parallel"
-                )
-    return rows
+    """:func:`evaluate_cells`' results (plans and simulations), in cell order."""
+    cells = evaluate_cells(checkpoint, topologies, models, mcmc_budget=mcmc_budget, progress=progress)
+    return [m.result for m in cells]

@@ -1,0 +1,1258 @@
+"""Experiments: every method side by side on a set of instances, cell by cell (``placement-rl compare``).
+
+An *experiment* names models (with batch sizes), topologies, methods with their budgets, and seeds.
+It expands into *cells*, one per (instance, method, seed): an instance is a model on a topology, and
+a method that takes no seed (the baselines, FT, a trained policy) gets one cell per instance. Each
+cell is one :func:`~placement_rl.methods.compare_methods` call, so every row of every command has
+the same format (:func:`cell_row`): the :class:`~placement_rl.methods.MethodResult` row (makespan,
+speedup over each data-parallel reference, the compute lower bound and the headroom captured,
+memory, communication, search seconds) plus the cell's model, topology, seed, status and plan file.
+
+The experiment file (YAML, read at the Ray edge: :func:`placement_rl.rl.compare.load_experiment`)::
+
+    name: flexflow-fig6                   # default: the file's stem
+    models:                               # zoo names, graph .json files or mappings:
+      - alexnet                           #   the paper's batch size
+      - {model: resnet101, batch_per_device: 64}   # 64 samples per GPU of each topology
+      - {model: rnnlm, batch_size: 64, options: {steps: 2}, coarsen: 4, label: rnnlm2-g4}
+    topologies: [flexflow-p100, "test:10", random:3, my_cluster.json]   # test:N / train:N: random splits
+    methods:
+      - data_parallel
+      - {method: mcmc, budget: 30s, chains: 1}          # options are checked against the method's
+      - {method: trinity, checkpoint: out/trinity/checkpoint_final, held_out: [vgg19]}
+      - {method: tag, checkpoint: out/tag/checkpoint_final, optional: true}   # rows say it is missing
+    seeds: [0, 1, 2]                      # or a count: 3
+    cost: {optimizer: adam}               # CostModel options; profile / comm_table are file paths
+    concurrency: 4                        # cells at once (default: the Ray cluster's CPUs)
+
+Every key is checked when the file is read (:func:`parse_experiment`: an unknown key lists the valid
+ones), and every name, budget and instance before any cell runs (:func:`prepare`): unknown methods,
+models and topologies, bad budgets, exhaustive search on a space too large. Learned methods (a
+registered agent with a ``checkpoint``) are resolved at the Ray edge, which checks their agent kind
+and held-out models first.
+
+The driver (:func:`run_experiment`) runs the cells through an injected :class:`CellRunner` (serial
+here; Ray tasks with bounded concurrency at the edge, :class:`placement_rl.rl.compare.RayCells`),
+writes each finished cell's plan JSON and appends its row to ``results.jsonl`` at once, so that
+``resume`` skips finished cells and nothing finished is lost on a crash or Ctrl-C. Then it writes
+``results.csv``, ``results.md``, ``summary.csv``/``summary.md`` and the PNGs (:func:`write_outputs`).
+
+Models: a zoo name or a graph ``.json`` file today. Model specs such as ``hf:...`` or
+``package.module:factory`` join through :func:`load_model`, the one place a model string becomes a
+graph.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from placement_rl.config import Rule, as_mapping, check_known, integer, option, parse, text
+from placement_rl.errors import SchemaError, UnknownNameError
+from placement_rl.graph import OpGraph
+from placement_rl.io import dumps_json, loads_json, write_json
+from placement_rl.methods import DP_REFERENCES, Method, MethodResult, compare_methods, get_method, method_names
+from placement_rl.plan import Plan
+from placement_rl.sim import CostModel
+from placement_rl.topology import DeviceTopology
+
+#: Options a method entry never sets itself: the seed comes from ``seeds``, task maps from the runner.
+RUNTIME_OPTIONS = ("seed", "task_map", "delta")
+#: Keys of a method entry besides the method's own options.
+ENTRY_KEYS = ("method", "name", "optional")
+#: Keys only learned methods take.
+LEARNED_KEYS = ("checkpoint", "held_out")
+#: Row statuses: ``ok`` (ran), ``unavailable`` (an optional method that does not exist yet), ``error``.
+FINISHED = ("ok", "unavailable")
+RESULTS, CSV_FILE, MARKDOWN, SUMMARY_CSV, SUMMARY_MD = (
+    "results.jsonl",
+    "results.csv",
+    "results.md",
+    "summary.csv",
+    "summary.md",
+)
+SPEEDUP_PNG, ANYTIME_PNG, EXPERIMENT_FILE = "speedup.png", "anytime.png", "experiment.json"
+
+
+# --------------------------------------------------------------------------------- config records
+_MAPPING = Rule(lambda v: isinstance(v, Mapping), "a mapping of model option -> value")
+_LABEL = Rule(lambda v: v is None or (isinstance(v, str) and bool(v)), "a non-empty string or null")
+
+
+def _write_text(path: Path, content: str) -> None:
+    """Write ``content`` atomically (a crash leaves the old file, never half of the new one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(content, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of an experiment."""
+
+    model: str = option(rule=text())
+    """A zoo name (``placement-rl models``) or a graph ``.json`` file (:func:`load_model`)."""
+    batch_size: int | None = option(None, rule=integer(1, null=True))
+    """Global batch size (default: the paper's; a graph file keeps its own)."""
+    batch_per_device: int | None = option(None, rule=integer(1, null=True))
+    """Samples per device: the batch size is this times each topology's device count (FlexFlow)."""
+    options: Mapping[str, Any] = option(default_factory=dict, rule=_MAPPING)
+    """Architecture options of a zoo model (``{steps: 2}``)."""
+    coarsen: int | None = option(None, rule=integer(1, null=True))
+    """Coarsen the graph to at most this many op groups (METIS; small spaces for ``exhaustive``)."""
+    label: str | None = option(None, rule=_LABEL)
+    """How instances name the model (default: the model string, and the batch size when given)."""
+
+    def validate(self, where: str) -> None:
+        if self.batch_size is not None and self.batch_per_device is not None:
+            raise SchemaError(f"{where}: batch_size and batch_per_device both given; expected at most one")
+        if self.model.endswith(".json") and (self.options or self.batch_size or self.batch_per_device):
+            raise SchemaError(f"{where}: a graph file {self.model!r} takes no batch size or options")
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        if self.batch_size is not None:
+            return f"{Path(self.model).stem}-b{self.batch_size}"
+        if self.batch_per_device is not None:
+            return f"{Path(self.model).stem}-{self.batch_per_device}pd"
+        return Path(self.model).stem if self.model.endswith(".json") else self.model
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One method of an experiment, with its options.
+
+    Attributes:
+        method: a registered method (:func:`~placement_rl.methods.method_names`) or agent name.
+        name: the rows' label (default: ``method``); two entries of one method need distinct names.
+        options: the method's own options (``budget``, ``chains``, ``max_configs``, ...).
+        checkpoint: a learned method's ``checkpoint_*`` folder, or model -> folder (a policy per
+            model, e.g. each trained without that model; keys as the ``models`` entries name them).
+        held_out: zoo models the learned method must not have trained on (checked against its run's
+            training config), or ``True``: each instance's own model (with a checkpoint per model,
+            TAG's hold-out variant); the rows of held-out models say so in their note.
+        optional: the method may not exist yet; its rows then say so instead of failing.
+        kind: ``registered``, ``learned`` or ``unavailable``.
+        note: why an unavailable method is unavailable.
+    """
+
+    method: str
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: str | Mapping[str, str] | None = None
+    held_out: tuple[str, ...] | bool = ()
+    optional: bool = False
+    kind: str = "registered"
+    note: str = ""
+
+    @property
+    def seeded(self) -> bool:
+        return self.kind == "registered" and get_method(self.method).seeded
+
+    def checkpoint_for(self, model: str) -> str:
+        """The checkpoint folder of the policy that plans ``model``'s instances."""
+        if isinstance(self.checkpoint, Mapping):
+            if model not in self.checkpoint:
+                raise SchemaError(f"method {self.name!r}: no checkpoint for model {model!r}")
+            return self.checkpoint[model]
+        if self.checkpoint is None:
+            raise SchemaError(f"method {self.name!r}: no checkpoint")
+        return self.checkpoint
+
+    def held_out_for(self, model: str) -> set[str]:
+        """The models the policy planning ``model``'s instances must not have trained on."""
+        if isinstance(self.held_out, bool):
+            return {model} if self.held_out else set()
+        return set(self.held_out)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method, "name": self.name, **_plain(self.options)}
+        if self.checkpoint is not None:
+            out["checkpoint"] = _plain(self.checkpoint)
+        if self.held_out:
+            out["held_out"] = self.held_out if isinstance(self.held_out, bool) else list(self.held_out)
+        if self.optional:
+            out["optional"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file (see the module docstring).
+
+    Attributes:
+        name: the experiment's name (default output folder ``out/compare-<name>``).
+        models: the models.
+        topologies: topology specs, ``test:N`` / ``train:N`` already expanded to ``random:SEED``.
+        methods: the methods with their options.
+        seeds: the seeds of seeded methods (MCMC).
+        cost: :class:`~placement_rl.sim.CostModel` options (``profile`` / ``comm_table``: file paths).
+        concurrency: cells at once (``None``: the runner's default, the cluster's CPUs).
+        description: free text, printed at the top of ``results.md``.
+    """
+
+    name: str
+    models: tuple[ModelEntry, ...]
+    topologies: tuple[str, ...]
+    methods: tuple[MethodEntry, ...]
+    seeds: tuple[int, ...] = (0,)
+    cost: Mapping[str, Any] = field(default_factory=dict)
+    concurrency: int | None = None
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved experiment (``experiment.json`` of an output folder)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "models": [_plain({k: v for k, v in dataclasses.asdict(m).items() if v}) for m in self.models],
+            "topologies": list(self.topologies),
+            "methods": [m.to_dict() for m in self.methods],
+            "seeds": list(self.seeds),
+            "cost": _plain(self.cost),
+            "concurrency": self.concurrency,
+        }
+
+    def cost_model(self) -> CostModel:
+        """The cost model of the ``cost`` section."""
+        return build_cost_model(self.cost, "experiment.cost")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+TOP_KEYS = ("name", "description", "models", "topologies", "methods", "seeds", "cost", "concurrency")
+
+
+def parse_experiment(
+    data: Any, where: str = "experiment", *, agents: Collection[str] = (), name: str = ""
+) -> Experiment:
+    """Check an experiment mapping (parsed YAML) and build the :class:`Experiment`.
+
+    Args:
+        data: the mapping.
+        where: how errors name the document (the file path).
+        agents: the registered learned agents (a method with a ``checkpoint`` must be one of them).
+        name: the default name (the file's stem).
+
+    Raises:
+        SchemaError: naming the key and the bad value (an unknown key lists the valid ones).
+        UnknownNameError: for an unknown method, listing the registered methods and agents.
+    """
+    top = as_mapping(data, where)
+    if not top:
+        raise SchemaError(f"{where}: empty experiment; expected the keys models, topologies and methods")
+    check_known(top, TOP_KEYS, where)
+    for key in ("models", "topologies", "methods"):
+        if key not in top:
+            raise SchemaError(f"{where}: missing key {key!r}; an experiment names models, topologies and methods")
+    exp_name = top.get("name", name or "experiment")
+    if not isinstance(exp_name, str) or not exp_name:
+        raise SchemaError(f"{where}: name = {exp_name!r}; expected a non-empty string")
+    description = top.get("description", "")
+    if not isinstance(description, str):
+        raise SchemaError(f"{where}: description = {description!r}; expected a string")
+    models = tuple(
+        _parse_model(item, f"{where}.models[{i}]") for i, item in enumerate(_list(top["models"], f"{where}.models"))
+    )
+    labels = [m.name for m in models]
+    for label in labels:
+        if labels.count(label) > 1:
+            raise SchemaError(f"{where}.models: model {label!r} appears twice; give each a distinct 'label'")
+    topologies = tuple(
+        spec
+        for i, item in enumerate(_list(top["topologies"], f"{where}.topologies"))
+        for spec in expand_topology(item, f"{where}.topologies[{i}]")
+    )
+    if len(set(topologies)) != len(topologies):
+        twice = sorted({t for t in topologies if topologies.count(t) > 1})
+        raise SchemaError(f"{where}.topologies: {twice} listed more than once")
+    methods = tuple(
+        parse_method_entry(item, f"{where}.methods[{i}]", agents=agents, models=[m.model for m in models])
+        for i, item in enumerate(_list(top["methods"], f"{where}.methods"))
+    )
+    names = [m.name for m in methods]
+    for n in names:
+        if names.count(n) > 1:
+            raise SchemaError(f"{where}.methods: two entries are named {n!r}; give one a distinct 'name'")
+    seeds = _parse_seeds(top.get("seeds", [0]), f"{where}.seeds")
+    cost = as_mapping(top.get("cost"), f"{where}.cost")
+    build_cost_model(cost, f"{where}.cost")
+    concurrency = top.get("concurrency")
+    integer(1, null=True).check(concurrency, where, "concurrency")
+    return Experiment(exp_name, models, topologies, methods, seeds, cost, concurrency, description)
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SchemaError(f"{where}: {value!r}; expected a non-empty list")
+    return list(value)
+
+
+def _parse_model(item: Any, where: str) -> ModelEntry:
+    if isinstance(item, str):
+        item = {"model": item}
+    if not isinstance(item, Mapping):
+        raise SchemaError(f"{where}: {item!r}; expected a model name or a mapping with a 'model' key")
+    if "model" not in item:
+        raise SchemaError(f"{where}: missing key 'model'")
+    return parse(ModelEntry, item, where)
+
+
+def expand_topology(spec: Any, where: str = "topology") -> list[str]:
+    """``test:N`` / ``train:N`` -> the first N topologies of that split (``random:SEED``); others as given."""
+    from placement_rl.topology import topology_seeds
+
+    if not isinstance(spec, str) or not spec:
+        raise SchemaError(f"{where}: {spec!r}; expected a topology: a preset, random:SEED, test:N, train:N or a file")
+    split, colon, count = spec.partition(":")
+    if colon and split in ("test", "train"):
+        if not (count.isascii() and count.isdigit()) or int(count) < 1:
+            raise SchemaError(f"{where}: {spec!r}; expected '{split}:N' with a positive N")
+        return [f"random:{s}" for s in topology_seeds(split, int(count))]  # type: ignore[arg-type]
+    return [spec]
+
+
+def _parse_seeds(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise SchemaError(f"{where}: {value!r}; expected a count >= 1 or a list of seeds")
+        return tuple(range(value))
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SchemaError(f"{where}: {value!r}; expected a count >= 1 or a non-empty list of seeds")
+    for s in value:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise SchemaError(f"{where}: seed {s!r}; expected integers >= 0")
+    if len(set(value)) != len(value):
+        raise SchemaError(f"{where}: {list(value)} repeats a seed")
+    return tuple(value)
+
+
+def method_option_names(method: Method) -> list[str]:
+    """The options an experiment may set for ``method`` (its own, less the runtime ones)."""
+    return [o for o in method.options if o not in RUNTIME_OPTIONS]
+
+
+def parse_method_entry(
+    item: Any, where: str, *, agents: Collection[str] = (), models: Collection[str] = ()
+) -> MethodEntry:
+    """One entry of ``methods`` (a name or a mapping); see :class:`MethodEntry`."""
+    if isinstance(item, str):
+        item = {"method": item}
+    if not isinstance(item, Mapping):
+        raise SchemaError(f"{where}: {item!r}; expected a method name or a mapping with a 'method' key")
+    entry = dict(item)
+    name = entry.get("method")
+    if not isinstance(name, str) or not name:
+        raise SchemaError(f"{where}: method = {name!r}; expected the name of a method or agent")
+    label = entry.get("name", name)
+    if not isinstance(label, str) or not label:
+        raise SchemaError(f"{where}: name = {label!r}; expected a non-empty string")
+    optional = entry.get("optional", False)
+    if not isinstance(optional, bool):
+        raise SchemaError(f"{where}: optional = {optional!r}; expected true or false")
+    registered = method_names()
+    if name in registered:
+        method = get_method(name)
+        valid = [*ENTRY_KEYS, *method_option_names(method)]
+        check_known(entry, valid, f"{where} ({name})")
+        options = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+        if method.check is not None:
+            try:
+                method.check(options, None, None)
+            except ValueError as exc:
+                raise SchemaError(f"{where} ({name}): {exc}") from None
+        return MethodEntry(name, label, options, optional=optional)
+    if name in agents:
+        check_known(entry, [*ENTRY_KEYS, *LEARNED_KEYS], f"{where} ({name}, a learned agent)")
+        checkpoint = entry.get("checkpoint")
+        if isinstance(checkpoint, Mapping):
+            for model, path in checkpoint.items():
+                if model not in models:
+                    raise SchemaError(f"{where}.checkpoint: model {model!r} is not among the models {sorted(models)}")
+                if not isinstance(path, str) or not path:
+                    raise SchemaError(f"{where}.checkpoint[{model!r}] = {path!r}; expected a checkpoint folder")
+            missing = sorted(set(models) - set(checkpoint))
+            if missing:
+                raise SchemaError(f"{where}.checkpoint: no checkpoint for model(s) {missing}")
+        elif not isinstance(checkpoint, str) or not checkpoint:
+            raise SchemaError(
+                f"{where}: checkpoint = {checkpoint!r}; the learned agent {name!r} needs a checkpoint_* folder "
+                "(or a mapping of model -> folder)"
+            )
+        held_out = entry.get("held_out", [])
+        if not isinstance(held_out, bool) and (
+            not isinstance(held_out, (list, tuple)) or not all(isinstance(m, str) for m in held_out)
+        ):
+            raise SchemaError(
+                f"{where}: held_out = {held_out!r}; expected a list of model names, or true (each instance's model)"
+            )
+        held = held_out if isinstance(held_out, bool) else tuple(held_out)
+        return MethodEntry(name, label, {}, checkpoint, held, optional, kind="learned")
+    if optional:
+        what = "agent" if "checkpoint" in entry else "method"
+        note = f"{what} {name!r} does not exist yet (registered: {', '.join([*registered, *sorted(agents)])})"
+        options = {k: v for k, v in entry.items() if k not in (*ENTRY_KEYS, *LEARNED_KEYS)}
+        return MethodEntry(name, label, options, entry.get("checkpoint"), (), True, kind="unavailable", note=note)
+    raise SchemaError(f"{where}: {UnknownNameError('method', name, [*registered, *agents])}")
+
+
+def build_cost_model(cost: Mapping[str, Any], where: str) -> CostModel:
+    """A :class:`CostModel` from an experiment's ``cost`` section (scalar fields; ``profile`` and
+    ``comm_table`` are file paths)."""
+    from placement_rl.sim import CommTable, ProfileTable
+
+    fields = {f.name: f for f in dataclasses.fields(CostModel) if f.init}
+    scalar = [n for n, f in fields.items() if isinstance(f.default, (str, int, float, bool))]
+    files = [n for n in ("profile", "comm_table") if n in fields]
+    check_known(cost, [*scalar, *files], where)
+    kwargs: dict[str, Any] = {}
+    for key, value in cost.items():
+        if key in files:
+            if not isinstance(value, str):
+                raise SchemaError(f"{where}: {key} = {value!r}; expected a JSON file path")
+            table = ProfileTable if key == "profile" else CommTable
+            kwargs[key] = table.from_json(value)
+        else:
+            default = fields[key].default
+            expected = type(default)
+            ok = isinstance(value, expected) or (expected is float and isinstance(value, int))
+            if not ok or isinstance(value, bool) != isinstance(default, bool):
+                raise SchemaError(f"{where}: {key} = {value!r}; expected a {expected.__name__}")
+            kwargs[key] = value
+    try:
+        return CostModel(**kwargs)
+    except ValueError as exc:
+        raise SchemaError(f"{where}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ instances and cells
+def load_model(entry: ModelEntry, topology: DeviceTopology) -> OpGraph:
+    """The graph of a model entry on ``topology`` (its batch size may depend on the device count).
+
+    The one place a model string becomes a graph: a zoo name or a graph ``.json`` file. The
+    importer's model specs (``hf:...``, ``package.module:factory``) plug in here.
+    """
+    from placement_rl import zoo
+
+    if entry.model.endswith(".json") or (os.sep in entry.model and Path(entry.model).is_file()):
+        graph = OpGraph.from_json(entry.model)
+    else:
+        batch = entry.batch_size
+        if entry.batch_per_device is not None:
+            batch = entry.batch_per_device * topology.num_devices
+        graph = zoo.load(entry.model, batch_size=batch, **dict(entry.options))
+    if entry.coarsen is not None:
+        from placement_rl.graph.coarsen import coarsen
+
+        graph = coarsen(graph, entry.coarsen)
+    return graph
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A model on a topology.
+
+    Attributes:
+        id: ``"<model label>@<topology name>"``, how rows name it.
+        model: the model entry's label.
+        topology_spec: the topology as the experiment gives it.
+        graph: the op graph.
+        topology: the cluster.
+        source: the model as the experiment gives it (a zoo name: what learned methods' checkpoint
+            maps and held-out lists name).
+    """
+
+    id: str
+    model: str
+    topology_spec: str
+    graph: OpGraph
+    topology: DeviceTopology
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (instance, method, seed) of an experiment.
+
+    Attributes:
+        instance: the instance's id.
+        method: the method entry's label.
+        seed: the seed (``None`` for methods that take none).
+        digest: a hash of everything the cell's result depends on (model entry, topology, method
+            options, cost model): a finished row counts on ``resume`` only when its digest matches.
+    """
+
+    instance: str
+    method: str
+    seed: int | None
+    digest: str
+
+    @property
+    def key(self) -> str:
+        """The cell's id in ``results.jsonl``."""
+        return f"{self.instance}|{self.method}|{'-' if self.seed is None else self.seed}"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An experiment with its instances loaded and its cells listed, every check passed."""
+
+    experiment: Experiment
+    instances: tuple[Instance, ...]
+    cells: tuple[Cell, ...]
+    cost_model: CostModel
+
+    def instance(self, instance_id: str) -> Instance:
+        return next(i for i in self.instances if i.id == instance_id)
+
+    def entry(self, label: str) -> MethodEntry:
+        return next(m for m in self.experiment.methods if m.name == label)
+
+
+def _digest(*parts: Any) -> str:
+    text = json.dumps(_plain(parts), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def prepare(experiment: Experiment, where: str = "experiment", *, cost_model: CostModel | None = None) -> Prepared:
+    """Load every instance and check every method on it; list the cells. Nothing runs yet.
+
+    Args:
+        experiment: the checked experiment.
+        where: how errors name it (the file).
+        cost_model: a cost model built by the caller (the CLI's flags), instead of the ``cost`` section.
+
+    Raises:
+        ValueError: naming the key and value of an unknown model or topology, a method option its
+            method refuses, or an instance a method cannot run on (exhaustive on a space too large).
+    """
+    from placement_rl.topology import resolve_topology
+
+    topologies: list[tuple[str, DeviceTopology]] = []
+    for spec in experiment.topologies:
+        try:
+            topologies.append((spec, resolve_topology(spec)))
+        except (ValueError, FileNotFoundError) as exc:
+            raise SchemaError(f"{where}.topologies: {exc}") from None
+    names = [t.name for _, t in topologies]
+    for n in names:
+        if names.count(n) > 1:
+            raise SchemaError(f"{where}.topologies: two topologies are named {n!r}")
+    instances: list[Instance] = []
+    graphs: dict[tuple[str, int | None], OpGraph] = {}
+    for k, model in enumerate(experiment.models):
+        for spec, topo in topologies:
+            per_device = model.batch_per_device * topo.num_devices if model.batch_per_device else None
+            cache_key = (model.name, per_device)
+            if cache_key not in graphs:
+                try:
+                    graphs[cache_key] = load_model(model, topo)
+                except (ValueError, FileNotFoundError) as exc:
+                    raise SchemaError(f"{where}.models[{k}] ({model.model}): {exc}") from None
+            instances.append(
+                Instance(f"{model.name}@{topo.name}", model.name, spec, graphs[cache_key], topo, model.model)
+            )
+    cost = cost_model or experiment.cost_model()
+    cells: list[Cell] = []
+    models = {m.name: m for m in experiment.models}
+    for inst in instances:
+        for j, entry in enumerate(experiment.methods):
+            if entry.kind == "registered":
+                method = get_method(entry.method)
+                if method.check is not None:
+                    try:
+                        method.check(entry.options, inst.graph, inst.topology)
+                    except ValueError as exc:
+                        raise SchemaError(f"{where}.methods[{j}] ({entry.name}) on {inst.id}: {exc}") from None
+            digest = _digest(
+                dataclasses.asdict(models[inst.model]), inst.topology_spec, entry.to_dict(), experiment.cost
+            )
+            for seed in experiment.seeds if entry.seeded else (None,):
+                cells.append(Cell(inst.id, entry.name, seed, digest))
+    return Prepared(experiment, tuple(instances), tuple(cells), cost)
+
+
+# ------------------------------------------------------------------------------------ running cells
+#: ``resolve(entry, model_label) -> Method``: the method a cell runs (learned ones are resolved at the edge).
+MethodResolver = Callable[[MethodEntry, str], Method]
+
+
+def resolve_registered(entry: MethodEntry, model: str) -> Method:
+    """The default :data:`MethodResolver`: registered methods only."""
+    if entry.kind != "registered":
+        raise ValueError(
+            f"method {entry.name!r} ({entry.kind}) needs the Ray edge's resolver (placement_rl.rl.compare)"
+        )
+    return get_method(entry.method)
+
+
+def measure_cell(
+    instance: Instance,
+    cell: Cell,
+    entry: MethodEntry,
+    cost_model: CostModel | None = None,
+    *,
+    resolve: MethodResolver = resolve_registered,
+    extra_options: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> MethodResult:
+    """Run one cell: its method on its instance through :func:`compare_methods`, named by its label."""
+    method = dataclasses.replace(resolve(entry, instance.source), name=entry.name)
+    options = {**entry.options, **(extra_options or {})}
+    if cell.seed is not None:
+        options["seed"] = cell.seed
+    [result] = compare_methods(
+        instance.graph,
+        instance.topology,
+        [method],
+        cost_model=cost_model,
+        options={entry.name: options} if options else None,
+        progress=progress,
+    )
+    return result
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A cell run in this process: its row and the full :class:`MethodResult` (plan and simulation)."""
+
+    cell: Cell
+    row: dict[str, Any]
+    result: MethodResult
+
+
+def measure_cells(
+    prepared: Prepared,
+    *,
+    resolve: MethodResolver = resolve_registered,
+    extra_options: Callable[[MethodEntry], Mapping[str, Any]] | None = None,
+    progress: bool = False,
+    on_result: Callable[[Measured], None] | None = None,
+) -> list[Measured]:
+    """Run every cell one after the other in this process and keep the full results (``plan`` and
+    ``evaluate``: the same cells and rows as ``compare``, no output folder). Errors propagate.
+
+    Args:
+        prepared: the experiment, checked.
+        resolve: the methods of cells.
+        extra_options: per method entry, runtime options (e.g. MCMC's ``task_map``).
+        progress: let the methods show their progress bars.
+        on_result: called with each cell as soon as it is done.
+    """
+    out = []
+    for cell in prepared.cells:
+        entry, inst = prepared.entry(cell.method), prepared.instance(cell.instance)
+        if entry.kind == "unavailable":
+            continue
+        extra = extra_options(entry) if extra_options is not None else None
+        result = measure_cell(
+            inst, cell, entry, prepared.cost_model, resolve=resolve, extra_options=extra, progress=progress
+        )
+        row = cell_row(cell, inst, result, experiment=prepared.experiment.name, note=held_out_note(entry, inst))
+        measured = Measured(cell, row, result)
+        out.append(measured)
+        if on_result is not None:
+            on_result(measured)
+    return out
+
+
+def plan_file_name(cell: Cell) -> str:
+    """Where a cell's plan goes inside the output folder (one safe path component per part)."""
+    from placement_rl.paths import safe_name
+
+    seed = "" if cell.seed is None else f"-seed{cell.seed}"
+    return f"plans/{safe_name(cell.instance)}/{safe_name(cell.method)}{seed}.json"
+
+
+def cell_row(
+    cell: Cell,
+    instance: Instance,
+    result: MethodResult | None,
+    *,
+    experiment: str = "",
+    status: str = "ok",
+    note: str = "",
+    plan_file: str | None = None,
+) -> dict[str, Any]:
+    """The one row format of ``compare``, ``plan`` and ``evaluate``: the cell, then
+    :meth:`MethodResult.row` (``None`` fields for cells that did not run)."""
+    head = {
+        "cell": cell.key,
+        "experiment": experiment,
+        "instance": instance.id,
+        "model": instance.model,
+        "graph": instance.graph.name,
+        "topology": instance.topology.name,
+        "batch_size": instance.graph.batch_size,
+        "devices": instance.topology.num_devices,
+        "method": cell.method,
+        "seed": cell.seed,
+        "status": status,
+        "note": note,
+    }
+    body: dict[str, Any]
+    if result is not None:
+        body = {k: v for k, v in result.row().items() if k not in ("instance", "method")}
+        body["dp_makespan_s"] = result.dp_makespan_s
+        body["anytime"] = [list(p) for p in result.anytime]
+    else:
+        body = dict.fromkeys(ROW_FIELDS)
+        body["anytime"] = []
+    return {**head, **body, "plan_file": plan_file, "digest": cell.digest}
+
+
+#: The fields :meth:`MethodResult.row` contributes (``None`` in rows of cells that did not run).
+ROW_FIELDS = (
+    "makespan_s",
+    "samples_per_s",
+    "speedup_over_dp",
+    "speedup_over",
+    "lower_bound_s",
+    "headroom_captured",
+    "max_peak_memory_bytes",
+    "peak_memory_bytes",
+    "comm_bytes",
+    "busiest_link_bytes",
+    "oom",
+    "oom_devices",
+    "devices_used",
+    "search_s",
+    "dp_makespan_s",
+)
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """What a cell task sends back: its row and its plan (``None`` on error)."""
+
+    row: dict[str, Any]
+    plan: Plan | None
+
+
+def execute_cell(
+    instance: Instance,
+    cell: Cell,
+    entry: MethodEntry,
+    cost_model: CostModel | None,
+    experiment: str,
+    resolve: MethodResolver = resolve_registered,
+    extra_options: Mapping[str, Any] | None = None,
+) -> CellOutcome:
+    """One cell as a task (module level, so Ray can ship it): errors become ``status: error`` rows."""
+    note = held_out_note(entry, instance)
+    try:
+        result = measure_cell(instance, cell, entry, cost_model, resolve=resolve, extra_options=extra_options)
+    except Exception as exc:  # a failed cell must not take the others down; its row says why
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        note = f"{type(exc).__name__}: {first}"
+        return CellOutcome(cell_row(cell, instance, None, experiment=experiment, status="error", note=note), None)
+    row = cell_row(cell, instance, result, experiment=experiment, note=note, plan_file=plan_file_name(cell))
+    return CellOutcome(row, result.plan)
+
+
+def held_out_note(entry: MethodEntry, instance: Instance) -> str:
+    """``held out`` for a learned method's instance whose model its training did not see."""
+    return "held out from training" if instance.source in entry.held_out_for(instance.source) else ""
+
+
+class CellRunner(Protocol):
+    """``runner(fn, args) -> iterator of (index, fn(*args[index]))`` in the order the calls finish.
+
+    A call that died outside ``fn`` (a crashed worker) comes back as its exception, and its cell's
+    row says so. The driver consumes results as they arrive and may stop early (Ctrl-C): a runner
+    that holds remote work cancels it when its iterator is closed.
+    """
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]: ...
+
+
+def serial_cells(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
+    """The default :class:`CellRunner`: one cell after the other, in this process."""
+    for k, a in enumerate(args):
+        yield k, fn(*a)
+
+
+# ------------------------------------------------------------------------------------- the driver
+@dataclass(frozen=True)
+class Report:
+    """What :func:`run_experiment` did.
+
+    Attributes:
+        out_dir: the output folder.
+        rows: the latest row of every cell of the experiment that has one, in cell order.
+        summary: the per-method summary (:func:`summarize`).
+        ran: cells computed by this call.
+        skipped: cells already finished (``resume``).
+        failed: rows of cells that failed (``status: error``).
+        files: the outputs written.
+        interrupted: whether the run stopped early (Ctrl-C).
+    """
+
+    out_dir: Path
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    ran: int
+    skipped: int
+    failed: list[dict[str, Any]]
+    files: list[Path]
+    interrupted: bool = False
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``results.jsonl``; a torn last line (the process died while writing it) is dropped
+    from the file, any other bad line is an error naming it."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    rows: list[dict[str, Any]] = []
+    good_bytes = 0
+    for k, line in enumerate(lines):
+        if not line.strip():
+            good_bytes += len(line) + (1 if k < len(lines) - 1 else 0)
+            continue
+        last = k == len(lines) - 1  # no newline after it: written partly
+        try:
+            row = loads_json(line.decode("utf-8"), f"{path}:{k + 1}")
+        except (SchemaError, UnicodeDecodeError):
+            if last:
+                break
+            raise SchemaError(f"{path}:{k + 1}: not a JSON row; expected one JSON object per line") from None
+        if last:  # a complete object without its newline: keep it, finish the line
+            with open(path, "ab") as f:
+                f.write(b"\n")
+        if not isinstance(row, dict) or "cell" not in row:
+            raise SchemaError(f"{path}:{k + 1}: expected a row object with a 'cell' key")
+        rows.append(row)
+        good_bytes += len(line) + 1
+    if good_bytes < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(good_bytes)
+    return rows
+
+
+def append_row(path: Path, row: Mapping[str, Any]) -> None:
+    """Append one row as a JSON line and flush it to disk (what ``resume`` relies on)."""
+    line = (dumps_json(row, indent=None) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_experiment(
+    prepared: Prepared,
+    out_dir: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    runner: CellRunner = serial_cells,
+    resolve: MethodResolver = resolve_registered,
+    progress: bool = True,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> Report:
+    """Run the cells that are not finished yet and write every output (see the module docstring).
+
+    Args:
+        prepared: the experiment, checked (:func:`prepare`).
+        out_dir: the output folder.
+        resume: skip the cells ``results.jsonl`` already has (same digest); without it an existing
+            ``results.jsonl`` is an error, so that no result is overwritten.
+        runner: runs the cells (:class:`CellRunner`; :func:`serial_cells` by default).
+        resolve: the methods of cells (learned ones need the edge's resolver).
+        progress: one progress bar over the cells.
+        on_row: called with each new row.
+
+    Returns:
+        The report; on Ctrl-C the outputs are written for the finished cells and ``KeyboardInterrupt``
+        propagates.
+    """
+    from placement_rl.paths import output_folder
+    from placement_rl.progress import Progress
+
+    exp = prepared.experiment
+    out = output_folder(out_dir, "--out")
+    log = out / RESULTS
+    if log.exists() and log.stat().st_size > 0 and not resume:
+        raise ValueError(f"{log} exists: pass --resume to finish that run, or choose another --out folder")
+    write_json(out / EXPERIMENT_FILE, exp.to_dict())
+    _write_graphs(out, prepared)
+    previous = read_rows(log) if resume else []
+    wanted = {c.key: c for c in prepared.cells}
+    latest: dict[str, dict[str, Any]] = {}
+    for row in previous:
+        cell = wanted.get(row["cell"])
+        if cell is not None and row.get("digest") == cell.digest:
+            latest[row["cell"]] = row
+    done = {k for k, r in latest.items() if r.get("status") in FINISHED}
+    todo = [c for c in prepared.cells if c.key not in done]
+    ran = 0
+    interrupted = False
+
+    def record(row: dict[str, Any], plan: Plan | None) -> None:
+        nonlocal ran
+        if plan is not None and row.get("plan_file"):
+            plan.to_json(out / row["plan_file"])
+        append_row(log, row)
+        latest[row["cell"]] = row
+        ran += 1
+        if on_row is not None:
+            on_row(row)
+
+    bar = Progress(len(prepared.cells), f"compare {exp.name}", "cell", enabled=progress)
+    bar.update_to(len(done))
+    tasks, cells = [], []
+    for cell in todo:
+        entry, inst = prepared.entry(cell.method), prepared.instance(cell.instance)
+        if entry.kind == "unavailable":
+            record(cell_row(cell, inst, None, experiment=exp.name, status="unavailable", note=entry.note), None)
+            bar.advance()
+            continue
+        tasks.append((inst, cell, entry, prepared.cost_model, exp.name, resolve))
+        cells.append((cell, inst))
+    results = runner(execute_cell, tasks)
+    try:
+        for k, outcome in results:
+            if isinstance(outcome, BaseException):  # the task died outside the cell (a crashed worker)
+                cell, inst = cells[k]
+                note = f"{type(outcome).__name__}: {str(outcome).splitlines()[0] if str(outcome) else ''}"
+                outcome = CellOutcome(cell_row(cell, inst, None, experiment=exp.name, status="error", note=note), None)
+            record(outcome.row, outcome.plan)
+            bar.advance(last=f"{outcome.row['method']} on {outcome.row['instance']}")
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        close = getattr(results, "close", None)
+        if callable(close):
+            close()
+        bar.close()
+        rows = [latest[c.key] for c in prepared.cells if c.key in latest]
+        files = write_outputs(out, exp, rows)
+        if interrupted:
+            print(
+                f"interrupted: {sum(r['status'] in FINISHED for r in rows)} of {len(prepared.cells)} cells "
+                f"finished, kept in {log}; run again with --resume to finish",
+                flush=True,
+            )
+    failed = [r for r in rows if r["status"] == "error"]
+    return Report(out, rows, summarize(rows), ran, len(done), failed, [log, *files], interrupted)
+
+
+def _write_graphs(out: Path, prepared: Prepared) -> None:
+    """The graph of every instance whose plans ``simulate --model`` could not rebuild from a zoo name
+    and a batch size (coarsened graphs, model options), as ``graphs/<graph name>.json``."""
+    seen: set[str] = set()
+    models = {m.name: m for m in prepared.experiment.models}
+    for inst in prepared.instances:
+        entry = models[inst.model]
+        if (entry.coarsen or entry.options) and inst.graph.name not in seen:
+            from placement_rl.paths import safe_name
+
+            seen.add(inst.graph.name)
+            path = out / "graphs" / f"{safe_name(inst.model)}-b{inst.graph.batch_size}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            inst.graph.to_json(path)
+
+
+# -------------------------------------------------------------------------------------- outputs
+def reference_names(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The data-parallel references the rows have speedups over, in :data:`DP_REFERENCES` order."""
+    found = {name for r in rows for name in (r.get("speedup_over") or {})}
+    return [n for n in DP_REFERENCES if n in found] + sorted(found - set(DP_REFERENCES))
+
+
+def csv_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    refs = reference_names(rows)
+    return [
+        "instance",
+        "model",
+        "topology",
+        "batch_size",
+        "devices",
+        "method",
+        "seed",
+        "status",
+        "makespan_s",
+        "samples_per_s",
+        *[f"speedup_over_{n}" for n in refs],
+        "lower_bound_s",
+        "headroom_captured",
+        "max_peak_memory_bytes",
+        "oom",
+        "comm_bytes",
+        "busiest_link_bytes",
+        "devices_used",
+        "search_s",
+        "plan_file",
+        "note",
+    ]
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``results.csv``: one line per row, speedups flattened to ``speedup_over_<reference>``."""
+    columns = csv_columns(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        flat = {**r, **{f"speedup_over_{n}": v for n, v in (r.get("speedup_over") or {}).items()}}
+        writer.writerow({k: ("" if flat.get(k) is None else flat.get(k)) for k in columns})
+    return buffer.getvalue()
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows as a Markdown table (milliseconds, speedups, GiB, GB, seconds)."""
+    refs = reference_names(rows)
+    labels = {"data_parallel": "vs DP", "data_parallel_per_tensor": "vs DP per-tensor"}
+    head = ["instance", "method", "seed", "ms/iter", *[labels.get(n, f"vs {n}") for n in refs]]
+    head += ["bound ms", "headroom", "peak GiB", "busiest link GB", "comm GB", "OOM", "search s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r["status"] != "ok":
+            cells = [r["instance"], r["method"], _fmt(r["seed"], "d"), f"{r['status']}: {r['note']}"]
+            cells += [""] * (len(head) - len(cells))
+        else:
+            speedups = r.get("speedup_over") or {}
+            cells = [
+                r["instance"],
+                r["method"],
+                _fmt(r["seed"], "d"),
+                f"{r['makespan_s'] * 1e3:,.2f}",
+                *[_fmt(speedups.get(n), ".2f", "x") for n in refs],
+                f"{r['lower_bound_s'] * 1e3:,.2f}",
+                _fmt(r["headroom_captured"], ".0%"),
+                f"{r['max_peak_memory_bytes'] / 2**30:.2f}",
+                f"{r['busiest_link_bytes'] / 1e9:.2f}",
+                f"{r['comm_bytes'] / 1e9:.2f}",
+                "yes" if r["oom"] else "no",
+                f"{r['search_s']:.1f}",
+            ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _per_instance(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """instance -> method -> the median-makespan row over its seeds (ok rows only)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            groups.setdefault((r["instance"], r["method"]), []).append(r)
+    out: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for (inst, method), group in groups.items():
+        ordered = sorted(group, key=lambda r: r["makespan_s"])
+        out.setdefault(inst, {})[method] = ordered[(len(ordered) - 1) // 2]
+    return out
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per method: cells, instances, the geometric-mean speedup over each data-parallel reference
+    (over instances where its plan fits; a seeded method counts its median seed), wins (instances
+    where its fitting plan is the fastest, ties shared), OOM count (cells), median headroom captured
+    and median search seconds."""
+    by_instance = _per_instance(rows)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    refs = reference_names(rows)
+    wins = dict.fromkeys(methods, 0)
+    for per_method in by_instance.values():
+        fitting = {m: r["makespan_s"] for m, r in per_method.items() if not r["oom"]}
+        if fitting:
+            best = min(fitting.values())
+            for m, makespan in fitting.items():
+                if makespan <= best * (1 + 1e-9):
+                    wins[m] += 1
+    summary = []
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m]
+        medians = [per[m] for per in by_instance.values() if m in per]
+        fits = [r for r in medians if not r["oom"]]
+        entry: dict[str, Any] = {
+            "method": m,
+            "cells": len(mine),
+            "ok": sum(r["status"] == "ok" for r in mine),
+            "unavailable": sum(r["status"] == "unavailable" for r in mine),
+            "errors": sum(r["status"] == "error" for r in mine),
+            "instances": len(medians),
+            "instances_fit": len(fits),
+        }
+        for n in refs:
+            values = [r["speedup_over"][n] for r in fits if n in (r.get("speedup_over") or {})]
+            entry[f"geomean_speedup_over_{n}"] = (
+                math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+            )
+        headrooms = [r["headroom_captured"] for r in fits if r["headroom_captured"] is not None]
+        entry["wins"] = wins[m]
+        entry["oom_cells"] = sum(bool(r["oom"]) for r in mine if r["status"] == "ok")
+        entry["median_headroom_captured"] = statistics.median(headrooms) if headrooms else None
+        searches = [r["search_s"] for r in mine if r["status"] == "ok"]
+        entry["median_search_s"] = statistics.median(searches) if searches else None
+        summary.append(entry)
+    return summary
+
+
+def summary_markdown(summary: Sequence[Mapping[str, Any]]) -> str:
+    """The per-method summary as a Markdown table."""
+    refs = [k[len("geomean_speedup_over_") :] for k in (summary[0] if summary else {}) if k.startswith("geomean_")]
+    labels = {"data_parallel": "geomean vs DP", "data_parallel_per_tensor": "geomean vs DP per-tensor"}
+    head = ["method", "instances (fit)", *[labels.get(n, f"geomean vs {n}") for n in refs]]
+    head += ["wins", "OOM cells", "median headroom", "median search s", "not run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summary:
+        not_run = []
+        if s["unavailable"]:
+            not_run.append(f"{s['unavailable']} unavailable")
+        if s["errors"]:
+            not_run.append(f"{s['errors']} errors")
+        cells = [
+            s["method"],
+            f"{s['instances']} ({s['instances_fit']})",
+            *[_fmt(s[f"geomean_speedup_over_{n}"], ".2f", "x") for n in refs],
+            s["wins"],
+            s["oom_cells"],
+            _fmt(s["median_headroom_captured"], ".0%"),
+            _fmt(s["median_search_s"], ".1f"),
+            ", ".join(not_run) or "-",
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, experiment: Experiment, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Write ``results.csv``, ``results.md``, ``summary.csv``, ``summary.md`` and the PNGs from ``rows``."""
+    summary = summarize(rows)
+    files = [out / CSV_FILE, out / MARKDOWN, out / SUMMARY_CSV, out / SUMMARY_MD]
+    _write_text(files[0], csv_text(rows))
+    title = f"# {experiment.name}\n\n" + (f"{experiment.description.strip()}\n\n" if experiment.description else "")
+    _write_text(files[1], title + markdown_table(rows) + "\n" + summary_markdown(summary))
+    buffer = io.StringIO()
+    if summary:
+        writer = csv.DictWriter(buffer, list(summary[0]), lineterminator="\n")
+        writer.writeheader()
+        for s in summary:
+            writer.writerow({k: ("" if v is None else v) for k, v in s.items()})
+    _write_text(files[2], buffer.getvalue())
+    _write_text(files[3], summary_markdown(summary))
+    ok = [r for r in rows if r["status"] == "ok"]
+    if ok:
+        files.append(speedup_png(ok, out / SPEEDUP_PNG, title=f"{experiment.name}: speedup over data parallelism"))
+        files.append(anytime_png(ok, out / ANYTIME_PNG, title=f"{experiment.name}: best makespan vs search time"))
+    return files
+
+
+#: The most instances the PNGs draw one by one (bars, anytime panels); more become a heat map / the first ones.
+MAX_BAR_INSTANCES, MAX_ANYTIME_PANELS = 24, 12
+
+
+def speedup_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") -> Path:
+    """Speedup over data parallelism per instance and method: grouped bars (hatched: does not fit),
+    or a heat map for many instances. A seeded method shows its median seed."""
+    import numpy as np
+
+    from placement_rl.plots import pyplot, save_png
+
+    plt = pyplot()
+    by_instance = _per_instance(rows)
+    instances = list(by_instance)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    values = np.full((len(instances), len(methods)), np.nan)
+    oom = np.zeros_like(values, dtype=bool)
+    for i, inst in enumerate(instances):
+        for j, m in enumerate(methods):
+            r = by_instance[inst].get(m)
+            if r is not None:
+                values[i, j], oom[i, j] = r["speedup_over_dp"], r["oom"]
+    if len(instances) <= MAX_BAR_INSTANCES:
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(instances) * max(1, len(methods)) / 3 + 2), 4.5))
+        width = 0.8 / max(len(methods), 1)
+        x = np.arange(len(instances))
+        for j, m in enumerate(methods):
+            bars = ax.bar(x + (j - (len(methods) - 1) / 2) * width, np.nan_to_num(values[:, j]), width, label=m)
+            for bar, bad in zip(bars, oom[:, j], strict=True):
+                if bad:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.5)
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(
+            x, instances, rotation=30 if len(instances) > 3 else 0, ha="right" if len(instances) > 3 else "center"
+        )
+        ax.set_ylabel("speedup over data parallelism (x)")
+        ax.legend(fontsize="small", ncols=min(len(methods), 4))
+    else:
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(methods) + 2), max(4.0, 0.2 * len(instances) + 1.5)))
+        logv = np.log2(np.where(values > 0, values, np.nan))
+        limit = float(np.nanmax(np.abs(logv))) if np.isfinite(logv).any() else 1.0
+        image = ax.imshow(logv, aspect="auto", cmap="RdBu", vmin=-limit, vmax=limit)
+        ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+        ax.set_yticks(range(len(instances)), instances, fontsize="x-small")
+        bar = fig.colorbar(image, ax=ax)
+        bar.set_label("log2 speedup over data parallelism")
+    return save_png(fig, path, title)
+
+
+def anytime_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") -> Path:
+    """Best-found makespan against search time per method, one panel per instance (the first
+    :data:`MAX_ANYTIME_PANELS`): a search's trace as a step line per seed, a method without a trace
+    as a point at (search seconds, makespan); dashed: data parallelism, dotted: the compute bound."""
+    from placement_rl.plots import pyplot, save_png
+
+    plt = pyplot()
+    instances = list(dict.fromkeys(r["instance"] for r in rows))[:MAX_ANYTIME_PANELS]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    colors = {m: f"C{k % 10}" for k, m in enumerate(methods)}
+    cols = min(len(instances), 3)
+    nrows = math.ceil(len(instances) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), squeeze=False)
+    for ax, inst in zip(axes.flat, instances, strict=False):
+        mine = [r for r in rows if r["instance"] == inst]
+        labelled: set[str] = set()
+        for r in mine:
+            label = None if r["method"] in labelled else r["method"]
+            labelled.add(r["method"])
+            trace = r.get("anytime") or []
+            if trace:
+                xs = [max(t, 1e-3) for t, _ in trace]
+                ys = [c * 1e3 for _, c in trace]
+                ax.step(xs, ys, where="post", color=colors[r["method"]], label=label, alpha=0.8)
+            else:
+                ax.plot(
+                    [max(r["search_s"], 1e-3)],
+                    [r["makespan_s"] * 1e3],
+                    marker="x" if r["oom"] else "o",
+                    linestyle="none",
+                    color=colors[r["method"]],
+                    label=label,
+                )
+        ax.axhline(mine[0]["dp_makespan_s"] * 1e3, color="black", linestyle="--", linewidth=0.8)
+        ax.axhline(mine[0]["lower_bound_s"] * 1e3, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_title(inst, fontsize="small")
+        ax.set_xlabel("search s")
+        ax.set_ylabel("best makespan ms")
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(instances) :]:
+        ax.set_visible(False)
+    return save_png(fig, path, title)
