@@ -98,8 +98,10 @@ def int_list(text: str) -> list[int]:
 
 def name_list(text: str) -> list[str]:
     """Comma-separated names (``lenet,resnet50``)."""
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    return names or _fail(text, "a comma-separated list of names")
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        return _fail(text, "a comma-separated list of names, none empty")
+    return names
 
 
 def method_list(text: str) -> list[str]:

@@ -66,7 +66,7 @@ from typing import Any
 
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, Shape
-from placement_rl.io import as_float, as_list, as_str, check_header, check_keys, read_json, write_json
+from placement_rl.io import as_float, as_int, as_list, as_str, check_header, check_keys, read_json, write_json
 from placement_rl.ops import OP_KINDS
 from placement_rl.topology.core import COMPUTE_DTYPES, Device
 
@@ -171,16 +171,19 @@ class ProfileTable:
             where = f"profile.entries[{i}]"
             check_keys(e, where, {"device_type", "op_type", "output_shape", "param_bytes", "forward_s", "backward_s"})
             shape = tuple(as_list(e["output_shape"], f"{where}.output_shape"))
-            if not all(isinstance(d, int) and d >= 0 for d in shape):
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
                 raise SchemaError(f"{where}.output_shape: expected non-negative integers, got {list(shape)}")
             times = [as_float(e[k], f"{where}.{k}") for k in ("forward_s", "backward_s")]
             if any(t < 0 or not math.isfinite(t) for t in times):
                 raise SchemaError(f"{where}: times must be finite and non-negative, got {times}")
+            param_bytes = as_int(e["param_bytes"], f"{where}.param_bytes")
+            if param_bytes < 0:
+                raise SchemaError(f"{where}.param_bytes = {param_bytes}; expected bytes >= 0")
             key = (
                 as_str(e["device_type"], f"{where}.device_type"),
                 as_str(e["op_type"], f"{where}.op_type"),
                 shape,
-                int(e["param_bytes"]),
+                param_bytes,
             )
             entries[key] = ProfileEntry(*times)
         return cls(entries, str(document.get("device", "")))
