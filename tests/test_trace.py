@@ -252,7 +252,7 @@ def test_oom_detected_from_memory_even_if_not_listed() -> None:
     assert not any(lab.oom for lab in trace._lane_labels(r))
 
 
-def test_gantt_figure_colours_oom_tick_red_and_draws_critical_outlines() -> None:
+def test_gantt_figure_colours_oom_tick_red_and_marks_the_critical_path() -> None:
     from matplotlib.colors import to_rgba
 
     fig = trace._gantt_figure(_result())
@@ -264,18 +264,32 @@ def test_gantt_figure_colours_oom_tick_red_and_draws_critical_outlines() -> None
     assert "ms" in ax.get_xlabel()
     # the first row (lane 0) is on top
     assert ax.get_ylim()[0] > ax.get_ylim()[1]
-    outlined = [c for c in ax.collections if len(c.get_facecolors()) == 0 or np.allclose(c.get_facecolors()[:, 3], 0)]
-    assert sum(len(c.get_paths()) for c in outlined) == sum(t[6] for t in TASKS)
+    # critical tasks get a black strip along the top of their bar (no outline hides the bar's colour)
+    strips = [
+        c for c in ax.collections if len(c.get_facecolors()) and np.allclose(c.get_facecolors()[0], to_rgba("black"))
+    ]
+    assert sum(len(c.get_paths()) for c in strips) == sum(t[6] for t in TASKS)
+    for c in strips:
+        for p in c.get_paths():
+            assert p.get_extents().height == pytest.approx(0.8 * trace._CRITICAL_STRIP)
+    assert not [c for c in ax.collections if len(c.get_facecolors()) == 0]  # no outline-only bars
     legend_texts = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert {"forward", "backward", "transfer", "gradient_transfer", "critical path"} <= legend_texts
+    assert {"forward", "backward", "transfer", "gradient_transfer", "critical path (black strip)"} <= legend_texts
     assert any(t.startswith("makespan") for t in legend_texts)
 
 
 def test_gantt_draws_only_the_longest_tasks_beyond_max_tasks() -> None:
+    from matplotlib.colors import to_rgba
+
     fig = trace._gantt_figure(_result(), max_tasks=2)
     ax = fig.axes[0]
     assert "showing the 2 longest of 8 tasks" in ax.get_title()
-    filled = [c for c in ax.collections if len(c.get_facecolors()) and c.get_facecolors()[0, 3] > 0]
+    black = to_rgba("black")
+    filled = [
+        c
+        for c in ax.collections
+        if len(c.get_facecolors()) and c.get_facecolors()[0, 3] > 0 and not np.allclose(c.get_facecolors()[0], black)
+    ]  # the task bars, not the critical-path strips on them
     widths = sorted(float(p.get_extents().width) for c in filled for p in c.get_paths())
     assert len(widths) == 2
     assert widths == pytest.approx([3.0, 3.0])  # the two 3 ms backward tasks
@@ -359,3 +373,20 @@ def test_gantt_rows_show_each_link_directions_utilization(tmp_path: Path) -> Non
 def test_circuit_traces_keep_one_thread_per_lane() -> None:
     doc = trace.chrome_trace(_fan_out_result("circuit"))
     assert not [e for e in _meta(doc, "thread_name") if "#" in e["args"]["name"]]  # a circuit never overlaps
+
+
+def test_idle_devices_are_empty_rows() -> None:
+    from placement_rl.graph import Op, OpGraph
+    from placement_rl.plan import OpConfig, Plan
+    from placement_rl.sim import simulate
+    from placement_rl.topology import load_preset
+
+    topo = load_preset("trinity")  # 4 GPUs; the plan uses one
+    graph = OpGraph("one", [Op("fc", "linear", ((8, 8),), forward_flops=1e6, backward_flops=2e6)], [])
+    plan = Plan("one", {"fc": OpConfig.make(topo.devices[0].name)})
+    result = simulate(graph, topo, plan)
+    labels = trace._lane_labels(result)
+    device_rows = [lab.text for lab in labels if lab.lane < topo.num_devices]
+    assert device_rows == [topo.devices[0].name] + [f"{d.name} (idle)" for d in topo.devices[1:]]
+    ticks = [t.get_text() for t in trace._gantt_figure(result).axes[0].get_yticklabels()]
+    assert ticks[: topo.num_devices] == device_rows

@@ -27,6 +27,10 @@ __all__ = ["chrome_trace", "write_chrome_trace", "gantt_png"]
 
 _US_PER_S = 1e6
 _MS_PER_S = 1e3
+#: Devices up to which idle ones get an empty Gantt row (beyond, only busy or OOM devices are drawn).
+MAX_IDLE_ROWS = 64
+#: Height of the critical-path strip as a share of a Gantt bar (drawn along the bar's top).
+_CRITICAL_STRIP = 0.22
 _GIB = float(1 << 30)
 
 #: Colour per task kind (index into :data:`TASK_KINDS`), from matplotlib's ``tab10``.
@@ -401,9 +405,10 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
     Args:
         result: the simulation result.
         lanes: lane indices to label; by default, in lane order (devices first, then links), every
-            device with a drawable task (finite times) or that is OOM, and every link direction with a
-            drawable task of positive duration or that carried bytes (links that only carry
-            zero-duration tasks would be empty rows).
+            device (an idle one as an empty row labelled ``(idle)``, up to :data:`MAX_IDLE_ROWS`
+            devices in all; beyond that only devices with a drawable task or OOM), and every link
+            direction with a drawable task of positive duration or that carried bytes (links that
+            only carry zero-duration tasks would be empty rows).
 
     Returns:
         One :class:`_LaneLabel` per row.
@@ -417,6 +422,8 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
         used = set(np.unique(tasks.lane[drawable & (tasks.lane < num_devices)]).tolist())
         used |= set(np.unique(tasks.lane[positive]).tolist())
         used |= {d for d in oom if d < num_devices}
+        if num_devices <= MAX_IDLE_ROWS:
+            used |= set(range(num_devices))
         used |= {d.lane for d in _directions(result)}
         lanes = sorted(used)
     by_lane = {d.lane: d for d in _directions(result)}
@@ -430,7 +437,9 @@ def _lane_labels(result: SimResult, lanes: list[int] | None = None) -> list[_Lan
             peak_gib = peak[lane] / _GIB if lane < peak.size else float("nan")
             cap_gib = cap[lane] / _GIB if lane < cap.size else float("nan")
             memory = f"{peak_gib:.2f} / {cap_gib:.2f} GiB" + (" OOM" if is_oom else "")
-            labels.append(_LaneLabel(lane, f"{name} (OOM)" if is_oom else name, memory, is_oom))
+            idle = not bool(np.any(tasks.lane == lane))
+            text = f"{name} (OOM)" if is_oom else f"{name} (idle)" if idle else name
+            labels.append(_LaneLabel(lane, text, memory, is_oom))
         elif lane in by_lane:
             d = by_lane[lane]
             labels.append(
@@ -503,17 +512,17 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
             edgecolors="none",
             linewidth=0,
         )
-    if crit_sel.any():
+    if crit_sel.any():  # a black strip along the top of each critical bar: the bar's colour stays visible
         crit_idx = np.flatnonzero(crit_sel)
         crit_lanes = lane_sel[crit_idx]
         for lane in np.unique(crit_lanes).tolist():
             sel = crit_idx[crit_lanes == lane]
             ax.broken_barh(
                 np.column_stack((start_ms[sel], width_ms[sel])),  # type: ignore[arg-type]  # (N, 2) is accepted
-                (row_of_lane[lane] - bar_height / 2, bar_height),
-                facecolors="none",
-                edgecolors="black",
-                linewidth=0.9,
+                (row_of_lane[lane] - bar_height / 2, bar_height * _CRITICAL_STRIP),
+                facecolors="black",
+                edgecolors="none",
+                linewidth=0,
             )
 
     handles: list[Any] = [
@@ -524,7 +533,7 @@ def _gantt_figure(result: SimResult, *, title: str = "", max_tasks: int = 200_00
         for k in sorted(kinds_present)
     ]
     if crit_sel.any():
-        handles.append(Patch(facecolor="none", edgecolor="black", linewidth=0.9, label="critical path"))
+        handles.append(Patch(facecolor="black", label="critical path (black strip)"))
     # each link direction's utilization over time, as a grey area rising from the row's bottom
     drawn = False
     for direction in _directions(result):
@@ -595,9 +604,10 @@ def gantt_png(
 ) -> None:
     """Write a Gantt chart of the iteration as a PNG.
 
-    One row per lane that has tasks (devices first, then link directions, top to bottom), bars coloured
+    One row per device and per link direction that carried anything (top to bottom), bars coloured
     by task kind with a legend, the x axis in milliseconds, the makespan as a dashed vertical line and
-    critical-path tasks outlined in black. Device rows show peak / capacity memory in GiB on the right;
+    critical-path tasks marked by a black strip along their top (the bar's colour stays visible);
+    idle devices as empty rows labelled ``(idle)``. Device rows show peak / capacity memory in GiB on the right;
     OOM devices are marked ``(OOM)`` and red in the y tick labels. The figure grows 0.3 in per row, up to
     40 in, with the font shrinking when rows get thin.
 
