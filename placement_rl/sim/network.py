@@ -333,6 +333,15 @@ class Network:
         """How many source devices have their routes built."""
         return self._rows
 
+    def _reserve(self, rows: int) -> None:
+        """Room for ``rows`` sources' routes (at least double the current room when growing)."""
+        D = self.num_devices
+        if rows * D > self._bw.shape[0]:
+            size = min(max(rows, 2 * self._bw.shape[0] // D), D) * D  # never more than every source
+            self._bw, self._lat, self._len, self._kind, self._start = (
+                _grown(arr, size) for arr in (self._bw, self._lat, self._len, self._kind, self._start)
+            )
+
     def _build_source(self, a: int) -> None:
         """Build every route from device ``a`` into a new row."""
         D = self.num_devices
@@ -349,11 +358,7 @@ class Network:
             self._link_bw,
         )
         row = self._rows
-        if (row + 1) * D > self._bw.shape[0]:
-            rows = max(2 * self._rows, 1)
-            self._bw, self._lat, self._len, self._kind, self._start = (
-                _grown(arr, rows * D) for arr in (self._bw, self._lat, self._len, self._kind, self._start)
-            )
+        self._reserve(row + 1)
         if self._dirs_used + dirs.shape[0] > self._dirs.shape[0]:
             self._dirs = _grown(self._dirs, max(2 * self._dirs.shape[0], self._dirs_used + dirs.shape[0]))
         at = slice(row * D, (row + 1) * D)
@@ -374,7 +379,9 @@ class Network:
         src = pairs // D
         missing = src[self._row[src] < 0]
         if missing.size:
-            for a in np.unique(missing).tolist():
+            missing = np.unique(missing)
+            self._reserve(self._rows + missing.shape[0])
+            for a in missing.tolist():
                 self._build_source(a)
         return self._row[src] * D + pairs % D
 
@@ -535,36 +542,42 @@ class Network:
 
     def _build(self, name: str, phases: list[_Phase]) -> Collective:
         D = self.num_devices
-        latency, ptr, fractions, dirs, flow_ptr = [], [0], [], [], [0]
+        latency: list[float] = []
+        ptr, flow_ptr = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
+        fractions: list[np.ndarray] = []
+        dirs: list[np.ndarray] = []
+        flows = used = 0
         seconds_per_byte = 0.0
         for lat, hops in phases:
-            if hops:
-                crosses = self.lengths([a * D + b for a, b, _ in hops]) > 0
-                hops = [h for h, keep in zip(hops, crosses.tolist(), strict=True) if keep]
-            routes = [self.route_dirs_of(a, b) for a, b, _ in hops]
+            pairs = np.array([a * D + b for a, b, _ in hops], dtype=np.int64)
+            fraction = np.array([f for _, _, f in hops], dtype=np.float64)
+            if pairs.size:
+                crosses = self.lengths(pairs) > 0
+                pairs, fraction = pairs[crosses], fraction[crosses]
+            route_dirs, lengths = self.gather(pairs)
             latency.append(lat)
-            ptr.append(ptr[-1] + len(hops))
-            for (_, _, fraction), route in zip(hops, routes, strict=True):
-                fractions.append(fraction)
-                dirs.extend(route.tolist())
-                flow_ptr.append(len(dirs))
-            if hops:
-                lengths = [len(r) for r in routes]
+            flows += pairs.shape[0]
+            ptr.append(np.array([flows], dtype=np.int64))
+            fractions.append(fraction)
+            dirs.append(route_dirs)
+            flow_ptr.append(used + np.cumsum(lengths))
+            used += route_dirs.shape[0]
+            if pairs.size:
                 seconds_per_byte += float(
                     _kernels.drain(
-                        np.array([f for _, _, f in hops], dtype=np.float64),
+                        fraction,
                         np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-                        np.concatenate(routes).astype(np.int64),
+                        route_dirs.astype(np.int64),
                         self.capacity,
                     )
                 )
         found = Collective(
             name,
             np.array(latency, dtype=np.float64),
-            np.array(ptr, dtype=np.int64),
-            np.array(fractions, dtype=np.float64),
-            np.array(flow_ptr, dtype=np.int64),
-            np.array(dirs, dtype=np.int64),
+            np.concatenate(ptr).astype(np.int64),
+            np.concatenate(fractions).astype(np.float64) if fractions else np.zeros(0),
+            np.concatenate(flow_ptr).astype(np.int64),
+            np.concatenate(dirs).astype(np.int64) if dirs else np.zeros(0, np.int64),
             float(sum(latency)),
             seconds_per_byte,
         )
