@@ -112,9 +112,27 @@ def _eager_routes(topology: DeviceTopology) -> list[tuple[list[int], float, floa
     return out
 
 
-@pytest.mark.parametrize("spec", [*preset_names(), "random:0", "random:7", "random:1000003"])
+def _tied_mesh(seed: int) -> DeviceTopology:
+    """Devices on a ring of switches with chords, few distinct bandwidths and one latency: many routes
+    tie on bandwidth, latency and hops, so the name order decides (names shuffled against the order
+    of the nodes)."""
+    rng = np.random.default_rng(seed)
+    switches = [f"s{k}" for k in rng.permutation(12)]
+    devices = [Device(f"d{k}", "test-gpu", f"m{k % 3}", 1e12, 2**34, 1e12) for k in rng.permutation(8)]
+    links = [Link(switches[k], switches[(k + 1) % 12], 10e9, 1e-6, "infiniband") for k in range(12)]
+    for _ in range(8):
+        u, v = rng.choice(12, 2, replace=False)
+        links.append(Link(switches[u], switches[v], float(rng.choice([5e9, 10e9])), 1e-6, "ethernet"))
+    links += [Link(d.name, switches[int(rng.integers(12))], 10e9, 1e-6, "pcie") for d in devices]
+    return DeviceTopology(f"tied-mesh-{seed}", devices, links, switches)
+
+
+_ROUTE_CASES = [*preset_names(), "random:0", "random:7", "random:1000003", "tied-mesh:0", "tied-mesh:1"]
+
+
+@pytest.mark.parametrize("spec", _ROUTE_CASES)
 def test_lazy_routes_equal_the_topology_routes(spec: str) -> None:
-    topology = resolve_topology(spec)
+    topology = _tied_mesh(int(spec.split(":")[1])) if spec.startswith("tied-mesh") else resolve_topology(spec)
     net = Network(topology)
     D = topology.num_devices
     pairs = np.random.default_rng(0).permutation(D * D)  # any order of first use builds the same routes
