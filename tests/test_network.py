@@ -10,7 +10,14 @@ from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.rescheduling import _Comm
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.network import NETWORK_MODELS, Network, drain_time_s, max_min_rates, network
+from placement_rl.sim.network import (
+    NETWORK_MODELS,
+    PAIR_MODEL_MAX_DEVICES,
+    Network,
+    drain_time_s,
+    max_min_rates,
+    network,
+)
 from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import Device, DeviceTopology, Link, preset_names, resolve_topology
@@ -448,3 +455,16 @@ def test_unknown_network_model_and_negative_bucket_are_refused() -> None:
     with pytest.raises(ValueError, match=r"bucket_bytes = 2.5"):
         CostModel(bucket_bytes=2.5)  # type: ignore[arg-type]
     assert set(NETWORK_MODELS) == {"flow", "circuit", "pairwise"}
+
+
+def test_pairwise_model_refuses_topologies_past_its_limit() -> None:
+    n = PAIR_MODEL_MAX_DEVICES + 1
+    devices = [Device(f"g{k}", "test-gpu", f"m{k // 8}", 1e12, 2**34, 1e12) for k in range(n)]
+    topo = DeviceTopology("big", devices, [Link(d.name, "sw", PCIE_BW, PCIE_LAT, "pcie") for d in devices], ["sw"])
+    graph = _one_layer(10**6)
+    with pytest.raises(ValueError, match=r"'pairwise' keeps a connection per device pair: topology 'big' has 2,049"):
+        SimContext(graph, topo, CostModel(network="pairwise"))
+    # the other models build routes only from the devices the plan uses
+    ctx = SimContext(graph, topo, CostModel(network="flow"))
+    result = ctx.simulate(Plan("fc", {"fc": OpConfig.make(["g0", "g9"], {"sample": 2})}))
+    assert result.makespan_s > 0 and ctx.network.sources_built == 2

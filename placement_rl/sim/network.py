@@ -123,6 +123,11 @@ register_network_model(
 )
 register_network_model(NetworkModel("pairwise", "a dedicated connection per device pair (FlexFlow A2)", False, "pair"))
 
+#: The most devices a topology may have under a model that ``holds`` a ``"pair"`` connection: the
+#: simulator keeps one resource per ordered device pair (``D**2``; 2,048 devices: 4.2 million, about
+#: 170 MB of scheduler state), where the other models' cost follows the devices a plan uses.
+PAIR_MODEL_MAX_DEVICES = 2048
+
 
 # ------------------------------------------------------------------------------------ max-min sharing
 def max_min_rates(
@@ -624,6 +629,7 @@ def network(topology: DeviceTopology) -> Network:
 
 __all__ = [
     "NETWORK_MODELS",
+    "PAIR_MODEL_MAX_DEVICES",
     "Collective",
     "Network",
     "NetworkModel",

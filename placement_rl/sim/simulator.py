@@ -539,8 +539,15 @@ class SimContext:
             name for link in topology.links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
         )
         self._capacity = np.array([d.memory_bytes for d in devices], dtype=np.float64)
-        self.network = _network.network(topology)
         self.model = _network.network_model(self.cost.network)
+        if self.model.holds == "pair" and D > _network.PAIR_MODEL_MAX_DEVICES:
+            raise ValueError(
+                f"network model {self.model.name!r} keeps a connection per device pair: topology "
+                f"{topology.name!r} has {D:,} devices ({D * D:,} pairs); it supports up to "
+                f"{_network.PAIR_MODEL_MAX_DEVICES:,} devices (use 'flow' or 'circuit', whose cost follows the "
+                f"devices a plan uses)"
+            )
+        self.network = _network.network(topology)
         # the simulator's resources are devices, then link directions (direction d is resource D + d),
         # then under ``pairwise`` one dedicated connection per ordered device pair (pair p: D + 2L + p)
         self._pair_res_base = self.num_resources
