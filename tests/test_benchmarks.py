@@ -82,6 +82,20 @@ def test_simulator(run: Run) -> None:
     assert rows[2]["memory MiB"] == "-"
 
 
+def test_scale(run: Run) -> None:
+    argv = ["--machines", "4", "--gpus-per-machine", "2", "--plan-gpus", "2", "--model", "lenet"]
+    rows = _table(run("scale", *argv, "--batch-per-gpu", "2", "--repeats", "1", "--same-process"))
+    assert [r["case"] for r in rows] == [
+        "lenet data parallel on 2 GPUs, batch 4",
+        "lenet data parallel on all 8 GPUs, batch 16",
+    ]
+    # routes are built from the plan's devices only: 2 of the 8 sources, then all 8
+    assert [_number(r["routes from"]) for r in rows] == [2, 8]
+    for row in rows:
+        assert _number(row["tasks"]) > 0 and _number(row["ms/iter"]) > 0 and _number(row["peak RSS MiB"]) > 0
+        assert _number(row["wall s"]) >= 0 and _number(row["cpu s"]) >= 0
+
+
 def test_search_delta_and_speedup(run: Run) -> None:
     (delta,) = _table(run("search", "delta", "--models", "lenet", "--gpus", "4", "--proposals", "5"))
     assert (delta["model"], delta["GPUs"]) == ("lenet", "4") and _number(delta["tasks (DP)"]) > 0

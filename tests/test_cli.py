@@ -13,7 +13,7 @@ from placement_rl import zoo
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
 from placement_rl.plan import Plan, data_parallel, single_device
-from placement_rl.sim.cost import CostModel, ProfileTable
+from placement_rl.sim.cost import CostModel, ProfileEntry, ProfileTable
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, load_preset, preset_names
 
@@ -186,6 +186,19 @@ def test_profile_writes_a_table_the_simulator_uses(tmp_path, capsys) -> None:  #
     entry = table.lookup("CPU", "conv2d", conv.output_shapes[0], conv.param_bytes)
     k = graph.index(conv.name)
     assert entry is not None and measured.tasks.end_s[k] - measured.tasks.start_s[k] == pytest.approx(entry.forward_s)
+
+
+def test_profile_for_other_gpus_is_an_error_naming_both(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "v100.json"
+    ProfileTable({("V100-SXM2-32GB", "relu", (8, 4), 0): ProfileEntry(1e-4, 1e-4)}).to_json(path)
+    common = ["--model", "lenet", "--topology", "trinity", "--profile", str(path)]
+    simulate = ["simulate", *common, "--plan", "data_parallel"]
+    for argv in (simulate, ["plan", *common, "--methods", "data_parallel", "--out-dir", str(tmp_path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--profile {path}: none of its 1 entries" in err, err
+        assert "['V100-SXM2-32GB']" in err and "topology 'trinity' has ['P100-PCIE-12GB']" in err
+    assert not list(tmp_path.glob("*.png"))  # refused before any method ran
 
 
 def test_search_mcmc_writes_the_best_plan(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -49,6 +49,23 @@ def test_profile_overrides_exact_shape_then_scaled_whole_op() -> None:
     assert cost.task_times_s(_op(1e9, 0), 1.0, (8, 4), 64, "T4", 1e12, 1e12)[0] == pytest.approx(1e9 / (1e12 * 0.55))
 
 
+def test_profile_matching_no_device_type_is_refused() -> None:
+    table = ProfileTable(
+        {
+            ("V100", "conv2d", (8, 4), 64): ProfileEntry(1e-3, 3e-3),
+            ("T4", "conv2d", (8, 4), 64): ProfileEntry(2e-3, 6e-3),
+            ("T4", "relu", (8, 4), 0): ProfileEntry(1e-4, 1e-4),
+        }
+    )
+    assert table.device_types() == ("T4", "V100")
+    assert table.check_matches({"T4", "H100"}) == 2
+    with pytest.raises(ValueError) as error:
+        table.check_matches(["H100-SXM5-80GB"], "--profile p.json", "topology 'h100-2x8'")
+    message = str(error.value)
+    assert "--profile p.json: none of its 3 entries" in message
+    assert "['T4', 'V100']" in message and "topology 'h100-2x8' has ['H100-SXM5-80GB']" in message
+
+
 def test_comm_table_interpolates_in_log_size() -> None:
     table = CommTable({"p2p/pcie": [(2**10, 1e9), (2**20, 9e9)]})
     assert table.bandwidth("p2p/pcie", 2**15) == pytest.approx(5e9)  # halfway in log2

@@ -10,10 +10,17 @@ from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.rescheduling import _Comm
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.network import NETWORK_MODELS, Network, drain_time_s, max_min_rates, network
+from placement_rl.sim.network import (
+    NETWORK_MODELS,
+    PAIR_MODEL_MAX_DEVICES,
+    Network,
+    drain_time_s,
+    max_min_rates,
+    network,
+)
 from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.sim.simulator import SimContext, simulate
-from placement_rl.topology import Device, DeviceTopology, Link
+from placement_rl.topology import Device, DeviceTopology, Link, preset_names, resolve_topology
 
 NVLINK_BW, PCIE_BW, IB_BW = 50e9, 10e9, 5e9
 NVLINK_LAT, PCIE_LAT, IB_LAT = 1e-6, 2e-6, 5e-6
@@ -54,31 +61,97 @@ def test_routes_are_link_directions_in_path_order() -> None:
     assert net.route_dirs_of(0, 1).tolist() == [0]  # NVLink, not through the NIC
     assert net.route_dirs_of(1, 0).tolist() == [1]
     pair = 0 * 4 + 2
-    assert net.route_bw[pair] == IB_BW
-    assert net.route_lat[pair] == pytest.approx(CROSS_LAT)
-    assert net.route_kind[pair] == "infiniband"
-    assert net.route_kind[0 * 4 + 1] == "nvlink"
-    assert net.kind_names == ("infiniband", "nvlink")
-    assert net.route_kind_id[pair] == 0 and net.route_kind_id[1] == 1
+    assert net.bandwidths([pair]).tolist() == [IB_BW]
+    assert net.latencies([pair])[0] == pytest.approx(CROSS_LAT)
+    assert net.kind(pair) == "infiniband"
+    assert net.kind(0 * 4 + 1) == "nvlink"
+    assert net.kind_names == ("infiniband", "nvlink", "pcie")  # the kinds of the topology's links
+    assert net.kind_ids([pair, 1]).tolist() == [0, 1]
 
 
-def test_route_arrays_are_consistent_csr() -> None:
+def test_route_queries_are_consistent() -> None:
     net = Network(_two_machines())
     D = net.num_devices
-    for a in range(D):
-        pair = a * D + a
-        assert (net.route_bw[pair], net.route_lat[pair], net.route_kind[pair]) == (np.inf, 0.0, "")
-        assert net.route_len[pair] == 0 and net.route_kind_id[pair] == -1
+    diagonal = np.arange(D) * (D + 1)
+    assert net.bandwidths(diagonal).tolist() == [np.inf] * D and net.latencies(diagonal).tolist() == [0.0] * D
+    assert net.lengths(diagonal).tolist() == [0] * D and net.kind_ids(diagonal).tolist() == [-1] * D
+    assert net.kind(0) == ""
+    every = np.arange(D * D)
+    dirs, lengths = net.gather(every)
+    ptr = np.concatenate(([0], np.cumsum(lengths)))
     for pair in range(D * D):
-        segment = net.route_dirs[net.route_ptr[pair] : net.route_ptr[pair + 1]]
+        segment = dirs[ptr[pair] : ptr[pair + 1]]
         assert segment.tolist() == net.route_dirs_of(pair // D, pair % D).tolist()
-        assert len(segment) == net.route_len[pair]
+    assert lengths.tolist() == net.lengths(every).tolist()
     # 4 same-machine pairs cross one NVLink; 8 cross-machine pairs cross three links
-    assert int(net.route_len.sum()) == 4 * 1 + 8 * 3
+    assert int(lengths.sum()) == 4 * 1 + 8 * 3
     dirs, lengths = net.gather(np.array([2, 1, 5]))  # g0 -> g2, g0 -> g1, g1 -> g1
     assert dirs.tolist() == [4, 12, 9, 0] and lengths.tolist() == [3, 1, 0]
+    assert net.first_dirs([2, 1]).tolist() == [4, 0]
     with pytest.raises(ValueError):
-        net.route_bw[0] = 1.0  # read-only: shared by every simulator context and FT run
+        net.route_dirs_of(0, 2)[0] = 1  # read-only: shared by every simulator context and FT run
+
+
+def test_routes_are_built_only_from_the_sources_asked_for() -> None:
+    net = Network(_two_machines())
+    assert net.sources_built == 0
+    net.bandwidths([2 * 4 + 3, 2 * 4 + 0])  # two routes from g2
+    assert net.sources_built == 1
+    net.gather([2 * 4 + 1, 3 * 4 + 0])
+    assert net.sources_built == 2
+
+
+def _eager_routes(topology: DeviceTopology) -> list[tuple[list[int], float, float, str]]:
+    """Every device pair's route straight from :meth:`DeviceTopology.route` (the rule in Python):
+    directions in path order, bottleneck bandwidth, latency, first narrowest link's kind; pairs
+    ``a * D + b``."""
+    links, names = topology.links, [d.name for d in topology.devices]
+    out = []
+    for a in names:
+        for b in names:
+            if a == b:
+                out.append(([], np.inf, 0.0, ""))
+                continue
+            route = topology.route(a, b)
+            dirs = [2 * k + (0 if links[k].a == x else 1) for x, k in zip(route.path, route.links, strict=False)]
+            narrow = min(route.links, key=lambda k: links[k].bandwidth_bytes_per_s)
+            out.append((dirs, route.bandwidth_bytes_per_s, route.latency_s, links[narrow].kind))
+    return out
+
+
+def _tied_mesh(seed: int) -> DeviceTopology:
+    """Devices on a ring of switches with chords, few distinct bandwidths and one latency: many routes
+    tie on bandwidth, latency and hops, so the name order decides (names shuffled against the order
+    of the nodes)."""
+    rng = np.random.default_rng(seed)
+    switches = [f"s{k}" for k in rng.permutation(12)]
+    devices = [Device(f"d{k}", "test-gpu", f"m{k % 3}", 1e12, 2**34, 1e12) for k in rng.permutation(8)]
+    links = [Link(switches[k], switches[(k + 1) % 12], 10e9, 1e-6, "infiniband") for k in range(12)]
+    for _ in range(8):
+        u, v = rng.choice(12, 2, replace=False)
+        links.append(Link(switches[u], switches[v], float(rng.choice([5e9, 10e9])), 1e-6, "ethernet"))
+    links += [Link(d.name, switches[int(rng.integers(12))], 10e9, 1e-6, "pcie") for d in devices]
+    return DeviceTopology(f"tied-mesh-{seed}", devices, links, switches)
+
+
+_ROUTE_CASES = [*preset_names(), "random:0", "random:7", "random:1000003", "tied-mesh:0", "tied-mesh:1"]
+
+
+@pytest.mark.parametrize("spec", _ROUTE_CASES)
+def test_lazy_routes_equal_the_topology_routes(spec: str) -> None:
+    topology = _tied_mesh(int(spec.split(":")[1])) if spec.startswith("tied-mesh") else resolve_topology(spec)
+    net = Network(topology)
+    D = topology.num_devices
+    pairs = np.random.default_rng(0).permutation(D * D)  # any order of first use builds the same routes
+    dirs, lengths = net.gather(pairs)
+    ptr = np.concatenate(([0], np.cumsum(lengths)))
+    bw, lat = net.bandwidths(pairs), net.latencies(pairs)
+    expected = _eager_routes(topology)
+    for k, pair in enumerate(pairs.tolist()):
+        want_dirs, want_bw, want_lat, want_kind = expected[pair]
+        assert dirs[ptr[k] : ptr[k + 1]].tolist() == want_dirs, pair
+        assert (bw[k], lat[k], net.kind(pair)) == (want_bw, want_lat, want_kind), pair  # bit for bit
+    assert net.sources_built == D
 
 
 def test_ring_over_all_four_in_machine_order_shares_nothing() -> None:
@@ -113,8 +186,8 @@ def test_concurrent_rings_share_links() -> None:
 
 def test_ring_bottleneck_kind_is_the_first_slowest_hop() -> None:
     net = Network(_tied_star())
-    assert net.route_kind[0 * 3 + 1] == "pcie"  # a -> b: a's link comes first on the path
-    assert net.route_kind[1 * 3 + 0] == "ethernet"
+    assert net.kind(0 * 3 + 1) == "pcie"  # a -> b: a's link comes first on the path
+    assert net.kind(1 * 3 + 0) == "ethernet"
     assert net.rings([[0, 1]]).kind == "pcie"
     assert net.rings([[1, 0]]).kind == "ethernet"
     ring = net.rings([[0, 1]])
@@ -382,3 +455,16 @@ def test_unknown_network_model_and_negative_bucket_are_refused() -> None:
     with pytest.raises(ValueError, match=r"bucket_bytes = 2.5"):
         CostModel(bucket_bytes=2.5)  # type: ignore[arg-type]
     assert set(NETWORK_MODELS) == {"flow", "circuit", "pairwise"}
+
+
+def test_pairwise_model_refuses_topologies_past_its_limit() -> None:
+    n = PAIR_MODEL_MAX_DEVICES + 1
+    devices = [Device(f"g{k}", "test-gpu", f"m{k // 8}", 1e12, 2**34, 1e12) for k in range(n)]
+    topo = DeviceTopology("big", devices, [Link(d.name, "sw", PCIE_BW, PCIE_LAT, "pcie") for d in devices], ["sw"])
+    graph = _one_layer(10**6)
+    with pytest.raises(ValueError, match=r"'pairwise' keeps a connection per device pair: topology 'big' has 2,049"):
+        SimContext(graph, topo, CostModel(network="pairwise"))
+    # the other models build routes only from the devices the plan uses
+    ctx = SimContext(graph, topo, CostModel(network="flow"))
+    result = ctx.simulate(Plan("fc", {"fc": OpConfig.make(["g0", "g9"], {"sample": 2})}))
+    assert result.makespan_s > 0 and ctx.network.sources_built == 2

@@ -233,18 +233,32 @@ def load_instance(args: argparse.Namespace) -> tuple[Any, Any]:
     return load_graph(args.model, args.batch_size), resolve_topology(args.topology)
 
 
-def cost_model(args: argparse.Namespace) -> Any:
-    """The cost model of :func:`cost_parser`'s options."""
+def cost_model(args: argparse.Namespace, topology: Any = None) -> Any:
+    """The cost model of :func:`cost_parser`'s options; with ``topology``, its profile is checked against it.
+
+    Raises:
+        ValueError: when ``--profile`` has no entry for a device type of ``topology``.
+    """
     from placement_rl.sim import CommTable, CostModel, ProfileTable
 
+    profile = ProfileTable.from_json(args.profile) if args.profile else None
+    if profile is not None and topology is not None:
+        check_profile(profile, topology, args.profile)
     return CostModel(
         optimizer=args.optimizer,
         precision=args.precision,
-        profile=ProfileTable.from_json(args.profile) if args.profile else None,
+        profile=profile,
         comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
         network=args.network,
         bucket_bytes=args.bucket_bytes,
     )
+
+
+def check_profile(profile: Any, topology: Any, path: str) -> None:
+    """Refuse a profile (a :class:`~placement_rl.sim.ProfileTable` read from ``path``) that has no
+    entry for a device type of ``topology``: every lookup would miss it."""
+    types = {d.device_type for d in topology.devices}
+    profile.check_matches(types, f"--profile {path}", f"topology {topology.name!r}")
 
 
 def plan_for(spec: str, graph: Any, topology: Any) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 from placement_rl.cli.common import (
     budget,
     chain_map,
+    check_profile,
     cost_model,
     cost_parser,
     instance_parser,
@@ -64,6 +65,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     prepared = prepare(plan_experiment(args), "plan", cost_model=cost_model(args))
     instance = prepared.instances[0]
     graph, topology = instance.graph, instance.topology
+    if args.profile:
+        check_profile(prepared.cost_model.profile, topology, args.profile)  # before any method runs
     default_dir = Path("out") / safe_name(f"plan-{graph.name}-{topology.name}")
     out_dir = output_folder(args.out_dir or default_dir)  # checked before any method runs
     resolve: Any = resolve_registered
@@ -121,7 +124,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         if path:
             output_file(path, "--trace" if path == args.trace else "--gantt")
     plan = plan_for(args.plan, graph, topology)
-    result = simulate(graph, topology, plan, cost_model(args))
+    result = simulate(graph, topology, plan, cost_model(args, topology))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
     if args.trace:
         from placement_rl.sim.trace import write_chrome_trace

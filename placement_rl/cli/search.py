@@ -38,7 +38,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     graph, topology = load_instance(args)
     if args.out:
         output_file(args.out)  # before the search, not after it
-    costs = cost_model(args)
+    costs = cost_model(args, topology)
     task_map = chain_map(args.chains, args.budget)
     found = mcmc(
         graph,
@@ -110,7 +110,7 @@ def cmd_frontier(args: argparse.Namespace) -> None:
     from placement_rl.sim import SimContext
 
     graph, topology = load_instance(args)
-    costs = cost_model(args)
+    costs = cost_model(args, topology)
     if args.devices is not None and args.devices > topology.num_devices:
         raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
     out_dir = output_folder(args.out_dir or Path("out") / safe_name(f"frontier-{graph.name}-{topology.name}"))

@@ -60,7 +60,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +143,33 @@ class ProfileTable:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    def device_types(self) -> tuple[str, ...]:
+        """The device types the table has entries for, sorted."""
+        return tuple(sorted({device_type for device_type, *_ in self.entries}))
+
+    def check_matches(self, device_types: Iterable[str], source: str = "profile", target: str = "the topology") -> int:
+        """How many entries are for one of ``device_types`` (a topology's); none is an error.
+
+        A table measured on other GPUs would be silently ignored by every lookup.
+
+        Args:
+            device_types: the device types the table will be looked up for.
+            source: the table's name in the error (e.g. ``"--profile table.json"``).
+            target: what ``device_types`` belong to, in the error (e.g. ``"topology 'h100-2x8'"``).
+
+        Raises:
+            ValueError: naming the table's device types and ``device_types`` when no entry matches.
+        """
+        wanted = set(device_types)
+        matched = sum(1 for device_type, *_ in self.entries if device_type in wanted)
+        if matched == 0:
+            raise ValueError(
+                f"{source}: none of its {len(self.entries)} entries is for a device type of {target}; the "
+                f"profile has {list(self.device_types())}, {target} has {sorted(wanted)} (profile on those "
+                f"GPUs, or leave the profile out to use the roofline estimate)"
+            )
+        return matched
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1054,3 +1054,189 @@ def interval_rates(dirs, t0, t1, nbytes, num_dirs):  # type: ignore[no-untyped-d
                 last_rate = rate
             last_t = t
     return busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size]
+
+
+# ------------------------------------------------------------------------------------------ routing
+@njit(cache=True)
+def _label_less(a, b, e_lat, e_hops, e_node, e_parent, rank):  # type: ignore[no-untyped-def]
+    """Whether entry ``a``'s label (latency, hops, node-name ranks from the source) is below ``b``'s."""
+    if e_lat[a] != e_lat[b]:
+        return e_lat[a] < e_lat[b]
+    if e_hops[a] != e_hops[b]:
+        return e_hops[a] < e_hops[b]
+    # equal depths: walk both chains up together; the difference nearest the source decides
+    less = False
+    x, y = a, b
+    while x != y:
+        ra, rb = rank[e_node[x]], rank[e_node[y]]
+        if ra != rb:
+            less = ra < rb
+        x, y = e_parent[x], e_parent[y]
+    return less
+
+
+@njit(cache=True)
+def _entry_push(heap, size, e, e_lat, e_hops, e_node, e_parent, rank):  # type: ignore[no-untyped-def]
+    k = size
+    heap[k] = e
+    while k > 0:
+        parent = (k - 1) >> 1
+        if _label_less(heap[k], heap[parent], e_lat, e_hops, e_node, e_parent, rank):
+            heap[k], heap[parent] = heap[parent], heap[k]
+            k = parent
+        else:
+            break
+    return size + 1
+
+
+@njit(cache=True)
+def _entry_pop(heap, size, e_lat, e_hops, e_node, e_parent, rank):  # type: ignore[no-untyped-def]
+    size -= 1
+    heap[0] = heap[size]
+    k = 0
+    while True:
+        left = 2 * k + 1
+        if left >= size:
+            break
+        child = left
+        right = left + 1
+        if right < size and _label_less(heap[right], heap[left], e_lat, e_hops, e_node, e_parent, rank):
+            child = right
+        if _label_less(heap[child], heap[k], e_lat, e_hops, e_node, e_parent, rank):
+            heap[k], heap[child] = heap[child], heap[k]
+            k = child
+        else:
+            break
+    return size
+
+
+@njit(cache=True)
+def _widest(s, adj_ptr, adj_node, adj_bw):  # type: ignore[no-untyped-def]
+    """Maximum bottleneck bandwidth from node ``s`` to every node (0: unreachable, ``inf``: ``s``)."""
+    n = adj_ptr.shape[0] - 1
+    best = np.zeros(n)
+    best[s] = np.inf
+    heap_w = np.empty(adj_node.shape[0] + 1)
+    heap_v = np.empty(adj_node.shape[0] + 1, np.int64)
+    size = _heap_push(heap_w, heap_v, 0, -np.inf, s)
+    while size:
+        w, u = -heap_w[0], heap_v[0]
+        size = _heap_pop(heap_w, heap_v, size)
+        if w < best[u]:
+            continue
+        for j in range(adj_ptr[u], adj_ptr[u + 1]):
+            v = adj_node[j]
+            width = min(w, adj_bw[j])
+            if width > best[v]:
+                best[v] = width
+                size = _heap_push(heap_w, heap_v, size, -width, v)
+    return best
+
+
+@njit(cache=True)
+def routes_from(s, num_devices, adj_ptr, adj_node, adj_link, adj_bw, adj_lat, rank, link_a, link_bw):  # type: ignore[no-untyped-def]
+    """The routes from device ``s`` to every device, by the topology's routing rule.
+
+    The rule of :meth:`placement_rl.topology.DeviceTopology.route` (its ``_labels_from``), compiled:
+    the widest-path bandwidth ``W(t)`` of every node first; then, for each distinct ``W`` among the
+    devices, a Dijkstra on (latency, hops, node-name ranks along the path) restricted to links of
+    bandwidth >= ``W`` settles the devices with that ``W``. Labels are compared exactly as the Python
+    tuples are, so the routes are the same (a test compares them on every preset).
+
+    Args:
+        s: the source device (node index; devices are nodes ``0 .. D-1``).
+        num_devices: ``D``.
+        adj_ptr: ``(N + 1,)`` int64 CSR offsets of each node's neighbours, in the topology's order.
+        adj_node, adj_link, adj_bw, adj_lat: ``(2L,)`` neighbour node, link index, bandwidth (bytes/s)
+            and latency (s) of each adjacency.
+        rank: ``(N,)`` int64 position of each node's name in name order.
+        link_a: ``(L,)`` int64 node index of each link's ``a`` end.
+        link_bw: ``(L,)`` float64 bandwidth of each link.
+
+    Returns:
+        ``(bw, lat, length, dirs, bottleneck)``: ``(D,)`` route bandwidth in bytes/s (``inf`` to
+        ``s``), latency in seconds, number of links; the link directions of all routes concatenated
+        in destination order, each in path order (direction ``2k`` crosses link ``k`` from its ``a``
+        end, ``2k + 1`` from its ``b`` end); ``(D,)`` the first narrowest link of each route (-1 to ``s``).
+    """
+    n_nodes = adj_ptr.shape[0] - 1
+    D = num_devices
+    W = _widest(s, adj_ptr, adj_node, adj_bw)
+    bw = np.full(D, np.inf)
+    lat = np.zeros(D)
+    length = np.zeros(D, np.int64)
+    bottleneck = np.full(D, -1, np.int64)
+    start = np.zeros(D, np.int64)
+    tmp = np.empty(max(4 * D, 16), np.int64)
+    used = 0
+    # the distinct widths of the devices other than s
+    widths = np.unique(W[:D])
+    cap = adj_node.shape[0] + 1
+    e_node = np.empty(cap, np.int64)
+    e_parent = np.empty(cap, np.int64)
+    e_link = np.empty(cap, np.int64)
+    e_lat = np.empty(cap)
+    e_hops = np.empty(cap, np.int64)
+    heap = np.empty(cap, np.int64)
+    best = np.empty(n_nodes, np.int64)
+    settled = np.zeros(n_nodes, np.bool_)
+    for w in widths:
+        if w == np.inf or w <= 0:
+            continue
+        remaining = 0
+        for t in range(D):
+            if t != s and W[t] == w:
+                remaining += 1
+        best[:] = -1
+        settled[:] = False
+        e_node[0], e_parent[0], e_link[0], e_lat[0], e_hops[0] = s, -1, -1, 0.0, 0
+        count = 1
+        best[s] = 0
+        size = _entry_push(heap, 0, 0, e_lat, e_hops, e_node, e_parent, rank)
+        while size and remaining:
+            e = heap[0]
+            size = _entry_pop(heap, size, e_lat, e_hops, e_node, e_parent, rank)
+            u = e_node[e]
+            if settled[u]:
+                continue
+            settled[u] = True
+            if u < D and u != s and W[u] == w:
+                remaining -= 1
+                hops = e_hops[e]
+                if used + hops > tmp.shape[0]:
+                    grown = np.empty(max(2 * tmp.shape[0], used + hops), np.int64)
+                    grown[:used] = tmp[:used]
+                    tmp = grown
+                start[u] = used
+                length[u] = hops
+                bw[u] = w
+                lat[u] = e_lat[e]
+                x = e
+                narrow = -1
+                for i in range(hops - 1, -1, -1):
+                    p = e_parent[x]
+                    k = e_link[x]
+                    tmp[used + i] = 2 * k + (0 if link_a[k] == e_node[p] else 1)
+                    if narrow < 0 or link_bw[k] <= link_bw[narrow]:  # walking backwards: <= keeps the first
+                        narrow = k
+                    x = p
+                bottleneck[u] = narrow
+                used += hops
+            for j in range(adj_ptr[u], adj_ptr[u + 1]):
+                v = adj_node[j]
+                if adj_bw[j] < w or settled[v]:
+                    continue
+                c = count
+                e_node[c], e_parent[c], e_link[c] = v, e, adj_link[j]
+                e_lat[c] = e_lat[e] + adj_lat[j]
+                e_hops[c] = e_hops[e] + 1
+                if best[v] < 0 or _label_less(c, best[v], e_lat, e_hops, e_node, e_parent, rank):
+                    best[v] = c
+                    count += 1
+                    size = _entry_push(heap, size, c, e_lat, e_hops, e_node, e_parent, rank)
+    dirs = np.empty(used, np.int64)
+    pos = 0
+    for t in range(D):
+        dirs[pos : pos + length[t]] = tmp[start[t] : start[t] + length[t]]
+        pos += length[t]
+    return bw, lat, length, dirs, bottleneck

@@ -9,8 +9,11 @@ so its resource for direction ``d`` is ``num_devices + d``.
 ``a * D + b``), the route :meth:`DeviceTopology.route` chooses, as the link directions it crosses in
 path order, its bottleneck bandwidth, its latency (sum over its links) and the kind of its
 bottleneck link (the first narrowest link along the path). A device's route to itself crosses
-nothing: bandwidth ``inf``, latency 0, kind ``""``. The directions of all routes are stored flat in
-CSR form (``route_dirs[route_ptr[p] : route_ptr[p + 1]]``) for vectorized code.
+nothing: bandwidth ``inf``, latency 0, kind ``""``. Routes are built lazily, all routes from one
+source device at once, the first time a plan needs one (the routing rule compiled,
+:func:`~placement_rl.sim.kernels.routes_from`), so a plan on 16 devices of a 4,096-device cluster
+builds 16 sources' routes, not ``4096**2``; queries take flat pair ids and return arrays
+(:meth:`Network.gather` gives the directions of many routes at once, for vectorized code).
 
 **Rings** (the ``circuit`` and ``pairwise`` models, and FT). A ring collective over devices
 ``r_0 .. r_{f-1}`` sends along the hops ``r_k -> r_{k+1 mod f}``, all at once. Several rings may run
@@ -119,6 +122,11 @@ register_network_model(
     NetworkModel("circuit", "a transfer holds every link direction of its route (the earlier default)", False, "route")
 )
 register_network_model(NetworkModel("pairwise", "a dedicated connection per device pair (FlexFlow A2)", False, "pair"))
+
+#: The most devices a topology may have under a model that ``holds`` a ``"pair"`` connection: the
+#: simulator keeps one resource per ordered device pair (``D**2``; 2,048 devices: 4.2 million, about
+#: 170 MB of scheduler state), where the other models' cost follows the devices a plan uses.
+PAIR_MODEL_MAX_DEVICES = 2048
 
 
 # ------------------------------------------------------------------------------------ max-min sharing
@@ -254,21 +262,18 @@ _Phase = tuple[float, list[_Hop]]  # (latency after the hops drain, the hops)
 
 
 class Network:
-    """Every device-to-device route of one topology, and the bandwidth of concurrent rings.
+    """The device-to-device routes of one topology, and the bandwidth of concurrent rings.
 
-    Build it with :func:`network` (shared per topology). All arrays are read-only.
+    Build it with :func:`network` (shared per topology). Routes are built lazily, all routes from one
+    source device at a time (:func:`~placement_rl.sim.kernels.routes_from`, the topology's routing
+    rule compiled), the first time a pair with that source is asked for: the cost follows the devices
+    a plan uses, not ``D**2``. Route queries take flat pair ids ``a * D + b`` (topology device indices)
+    as ``(P,)`` int64 arrays and return ``(P,)`` arrays. A network is not safe to share between threads.
 
     Attributes:
         num_devices: ``D``, the topology's devices (route pairs are ``a * D + b``).
         links: the topology's links (direction ``d`` is ``links[d // 2]``).
-        route_ptr: ``(D * D + 1,)`` int64 offsets of each pair's directions in ``route_dirs``.
-        route_dirs: ``(sum of route lengths,)`` int64 link directions of every route, in path order.
-        route_len: ``(D * D,)`` int64 number of links of each route.
-        route_bw: ``(D * D,)`` float64 bottleneck bandwidth in bytes/s (``inf`` on the diagonal).
-        route_lat: ``(D * D,)`` float64 latency in seconds (0 on the diagonal).
-        route_kind: ``D * D`` bottleneck link kinds (``""`` on the diagonal).
-        kind_names: the distinct bottleneck kinds of all routes, sorted.
-        route_kind_id: ``(D * D,)`` int64 index of ``route_kind`` in ``kind_names`` (-1 on the diagonal).
+        kind_names: the kinds of the topology's links, sorted (:meth:`kind_ids` indexes them).
         capacity: ``(2L,)`` bandwidth of each link direction in bytes/s.
         direction_names: ``2L`` names ``"link <a> -> <b>"`` (the simulator's link lanes).
         device_machine: ``(D,)`` int64 index of each device's machine (machines in order of first appearance).
@@ -276,40 +281,34 @@ class Network:
 
     def __init__(self, topology: DeviceTopology) -> None:
         links = topology.links
-        names = [d.name for d in topology.devices]
-        D = len(names)
+        names = [d.name for d in topology.devices] + list(topology.switches)
+        D = topology.num_devices
         self.num_devices = D
         self.links: tuple[Link, ...] = links
-        lengths = np.zeros(D * D, np.int64)
-        dirs: list[int] = []
-        route_bw = np.full(D * D, np.inf)
-        route_lat = np.zeros(D * D)
-        route_kind = [""] * (D * D)
-        for a in range(D):
-            for b in range(D):
-                if a == b:
-                    continue
-                route = topology.route(names[a], names[b])
-                # the route's own link indices, not a lookup by end points: parallel links stay apart;
-                # each link is entered from the node before it (the path is one node longer)
-                for x, k in zip(route.path, route.links, strict=False):
-                    dirs.append(2 * k + (0 if links[k].a == x else 1))
-                pair = a * D + b
-                lengths[pair] = len(route.links)
-                route_bw[pair] = route.bandwidth_bytes_per_s
-                route_lat[pair] = route.latency_s
-                narrow = min(route.links, key=lambda k: links[k].bandwidth_bytes_per_s)
-                route_kind[pair] = links[narrow].kind
-        self.route_ptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        self.route_dirs = np.array(dirs, dtype=np.int64)
-        self.route_len = lengths
-        self.route_bw = route_bw
-        self.route_lat = route_lat
-        self.route_kind: tuple[str, ...] = tuple(route_kind)
-        self.kind_names: tuple[str, ...] = tuple(sorted(set(route_kind) - {""}))
+        # the topology's adjacency in its own order (devices are nodes 0 .. D-1, then the switches)
+        node = {name: i for i, name in enumerate(names)}
+        link_a = np.array([node[link.a] for link in links], dtype=np.int64)
+        link_b = np.array([node[link.b] for link in links], dtype=np.int64)
+        ends = np.concatenate([link_a, link_b])
+        other = np.concatenate([link_b, link_a])
+        which = np.concatenate([np.arange(len(links)), np.arange(len(links))]).astype(np.int64)
+        order = np.lexsort((which, ends), axis=0)  # by node, then link index (the order links list them)
+        self._adj_ptr = np.concatenate(([0], np.cumsum(np.bincount(ends, minlength=len(names))))).astype(np.int64)
+        self._adj_node = other[order]
+        self._adj_link = which[order]
+        link_bw = np.array([link.bandwidth_bytes_per_s for link in links], dtype=np.float64)
+        link_lat = np.array([link.latency_s for link in links], dtype=np.float64)
+        self._adj_bw = link_bw[self._adj_link]
+        self._adj_lat = link_lat[self._adj_link]
+        rank = np.empty(len(names), np.int64)
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        self._rank = rank
+        self._link_a = link_a
+        self._link_bw = link_bw
+        self.kind_names: tuple[str, ...] = tuple(sorted({link.kind for link in links}))
         kind_id = {k: i for i, k in enumerate(self.kind_names)}
-        self.route_kind_id = np.array([kind_id.get(k, -1) for k in route_kind], dtype=np.int64)
-        self.capacity = np.repeat([link.bandwidth_bytes_per_s for link in links], 2).astype(np.float64)
+        self._link_kind_id = np.array([kind_id[link.kind] for link in links], dtype=np.int64)
+        self.capacity = np.repeat(link_bw, 2).astype(np.float64)
         self.direction_names: tuple[str, ...] = tuple(
             name for link in links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
         )
@@ -317,37 +316,133 @@ class Network:
         self.device_machine = np.array(
             [machine_ids.setdefault(d.machine, len(machine_ids)) for d in topology.devices], dtype=np.int64
         )
-        for arr in (
-            self.route_ptr,
-            self.route_dirs,
-            self.route_len,
-            self.route_bw,
-            self.route_lat,
-            self.route_kind_id,
-            self.capacity,
-            self.device_machine,
-        ):
+        for arr in (self.capacity, self.device_machine):
             arr.setflags(write=False)
+        # routes built so far: source device a's routes are row _row[a] (-1: not yet); pair (a, b) is
+        # slot _row[a] * D + b of the per-slot arrays, whose capacity grows by doubling
+        self._row = np.full(D, -1, np.int64)
+        self._rows = 0
+        self._bw = np.zeros(0)
+        self._lat = np.zeros(0)
+        self._len = np.zeros(0, np.int64)
+        self._kind = np.zeros(0, np.int64)
+        self._start = np.zeros(0, np.int64)
+        self._dirs = np.zeros(0, np.int64)
+        self._dirs_used = 0
         self._rings: dict[tuple[tuple[int, ...], ...], Rings] = {}
         self._algorithms: dict[tuple[int, ...], tuple[Collective, ...]] = {}
 
+    # ------------------------------------------------------------------------------ routes
+    @property
+    def sources_built(self) -> int:
+        """How many source devices have their routes built."""
+        return self._rows
+
+    def _reserve(self, rows: int) -> None:
+        """Room for ``rows`` sources' routes (at least double the current room when growing)."""
+        D = self.num_devices
+        if rows * D > self._bw.shape[0]:
+            size = min(max(rows, 2 * self._bw.shape[0] // D), D) * D  # never more than every source
+            self._bw, self._lat, self._len, self._kind, self._start = (
+                _grown(arr, size) for arr in (self._bw, self._lat, self._len, self._kind, self._start)
+            )
+
+    def _build_source(self, a: int) -> None:
+        """Build every route from device ``a`` into a new row."""
+        D = self.num_devices
+        bw, lat, length, dirs, narrow = _kernels.routes_from(
+            a,
+            D,
+            self._adj_ptr,
+            self._adj_node,
+            self._adj_link,
+            self._adj_bw,
+            self._adj_lat,
+            self._rank,
+            self._link_a,
+            self._link_bw,
+        )
+        row = self._rows
+        self._reserve(row + 1)
+        if self._dirs_used + dirs.shape[0] > self._dirs.shape[0]:
+            self._dirs = _grown(self._dirs, max(2 * self._dirs.shape[0], self._dirs_used + dirs.shape[0]))
+        at = slice(row * D, (row + 1) * D)
+        self._bw[at] = bw
+        self._lat[at] = lat
+        self._len[at] = length
+        self._kind[at] = np.where(narrow >= 0, self._link_kind_id[np.maximum(narrow, 0)], -1)
+        self._start[at] = self._dirs_used + np.cumsum(length) - length
+        self._dirs[self._dirs_used : self._dirs_used + dirs.shape[0]] = dirs
+        self._dirs_used += dirs.shape[0]
+        self._row[a] = row
+        self._rows += 1
+
+    def _slots(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` slots of flat pair ids ``pairs``, building the routes of sources not built yet."""
+        pairs = np.asarray(pairs, dtype=np.int64)
+        D = self.num_devices
+        src = pairs // D
+        missing = src[self._row[src] < 0]
+        if missing.size:
+            missing = np.unique(missing)
+            self._reserve(self._rows + missing.shape[0])
+            for a in missing.tolist():
+                self._build_source(a)
+        return self._row[src] * D + pairs % D
+
+    def lengths(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` int64 number of links of each route (0 from a device to itself)."""
+        slots = self._slots(pairs)  # first: building routes may replace the arrays
+        return self._len[slots]
+
+    def bandwidths(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` float64 bottleneck bandwidth of each route in bytes/s (``inf`` from a device to itself)."""
+        slots = self._slots(pairs)  # first: building routes may replace the arrays
+        return self._bw[slots]
+
+    def latencies(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` float64 latency of each route in seconds (0 from a device to itself)."""
+        slots = self._slots(pairs)  # first: building routes may replace the arrays
+        return self._lat[slots]
+
+    def kind_ids(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` int64 index in :attr:`kind_names` of each route's bottleneck kind (-1 to itself)."""
+        slots = self._slots(pairs)  # first: building routes may replace the arrays
+        return self._kind[slots]
+
+    def kind(self, pair: int) -> str:
+        """The kind of the first narrowest link of route ``pair`` (``""`` from a device to itself)."""
+        k = int(self.kind_ids([pair])[0])
+        return self.kind_names[k] if k >= 0 else ""
+
+    def first_dirs(self, pairs: np.ndarray | Sequence[int]) -> np.ndarray:
+        """``(P,)`` int64 the first link direction of each route (every route must cross a link)."""
+        slots = self._slots(pairs)
+        if np.any(self._len[slots] == 0):
+            raise ValueError("first_dirs: a route from a device to itself crosses no link")
+        return self._dirs[self._start[slots]]
+
     def route_dirs_of(self, a: int, b: int) -> np.ndarray:
         """The link directions of the route from device ``a`` to ``b`` (topology indices), in path order."""
-        pair = a * self.num_devices + b
-        return self.route_dirs[self.route_ptr[pair] : self.route_ptr[pair + 1]]
+        slot = int(self._slots([a * self.num_devices + b])[0])
+        start = int(self._start[slot])
+        found = self._dirs[start : start + int(self._len[slot])]
+        found.flags.writeable = False
+        return found
 
-    def gather(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gather(self, pairs: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The directions of the routes ``pairs`` (flat pair ids), concatenated, and each route's length.
 
         Shapes: ``pairs`` ``(P,)`` -> ``(sum of lengths,)``, ``(P,)``.
         """
-        lengths = self.route_len[pairs]
+        slots = self._slots(pairs)
+        lengths = self._len[slots]
         total = int(lengths.sum())
         if total == 0:
             return np.zeros(0, np.int64), lengths
-        # position k of route p is route_ptr[p] + k: offsets repeated per hop plus a running index
-        starts = np.repeat(self.route_ptr[pairs] - (np.cumsum(lengths) - lengths), lengths)
-        return self.route_dirs[starts + np.arange(total)], lengths
+        # position k of route p is start[p] + k: offsets repeated per hop plus a running index
+        starts = np.repeat(self._start[slots] - (np.cumsum(lengths) - lengths), lengths)
+        return self._dirs[starts + np.arange(total)], lengths
 
     def rings(self, rings: Sequence[Sequence[int]]) -> Rings:
         """Link directions, bandwidth, latency and bottleneck kind of concurrent rings (module docstring).
@@ -367,20 +462,20 @@ class Network:
         hops = np.array(
             [ring[k] * D + ring[(k + 1) % len(ring)] for ring in key for k in range(len(ring))], dtype=np.int64
         )
-        hops = hops[self.route_len[hops] > 0] if hops.size else hops
+        hops = hops[self.lengths(hops) > 0] if hops.size else hops
         if hops.size == 0:
             found = Rings(np.zeros(0, np.int64), math.inf, 0.0, "")
         else:
             dirs, lengths = self.gather(hops)
             uses = np.bincount(dirs)
             share = np.maximum.reduceat(uses[dirs], np.cumsum(lengths) - lengths)
-            bandwidth = self.route_bw[hops] / share
+            bandwidth = self.bandwidths(hops) / share
             slowest = int(np.argmin(bandwidth))  # the first of equally slow hops
             found = Rings(
                 np.flatnonzero(uses),
                 float(bandwidth[slowest]),
-                float(self.route_lat[hops].max()),
-                self.route_kind[int(hops[slowest])],
+                float(self.latencies(hops).max()),
+                self.kind(int(hops[slowest])),
             )
             found.dirs.setflags(write=False)
         self._rings[key] = found
@@ -421,7 +516,8 @@ class Network:
 
         def phase(hops: list[_Hop], steps: int) -> _Phase:
             """The hops and their latency: ``steps`` times the slowest hop's route latency."""
-            slowest = max((float(self.route_lat[a * self.num_devices + b]) for a, b, _ in hops), default=0.0)
+            pairs = [a * self.num_devices + b for a, b, _ in hops]
+            slowest = float(self.latencies(pairs).max()) if pairs else 0.0
             return steps * slowest, hops
 
         out = [("ring", [phase(ring_hops(group, 2.0 * (n - 1) / n), 2 * (n - 1))])]
@@ -451,34 +547,42 @@ class Network:
 
     def _build(self, name: str, phases: list[_Phase]) -> Collective:
         D = self.num_devices
-        latency, ptr, fractions, dirs, flow_ptr = [], [0], [], [], [0]
+        latency: list[float] = []
+        ptr, flow_ptr = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)]
+        fractions: list[np.ndarray] = []
+        dirs: list[np.ndarray] = []
+        flows = used = 0
         seconds_per_byte = 0.0
         for lat, hops in phases:
-            hops = [h for h in hops if self.route_len[h[0] * D + h[1]] > 0]
-            routes = [self.route_dirs_of(a, b) for a, b, _ in hops]
+            pairs = np.array([a * D + b for a, b, _ in hops], dtype=np.int64)
+            fraction = np.array([f for _, _, f in hops], dtype=np.float64)
+            if pairs.size:
+                crosses = self.lengths(pairs) > 0
+                pairs, fraction = pairs[crosses], fraction[crosses]
+            route_dirs, lengths = self.gather(pairs)
             latency.append(lat)
-            ptr.append(ptr[-1] + len(hops))
-            for (_, _, fraction), route in zip(hops, routes, strict=True):
-                fractions.append(fraction)
-                dirs.extend(route.tolist())
-                flow_ptr.append(len(dirs))
-            if hops:
-                lengths = [len(r) for r in routes]
+            flows += pairs.shape[0]
+            ptr.append(np.array([flows], dtype=np.int64))
+            fractions.append(fraction)
+            dirs.append(route_dirs)
+            flow_ptr.append(used + np.cumsum(lengths))
+            used += route_dirs.shape[0]
+            if pairs.size:
                 seconds_per_byte += float(
                     _kernels.drain(
-                        np.array([f for _, _, f in hops], dtype=np.float64),
+                        fraction,
                         np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
-                        np.concatenate(routes).astype(np.int64),
+                        route_dirs.astype(np.int64),
                         self.capacity,
                     )
                 )
         found = Collective(
             name,
             np.array(latency, dtype=np.float64),
-            np.array(ptr, dtype=np.int64),
-            np.array(fractions, dtype=np.float64),
-            np.array(flow_ptr, dtype=np.int64),
-            np.array(dirs, dtype=np.int64),
+            np.concatenate(ptr).astype(np.int64),
+            np.concatenate(fractions).astype(np.float64) if fractions else np.zeros(0),
+            np.concatenate(flow_ptr).astype(np.int64),
+            np.concatenate(dirs).astype(np.int64) if dirs else np.zeros(0, np.int64),
             float(sum(latency)),
             seconds_per_byte,
         )
@@ -502,7 +606,7 @@ class Network:
         pairs = (index[:, None] * self.num_devices + index[None, :]).reshape(-1)
         dirs, lengths = self.gather(pairs)
         ptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-        return self.route_bw[pairs].reshape(n, n), self.route_lat[pairs].reshape(n, n), ptr, dirs
+        return self.bandwidths(pairs).reshape(n, n), self.latencies(pairs).reshape(n, n), ptr, dirs
 
 
 def _rotate(items: Sequence[int], k: int) -> list[int]:
@@ -525,6 +629,7 @@ def network(topology: DeviceTopology) -> Network:
 
 __all__ = [
     "NETWORK_MODELS",
+    "PAIR_MODEL_MAX_DEVICES",
     "Collective",
     "Network",
     "NetworkModel",
@@ -535,3 +640,10 @@ __all__ = [
     "network_model",
     "register_network_model",
 ]
+
+
+def _grown(arr: np.ndarray, size: int) -> np.ndarray:
+    """A copy of ``arr`` with room for ``size`` elements (the first ``len(arr)`` kept)."""
+    out = np.zeros(size, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out

@@ -307,9 +307,13 @@ class _GroupTables:
         net, D = ctx.network, ctx.num_devices
         # the ring in the group's order, hop by hop (its bytes per direction under every model)
         hops = [[(g[k], g[(k + 1) % len(g)]) for k in range(len(g))] for g in groups]
-        hops = [[h for h in hs if net.route_len[h[0] * D + h[1]] > 0] for hs in hops]
-        self._hop_ptr = np.concatenate(([0], np.cumsum([len(h) for h in hops]))).astype(np.int64)
-        self._hop_pair = np.array([a * D + b for hs in hops for a, b in hs], dtype=np.int64)
+        every = np.array([a * D + b for hs in hops for a, b in hs], dtype=np.int64)
+        crosses = net.lengths(every) > 0 if every.size else np.zeros(0, np.bool_)
+        owner = np.repeat(np.arange(len(hops)), [len(hs) for hs in hops])
+        self._hop_ptr = np.concatenate(([0], np.cumsum(np.bincount(owner[crosses], minlength=len(hops))))).astype(
+            np.int64
+        )
+        self._hop_pair = every[crosses]
         self._fixed: dict[str, _Ring] = {}
         self._candidates: tuple[np.ndarray, ...] | None = None
 
@@ -352,10 +356,10 @@ class _GroupTables:
                 res.append(ring.dirs + D)
                 continue
             pairs = self._hop_pair[self._hop_ptr[k] : self._hop_ptr[k + 1]]
-            slowest = int(pairs[np.argmin(net.route_bw[pairs])]) if pairs.size else -1
-            bw.append(float(net.route_bw[slowest]) if pairs.size else np.inf)
-            lat.append(float(net.route_lat[pairs].max()) if pairs.size else 0.0)
-            kinds.append(net.route_kind[slowest] if pairs.size else "")
+            slowest = int(pairs[np.argmin(net.bandwidths(pairs))]) if pairs.size else -1
+            bw.append(float(net.bandwidths([slowest])[0]) if pairs.size else np.inf)
+            lat.append(float(net.latencies(pairs).max()) if pairs.size else 0.0)
+            kinds.append(net.kind(slowest) if pairs.size else "")
             res.append(ctx._pair_res_base + pairs)
         found = self._fixed[holds] = _Ring(
             np.array(bw, dtype=np.float64),
@@ -535,11 +539,17 @@ class SimContext:
             name for link in topology.links for name in (f"link {link.a} -> {link.b}", f"link {link.b} -> {link.a}")
         )
         self._capacity = np.array([d.memory_bytes for d in devices], dtype=np.float64)
-        self.network = _network.network(topology)
         self.model = _network.network_model(self.cost.network)
+        if self.model.holds == "pair" and D > _network.PAIR_MODEL_MAX_DEVICES:
+            raise ValueError(
+                f"network model {self.model.name!r} keeps a connection per device pair: topology "
+                f"{topology.name!r} has {D:,} devices ({D * D:,} pairs); it supports up to "
+                f"{_network.PAIR_MODEL_MAX_DEVICES:,} devices (use 'flow' or 'circuit', whose cost follows the "
+                f"devices a plan uses)"
+            )
+        self.network = _network.network(topology)
         # the simulator's resources are devices, then link directions (direction d is resource D + d),
         # then under ``pairwise`` one dedicated connection per ordered device pair (pair p: D + 2L + p)
-        self._route_res = self.network.route_dirs + D
         self._pair_res_base = self.num_resources
         if self.model.holds == "pair":
             self.num_resources += D * D
@@ -1079,7 +1089,7 @@ class SimContext:
             cap = self._transfer_bandwidths(pairs[moving], num_bytes[moving])
         flows = _Flows(
             np.concatenate(([0], np.cumsum(num_bytes > 0))).astype(np.int64),
-            net.route_lat[pairs[moving]],
+            net.latencies(pairs[moving]),
             np.arange(moving.shape[0] + 1, dtype=np.int64),
             num_bytes[moving],
             cap,
@@ -1087,7 +1097,7 @@ class SimContext:
             dirs,
             moving,
         )
-        lane = D + net.route_dirs[net.route_ptr[pairs]] if M else np.zeros(0, np.int64)
+        lane = D + net.first_dirs(pairs) if M else np.zeros(0, np.int64)
         if self.model.shares_links:
             return _Comm(np.zeros(M), np.zeros(M + 1, np.int64), np.zeros(0, np.int64), num_bytes, lane, flows)
         duration = self._transfer_times(pairs, num_bytes)
@@ -1095,7 +1105,8 @@ class SimContext:
             res_len = np.ones(M, np.int64)
             res = self._pair_res_base + pairs
         else:
-            res, res_len = _ragged_gather(net.route_ptr[pairs], net.route_len[pairs], self._route_res)
+            res, res_len = net.gather(pairs)
+            res = res + D
         return _Comm(duration, np.concatenate(([0], np.cumsum(res_len))), res, num_bytes, lane, flows)
 
     def _collectives(self, groups: np.ndarray, num_bytes: np.ndarray) -> _Comm:
@@ -1127,16 +1138,16 @@ class SimContext:
 
     def _transfer_times(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
         net = self.network
-        bw = net.route_bw[pairs]
+        bw = net.bandwidths(pairs)
         if self.cost.comm_table is not None and pairs.size:
             bw = self._transfer_bandwidths(pairs, num_bytes)
-        return np.where(num_bytes > 0, net.route_lat[pairs] + num_bytes / bw, 0.0)
+        return np.where(num_bytes > 0, net.latencies(pairs) + num_bytes / bw, 0.0)
 
     def _transfer_bandwidths(self, pairs: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
         """The comm table's bandwidth for each transfer (the route's bottleneck where it has none)."""
         net = self.network
-        kinds = net.route_kind_id[pairs]
-        bw = net.route_bw[pairs].copy()
+        kinds = net.kind_ids(pairs)
+        bw = net.bandwidths(pairs)
         for k, name in enumerate(net.kind_names):
             for i in np.nonzero(kinds == k)[0]:  # comm tables are small and opt-in; clarity over speed here
                 bw[i] = self.cost.effective_bandwidth(f"p2p/{name}", bw[i], num_bytes[i])
