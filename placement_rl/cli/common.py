@@ -256,9 +256,15 @@ def cost_model(args: argparse.Namespace, topology: Any = None) -> Any:
 
 def check_profile(profile: Any, topology: Any, path: str) -> None:
     """Refuse a profile (a :class:`~placement_rl.sim.ProfileTable` read from ``path``) that has no
-    entry for a device type of ``topology``: every lookup would miss it."""
+    entry for a device type of ``topology`` (every lookup would miss it); else say on stderr how
+    many of its entries apply (the others are for GPUs the topology does not have)."""
     types = {d.device_type for d in topology.devices}
-    profile.check_matches(types, f"--profile {path}", f"topology {topology.name!r}")
+    matched = profile.check_matches(types, f"--profile {path}", f"topology {topology.name!r}")
+    print(
+        f"--profile {path}: {matched} of {len(profile.entries)} entries are for device types of "
+        f"topology {topology.name!r}; ops without a matching entry use the roofline estimate",
+        file=sys.stderr,
+    )
 
 
 def plan_for(spec: str, graph: Any, topology: Any) -> Any:
