@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from placement_rl.graph.importer import from_torch
+from placement_rl.graph import importer
+
+# These tests check the fx front end's hand formulas; tests/test_importer_export.py checks export's.
+from_torch = functools.partial(importer.from_torch, tracer="fx")
 
 
 def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
