@@ -113,6 +113,9 @@ ATEN_TYPES: dict[str, str] = {
     "sin": "exp",
     "cos": "exp",
     "reciprocal": "div",
+    "floor_divide": "div",
+    "remainder": "div",
+    "fmod": "div",
     "masked_fill": "masked_fill",
     "masked_fill_": "masked_fill",
     "where": "where",
@@ -130,6 +133,11 @@ ATEN_TYPES: dict[str, str] = {
     "bitwise_and": "compare",
     "bitwise_or": "compare",
     "bitwise_not": "compare",
+    "bitwise_xor": "compare",
+    "logical_and": "compare",
+    "logical_or": "compare",
+    "isinf": "compare",
+    "isnan": "compare",
     "logical_not": "compare",
     "diff": "sub",
     "cumsum": "sum",
@@ -138,6 +146,18 @@ ATEN_TYPES: dict[str, str] = {
     "amax": "max",
     "max": "max",
     "argmax": "max",
+    "min": "max",
+    "amin": "max",
+    "argmin": "max",
+    "maximum": "clamp",
+    "minimum": "clamp",
+    "logsumexp": "sum",
+    "var": "mean",
+    "std": "mean",
+    "cumprod": "sum",
+    "prod": "sum",
+    "all": "sum",
+    "any": "sum",
     # pooling
     "max_pool1d": "max_pool1d",
     "max_pool2d": "max_pool2d",
@@ -175,6 +195,9 @@ ATEN_TYPES: dict[str, str] = {
     "index_put_": "scatter",
     "index_copy": "scatter",
     "bincount": "histogram",
+    "_grouped_mm": "grouped_mm",
+    "grouped_mm_fallback": "grouped_mm",
+    "grouped_mm": "grouped_mm",
     "histc": "histogram",
     # views
     "view": "view",
@@ -712,11 +735,23 @@ class _ExportBuilder:
             self.fallback_types.add(group.op_type)
         return fwd, bwd
 
+    def _grouped_mm_flops(self, node: fx.Node) -> tuple[float, float]:
+        shapes = _grouped_mm_shapes(self, node)
+        if shapes is None:
+            return 0.0, 0.0
+        a, b = shapes
+        flops = 2.0 * math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
+        needs = [self.requires_grad.get(x, False) for x in node.args[:2] if isinstance(x, fx.Node)]
+        return flops, flops * sum(needs)
+
     def _node_flops(self, node: fx.Node) -> tuple[float, float]:
         """Forward and backward FLOPs of one ATen node from ``FlopCounterMode``, run on meta tensors."""
         target = node.target
-        if not callable(target) or _aten_type(target) in _NO_COMPUTE:
-            return 0.0, 0.0
+        if not isinstance(target, torch._ops.OpOverload) or _aten_type(target) in _NO_COMPUTE:
+            return 0.0, 0.0  # Python calls in the graph (``_set_grad_enabled``) are not run
+        name = _aten_name(target)
+        if name in _GROUPED_MM:
+            return self._grouped_mm_flops(node)
         grads: list[torch.Tensor] = []
 
         def concrete(a: Any) -> Any:
@@ -749,13 +784,13 @@ class _ExportBuilder:
         try:
             args = concrete(node.args)
             kwargs = {k: concrete(v) for k, v in node.kwargs.items()}
-            with FlopCounterMode(display=False) as counter:
+            with torch.enable_grad(), FlopCounterMode(display=False) as counter:
                 out = _call(target, args, kwargs)
             fwd = float(counter.get_total_flops())
             bwd = 0.0
             outs = [o for o in _flat_values(out) if isinstance(o, torch.Tensor) and o.requires_grad]
             if fwd > 0 and outs and grads:
-                with FlopCounterMode(display=False) as counter:
+                with torch.enable_grad(), FlopCounterMode(display=False) as counter:
                     torch.autograd.grad(outs, grads, [torch.ones_like(o) for o in outs], allow_unused=True)
                 bwd = float(counter.get_total_flops())
         except Exception:  # an op that does not run on meta tensors: counted by the fallback
@@ -763,6 +798,11 @@ class _ExportBuilder:
         self.flop_cache[key] = (fwd, bwd)
         return fwd, bwd
 
+
+#: Grouped matrix products of mixture-of-experts layers, which the registry has no formula for:
+#: ``a (M, K)`` rows, split into groups by ``offsets``, times ``b (E, K, N)``: ``2 * M * K * N``
+#: forward; backward ``2 * M * K * N`` for each of ``a`` and ``b`` that needs a gradient.
+_GROUPED_MM = {"_grouped_mm", "grouped_mm_fallback", "grouped_mm"}
 
 _NO_COMPUTE = {
     "view",
@@ -796,6 +836,13 @@ _NO_COMPUTE = {
     "where",
     "masked_fill",
 }
+
+
+def _grouped_mm_shapes(builder: _ExportBuilder, node: fx.Node) -> tuple[_Info, _Info] | None:
+    tensors = [builder.info.get(a) for a in node.args[:2] if isinstance(a, fx.Node)]
+    if len(tensors) == 2 and all(isinstance(t, _Info) for t in tensors):
+        return tensors[0], tensors[1]  # type: ignore[return-value]
+    return None
 
 
 def _call(target: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> Any:
