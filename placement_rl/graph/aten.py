@@ -570,7 +570,9 @@ class _ExportBuilder:
                 input_names[node] = node.name
         for group in groups:
             members = set(group.nodes)
-            for n in group.nodes:  # buffers and constants read here: a "constant" op at first use
+            # Buffers and constants read by a tensor function: a "constant" op at first use. A layer's
+            # own buffers (batch norm statistics) are its state, like its parameters, as under fx.
+            for n in group.nodes if group.module_path is None else ():
                 for a in n.all_input_nodes:
                     if a.op == "placeholder" and a not in where and isinstance(self.info[a], _Info):
                         if a.name in self.param_of or a.name in self.user_inputs:
