@@ -106,3 +106,14 @@ def test_export_failure_names_the_line_and_the_fallback() -> None:
 def test_bad_tracer_name() -> None:
     with pytest.raises(ValueError, match="tracer = 'jit'"):
         from_torch(nn.Linear(2, 2), (torch.zeros(1, 2),), tracer="jit")
+
+
+def test_transformer_encoder_as_the_top_level_module() -> None:
+    # fx could not trace nn.TransformerEncoder itself; export opens it into its layers.
+    with torch.device("meta"):
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), num_layers=2)
+    x = torch.empty(2, 8, 32, device="meta")
+    graph = from_torch(encoder, (x,))
+    assert graph.metadata["source"] == "torch.export"
+    assert sum(op.op_type == "multihead_attention" for op in graph.ops) == 2
+    assert flops(graph) == measured_flops(encoder, (x,))
