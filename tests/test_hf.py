@@ -124,3 +124,20 @@ def test_factory_string() -> None:
     assert [op.op_type for op in graph.ops] == ["input", "linear", "relu", "linear"]
     with pytest.raises(ValueError, match="has no callable 'nothing'"):
         load_model("test_hf:nothing")
+
+
+def test_experiment_entries_take_model_strings() -> None:
+    from placement_rl.errors import SchemaError
+    from placement_rl.experiments import ModelEntry
+    from placement_rl.experiments import load_model as load_entry
+    from placement_rl.topology import resolve_topology
+
+    spec = "hf:LlamaForCausalLM:num_hidden_layers=1,hidden_size=64,intermediate_size=128,num_attention_heads=4"
+    topology = resolve_topology("tensoropt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = load_entry(ModelEntry(spec, batch_per_device=1, options={"seq_len": 8}), topology)
+    assert graph.batch_size == topology.num_devices
+    assert max(op.output_shapes[0][1] for op in graph.ops if op.op_type == "linear") == 8
+    with pytest.raises(SchemaError, match="expected only seq_len"):
+        load_entry(ModelEntry(spec, options={"steps": 2}), topology)
