@@ -117,3 +117,25 @@ def test_transformer_encoder_as_the_top_level_module() -> None:
     assert graph.metadata["source"] == "torch.export"
     assert sum(op.op_type == "multihead_attention" for op in graph.ops) == 2
     assert flops(graph) == measured_flops(encoder, (x,))
+
+
+def test_unrolled_cell_has_the_ops_fx_sees() -> None:
+    class Unrolled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = nn.LSTMCell(3, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = c = x.new_zeros(x.shape[0], 4)
+            for t in range(3):
+                h, c = self.cell(x[:, t], (h, c))  # x[:, t]: one slice op, as under fx
+            return h
+
+    x = torch.empty(2, 3, 3, device="meta")
+    graph = from_export(Unrolled(), (x,))
+    fx_graph = from_torch(Unrolled(), (x,), tracer="fx")
+    assert sorted(op.op_type for op in graph.ops) == sorted(op.op_type for op in fx_graph.ops)
+    cells = [op for op in graph.ops if op.op_type == "lstm_cell"]
+    assert len(cells) == 3 and {op.param_key for op in cells} == {"cell"}
+    # every call of the layer carries its parameters under one key; the graph counts them once
+    assert {op.param_bytes for op in cells} == {(4 * 4 * (3 + 4) + 2 * 4 * 4) * 4} == {graph.param_bytes}

@@ -398,6 +398,18 @@ def from_export(
         from placement_rl.graph.importer import _MODULE_TYPES
 
         leaf_types = _MODULE_TYPES
+    # Inputs live where the weights live (meta for models built on it), as under fx; values are never read.
+    weight: torch.Tensor | None = next(iter(module.parameters()), None)
+    if weight is None:
+        weight = next(iter(module.buffers()), None)
+
+    def placed(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and weight is not None and x.device != weight.device:
+            return torch.zeros(x.shape, dtype=x.dtype, device=weight.device)
+        return x
+
+    example_inputs = [placed(x) for x in example_inputs]
+    example_kwargs = {k: placed(v) for k, v in (example_kwargs or {}).items()}
     program = export_module(module, example_inputs, example_kwargs)
     builder = _ExportBuilder(program, module, leaf_types, batch)
     ops, edges = builder.build()
@@ -518,6 +530,18 @@ class _ExportBuilder:
                     self._group_of[node] = self._group_of[node.args[0]]
                     self._group_of[node].nodes.append(node)
                     continue
+                source = node.args[0] if node.args else None
+                if (
+                    _aten_name(node.target) == "slice"
+                    and isinstance(source, fx.Node)
+                    and isinstance(self.info.get(node), _Info)
+                    and isinstance(self.info.get(source), _Info)
+                    and self.info[node].shape == self.info[source].shape
+                ):
+                    # ``x[:, t]`` exports as a full slice of axis 0, then a select: the full slice is
+                    # no op (fx sees one indexing call), its readers read its source.
+                    self._transparent[node] = source
+                    continue
                 group = _Group(unique(node.name), _aten_type(node.target))
                 groups.append(group)
                 group.nodes.append(node)
@@ -539,6 +563,7 @@ class _ExportBuilder:
     # ------------------------------------------------------------------ build
     def build(self) -> tuple[list[Op], list[Tensor]]:
         self._group_of: dict[fx.Node, _Group] = {}
+        self._transparent: dict[fx.Node, fx.Node] = {}
         for node in self.graph.nodes:
             self.info[node] = self._describe(node.meta.get("val"))
             if node.op == "placeholder":
@@ -608,7 +633,7 @@ class _ExportBuilder:
             seen: set[tuple[str, int]] = set()
             params: dict[str, torch.Tensor] = {}
             for n in group.nodes:
-                for a in n.all_input_nodes:
+                for a in map(self._resolve, n.all_input_nodes):
                     if a in members:
                         continue
                     if a.op == "placeholder" and a.name in self.param_of:
@@ -703,20 +728,28 @@ class _ExportBuilder:
             split="concat" if dims else "none",
         )
 
+    def _resolve(self, node: fx.Node) -> fx.Node:
+        """The node whose value ``node`` passes on unchanged (itself unless it is a full slice)."""
+        while node in self._transparent:
+            node = self._transparent[node]
+        return node
+
     def _used_outside(self) -> set[fx.Node]:
         """Nodes read by a node of another op (or by the graph's output)."""
         used: set[fx.Node] = set()
         for node in self.graph.nodes:
             if node.op not in ("call_function", "output"):
                 continue
+            if node in self._transparent:
+                continue
             mine = self._group_of.get(node)
-            for a in node.all_input_nodes:
+            for a in map(self._resolve, node.all_input_nodes):
                 if a.op != "call_function":
                     continue
                 if mine is None or self._group_of.get(a) is not mine:
                     used.add(a)
                     # reading one output of a multi-output node makes the producer visible too
-                    if a.target is operator.getitem:
+                    if a.target is operator.getitem and isinstance(a.args[0], fx.Node):
                         used.add(a.args[0])
         return used
 
