@@ -11,10 +11,11 @@ memory, communication, search seconds) plus the cell's model, topology, seed, st
 The experiment file (YAML, read at the Ray edge: :func:`placement_rl.rl.compare.load_experiment`)::
 
     name: flexflow-fig6                   # default: the file's stem
-    models:                               # zoo names, graph .json files or mappings:
+    models:                               # zoo names, graph .json files, model strings or mappings:
       - alexnet                           #   the paper's batch size
       - {model: resnet101, batch_per_device: 64}   # 64 samples per GPU of each topology
       - {model: rnnlm, batch_size: 64, options: {steps: 2}, coarsen: 4, label: rnnlm2-g4}
+      - {model: "hf:LlamaForCausalLM:num_hidden_layers=4", batch_size: 16, options: {seq_len: 1024}, label: llama4}
     topologies: [flexflow-p100, "test:10", random:3, my_cluster.json]   # test:N / train:N: random splits
     methods:
       - data_parallel

@@ -12,6 +12,10 @@ the fx importer builds:
   parameters are the op's parameters;
 * **one op per tensor function** outside such layers (a ``matmul``, ``add``, ``softmax``, ``view``),
   typed by :data:`ATEN_TYPES` (an ATen name missing there keeps its own name and is family ``other``);
+* buffers and constants a tensor function reads are one ``constant`` op each (a layer's own buffers,
+  such as batch norm statistics, are its state); a slice that keeps its whole input (``x[:, t]``
+  exports as a full slice, then a select) is no op: its readers read its source, as fx sees one
+  indexing call;
 * **shapes** from export's fake tensors. The batch is exported as a dynamic dimension (``Dim.AUTO``
   on dimension 0 of every tensor input), so an output axis whose extent is an expression of the
   batch symbol is a **sample** dimension: the batch axis is found even when it is folded into
@@ -25,7 +29,11 @@ under ``FlopCounterMode``, with the inputs that need a gradient (parameters, and
 derived from them) marked ``requires_grad``, so backward counts the registry's backward ops (an
 ``mm``'s two gradient products, ``convolution_backward``, the attention backward kernels) and skips
 the input gradient of the first layer, as autograd does. Forward and backward therefore equal
-``FlopCounterMode`` over the same model.
+``FlopCounterMode`` over the same model. One exception: the grouped matrix product of
+mixture-of-experts layers (``_grouped_mm``, transformers' ``grouped_mm_fallback``), which the
+registry has no formula for, counts ``2 * M * K * N`` for ``a (M, K)`` times ``b (E, K, N)``, and as
+much again backward for each operand that needs a gradient (what an eager loop of per-expert ``mm``
+calls counts, since every row meets exactly one expert's matrix).
 
 **Fallback** for ATen nodes the registry has no formula for (element-wise arithmetic, activations,
 normalization, softmax, reductions, copies): ``FlopCounterMode`` counts them as 0 and so does this
