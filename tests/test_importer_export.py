@@ -139,3 +139,15 @@ def test_unrolled_cell_has_the_ops_fx_sees() -> None:
     assert len(cells) == 3 and {op.param_key for op in cells} == {"cell"}
     # every call of the layer carries its parameters under one key; the graph counts them once
     assert {op.param_bytes for op in cells} == {(4 * 4 * (3 + 4) + 2 * 4 * 4) * 4} == {graph.param_bytes}
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_every_zoo_model_imports_through_export(name: str) -> None:
+    # Same parameters and ops as the fx importer the zoo uses, but for the constant ops: export makes
+    # one per buffer a tensor function reads, fx one per access.
+    module, inputs = zoo.build_module(name, batch_size=2)
+    graph = from_export(module, inputs)
+    fx_graph = zoo.load(name, batch_size=2)
+    assert graph.param_bytes == fx_graph.param_bytes
+    types = sorted(op.op_type for op in graph.ops if op.op_type != "constant")
+    assert types == sorted(op.op_type for op in fx_graph.ops if op.op_type != "constant")
