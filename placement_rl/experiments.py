@@ -11,10 +11,11 @@ memory, communication, search seconds) plus the cell's model, topology, seed, st
 The experiment file (YAML, read at the Ray edge: :func:`placement_rl.rl.compare.load_experiment`)::
 
     name: flexflow-fig6                   # default: the file's stem
-    models:                               # zoo names, graph .json files or mappings:
+    models:                               # zoo names, graph .json files, model strings or mappings:
       - alexnet                           #   the paper's batch size
       - {model: resnet101, batch_per_device: 64}   # 64 samples per GPU of each topology
       - {model: rnnlm, batch_size: 64, options: {steps: 2}, coarsen: 4, label: rnnlm2-g4}
+      - {model: "hf:LlamaForCausalLM:num_hidden_layers=4", batch_size: 16, options: {seq_len: 1024}, label: llama4}
     topologies: [flexflow-p100, "test:10", random:3, my_cluster.json]   # test:N / train:N: random splits
     methods:
       - data_parallel
@@ -102,7 +103,8 @@ class ModelEntry:
     """One model of an experiment."""
 
     model: str = option(rule=text())
-    """A zoo name (``placement-rl models``) or a graph ``.json`` file (:func:`load_model`)."""
+    """A zoo name (``placement-rl models``), a graph ``.json`` file, ``hf:...`` or ``package.module:factory``
+    (:func:`load_model`)."""
     batch_size: int | None = option(None, rule=integer(1, null=True))
     """Global batch size (default: the paper's; a graph file keeps its own)."""
     batch_per_device: int | None = option(None, rule=integer(1, null=True))
@@ -448,17 +450,26 @@ def build_cost_model(cost: Mapping[str, Any], where: str) -> CostModel:
 def load_model(entry: ModelEntry, topology: DeviceTopology) -> OpGraph:
     """The graph of a model entry on ``topology`` (its batch size may depend on the device count).
 
-    The one place a model string becomes a graph: a zoo name or a graph ``.json`` file. The
-    importer's model specs (``hf:...``, ``package.module:factory``) plug in here.
+    The one place a model string becomes a graph: a zoo name, a graph ``.json`` file, or a model
+    string of :mod:`placement_rl.models` (``hf:...``, ``package.module:factory``; its one option is
+    ``seq_len``, for ``hf:`` models).
     """
     from placement_rl import zoo
 
+    batch = entry.batch_size
+    if entry.batch_per_device is not None:
+        batch = entry.batch_per_device * topology.num_devices
     if entry.model.endswith(".json") or (os.sep in entry.model and Path(entry.model).is_file()):
         graph = OpGraph.from_json(entry.model)
+    elif ":" in entry.model:
+        from placement_rl.models import load_model as load_model_string
+
+        options = dict(entry.options)
+        seq_len = options.pop("seq_len", None)
+        if options:
+            raise SchemaError(f"model {entry.model!r}: options {sorted(options)}; expected only seq_len")
+        graph = load_model_string(entry.model, batch, seq_len)
     else:
-        batch = entry.batch_size
-        if entry.batch_per_device is not None:
-            batch = entry.batch_per_device * topology.num_devices
         graph = zoo.load(entry.model, batch_size=batch, **dict(entry.options))
     if entry.coarsen is not None:
         from placement_rl.graph.coarsen import coarsen

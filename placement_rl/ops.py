@@ -45,11 +45,11 @@ pool        out x kernel   1    yes   pool         pool        avg_pool1d, avg_p
 pool        in             1    yes   pool         pool        adaptive_avg_pool1d, adaptive_avg_pool2d,
                                                                adaptive_avg_pool3d, adaptive_max_pool1d,
                                                                adaptive_max_pool2d, adaptive_max_pool3d
-elementwise 1 x out        1    yes   elementwise  elementwise abs, add, div, exp, log, masked_fill, mul, neg, pow,
-                                                               scale, sqrt, sub, where
+elementwise 1 x out        1    yes   elementwise  elementwise abs, add, compare, div, exp, log, masked_fill, mul,
+                                                               neg, pow, scale, sqrt, sub, where
 elementwise 2 x out        1    yes   elementwise  elementwise clamp, rsqrt
 elementwise 2 x out        1    yes   elementwise  activation  dropout
-reduction   1 x in         1    yes   sample+sum   elementwise mean, sum
+reduction   1 x in         1    yes   sample+sum   elementwise max, mean, sum
 loss        5 x in         1    yes   sample+sum   loss        bce_loss, cross_entropy, l1_loss, mse_loss, nll_loss
 view        0              0    no    sample       shape       expand, flatten, identity, permute, reshape, squeeze,
                                                                transpose, unsqueeze, view
@@ -57,6 +57,11 @@ copy        0              1    yes   sample       shape       cat, chunk, clone
                                                                stack, to
 copy        0              1    yes   sample       input       fill
 embedding   0              1    yes   linear       embedding   embedding
+embedding   0              1    yes   sample       embedding   rotary_embedding
+routing     1 x in         1    yes   sample       embedding   topk
+routing     0              1    yes   sample       embedding   gather, one_hot, scatter
+routing     1 x in         1    yes   sample+sum   embedding   histogram
+matmul      2 out K        2    yes   contraction  matmul      grouped_mm
 input       0              0    yes   sample       input       constant, input
 =========== ============== ==== ===== ============ =========== ======================================================
 
@@ -94,6 +99,7 @@ Family = Literal[
     "view",
     "copy",
     "embedding",
+    "routing",
     "input",
     "other",
 ]
@@ -306,6 +312,7 @@ _KINDS: dict[str, OpKind] = {
     "log": _pointwise(1),
     "masked_fill": _pointwise(1),
     "where": _pointwise(1),
+    "compare": _pointwise(1),
     "clamp": _pointwise(2),
     "scale": _pointwise(1),
     # Dropout is element-wise arithmetic (mask, scale), but trained policies saw it as an activation.
@@ -313,6 +320,7 @@ _KINDS: dict[str, OpKind] = {
     # reductions and losses
     "mean": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
     "sum": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
+    "max": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
     "cross_entropy": _loss(),
     "nll_loss": _loss(),
     "mse_loss": _loss(),
@@ -341,6 +349,18 @@ _KINDS: dict[str, OpKind] = {
     # zeros_like / new_full write a tensor from its shape alone; trained policies saw them as inputs.
     "fill": OpKind("copy", "input", "none"),
     "embedding": OpKind("embedding", "embedding", "none", parallel_rule="linear"),
+    # rotary position tables (cos / sin of positions times frequencies): a positional embedding
+    "rotary_embedding": OpKind("embedding", "embedding", "none"),
+    # mixture-of-experts routing: choosing experts and moving token rows to and from them. The
+    # observation has no family of its own for them (it would change the policies' input width):
+    # they are row lookups like an embedding's, and are counted there.
+    "topk": OpKind("routing", "embedding", "per_input_element", 1.0),
+    "one_hot": OpKind("routing", "embedding", "none"),
+    "gather": OpKind("routing", "embedding", "none"),
+    "scatter": OpKind("routing", "embedding", "none"),
+    "histogram": OpKind("routing", "embedding", "per_input_element", 1.0, reduces=True),
+    # the experts' grouped matrix product: 2 * rows * K * N (its formula is in placement_rl.graph.aten)
+    "grouped_mm": _matmul_like("matmul", "matmul", "matmul", "contraction", None),
     # graph inputs and non-parameter attributes (buffers): they write their output, nothing else
     "input": OpKind("input", "input", "none", backward_factor=0.0),
     "constant": OpKind("input", "input", "none", backward_factor=0.0),

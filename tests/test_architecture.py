@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "io", "config", "progress", "parallel", "paths", "plots"),
     ("ops",),
-    ("graph", "zoo"),
+    ("graph", "zoo", "models"),
     ("topology",),
     ("plan.core",),
     ("sim",),

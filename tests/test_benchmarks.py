@@ -67,6 +67,13 @@ def test_foundation(run: Run) -> None:
         assert 0 <= _number(row["median (s)"]) < 60 and 0 <= _number(row["cold (s)"]) < 120
 
 
+@pytest.mark.slow
+def test_importer(run: Run) -> None:
+    (row,) = _table(run("importer", "--models", "tiny", "--batch-size", "2", "--seq-len", "16"))
+    assert row["model"] == "llama-tiny" and _number(row["ops"]) > 20
+    assert 0 < _number(row["import (s)"]) < 120 and 0 < _number(row["peak memory (MiB)"]) < 4096
+
+
 def test_simulator(run: Run) -> None:
     rows = _table(run("simulator", "--repeats", "1", "--model", "lenet", "--groups", "4"))
     assert [r["case"] for r in rows] == [

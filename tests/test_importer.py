@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from placement_rl.graph.importer import from_torch
+from placement_rl.graph import importer
+
+# These tests check the fx front end's hand formulas; tests/test_importer_export.py checks export's.
+from_torch = functools.partial(importer.from_torch, tracer="fx")
 
 
 def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -159,3 +164,27 @@ def test_untraceable_module_gives_a_clear_error() -> None:
         from_torch(DataDependent(), (_meta(2, 2),))
     with pytest.raises(ValueError, match="example_inputs is empty"):
         from_torch(nn.Linear(2, 2), ())
+
+
+def test_attention_with_one_tensor_for_query_key_and_value() -> None:
+    # sdpa(x, x, x) and attn(x, x, x) read one tensor three times: the formulas take the call's arguments.
+    class SelfSdpa(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(x, x, x)
+
+    g = from_torch(SelfSdpa(), (_meta(2, 3, 5, 4),))
+    (op,) = [op for op in g.ops if op.op_type == "attention"]
+    scores = 2 * 3 * 5 * 5
+    assert op.forward_flops == 2 * scores * 4 + 2 * scores * 4 + 5 * scores
+
+    class SelfMha(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x, x, x)[0]
+
+    g = from_torch(SelfMha(), (_meta(3, 5, 8),))
+    (mha,) = [op for op in g.ops if op.op_type == "multihead_attention"]
+    assert mha.forward_flops > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -12,9 +13,12 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl import ops
-from placement_rl.graph import OpGraph, from_torch, importer
+from placement_rl.graph import OpGraph, importer
 from placement_rl.graph.importer import einsum_flops
 from placement_rl.ops import OBSERVATION_FAMILIES, OP_KINDS, OpKind, observation_family, op_kind
+
+# The fx front end's op types and formulas (the export front end: tests/test_importer_export.py).
+from_torch = functools.partial(importer.from_torch, tracer="fx")
 
 #: Types the importer names itself rather than through its torch-API tables (placeholders, buffers).
 _SELF_MADE_TYPES = {"input", "constant"}
@@ -162,7 +166,8 @@ def test_derived_sets_equal_the_tables_they_replace() -> None:
         "identity",
     }
     assert ops.INPUT_OPS == {"input", "constant"}
-    assert ops.REDUCTION_OPS == {"mean", "sum", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"}
+    reductions = {"mean", "sum", "max", "histogram", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"}
+    assert ops.REDUCTION_OPS == reductions
     from placement_rl.profiling import UNMEASURED_OPS
 
     assert UNMEASURED_OPS == ops.INPUT_OPS | ops.VIEW_OPS

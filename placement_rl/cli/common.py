@@ -134,7 +134,8 @@ def instance_parser(model: str | None = None, topology: str | None = None) -> ar
         "--model",
         default=model,
         required=model is None,
-        help="zoo model (see 'placement-rl models') or a graph .json" + (f" (default {model})" if model else ""),
+        help="zoo model (see 'placement-rl models'), a graph .json, hf:ClassName[:key=value,...], "
+        "hf:config.json or package.module:factory" + (f" (default {model})" if model else ""),
     )
     p.add_argument(
         "--topology",
@@ -144,6 +145,7 @@ def instance_parser(model: str | None = None, topology: str | None = None) -> ar
         + (f" (default {topology})" if topology else ""),
     )
     p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the paper's)")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sample of an hf: model (default 512)")
     return p
 
 
@@ -214,23 +216,18 @@ def bucket_bytes(text: str) -> int:
 
 
 # ------------------------------------------------------------------------------------- loaders
-def load_graph(spec: str, batch_size: int | None = None) -> Any:
-    """A zoo model name or a path to a graph JSON file."""
-    from placement_rl import zoo
-    from placement_rl.graph import OpGraph
+def load_graph(spec: str, batch_size: int | None = None, seq_len: int | None = None) -> Any:
+    """A model string (:mod:`placement_rl.models`): zoo name, graph JSON, ``hf:...`` or ``package.module:factory``."""
+    from placement_rl.models import load_model
 
-    if spec.endswith(".json") or Path(spec).is_file():
-        if batch_size is not None:
-            raise ValueError("--batch-size applies to zoo models, not to graph files")
-        return OpGraph.from_json(spec)
-    return zoo.load(spec, batch_size=batch_size)
+    return load_model(spec, batch_size, seq_len)
 
 
 def load_instance(args: argparse.Namespace) -> tuple[Any, Any]:
     """The graph and topology of ``--model`` / ``--topology`` / ``--batch-size``."""
     from placement_rl.topology import resolve_topology
 
-    return load_graph(args.model, args.batch_size), resolve_topology(args.topology)
+    return load_graph(args.model, args.batch_size, getattr(args, "seq_len", None)), resolve_topology(args.topology)
 
 
 def cost_model(args: argparse.Namespace, topology: Any = None) -> Any:

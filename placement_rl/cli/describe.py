@@ -108,7 +108,7 @@ def cmd_topologies(args: argparse.Namespace) -> None:
 def cmd_show_graph(args: argparse.Namespace) -> None:
     if args.out:
         output_file(args.out)
-    graph = load_graph(args.model, args.batch_size)
+    graph = load_graph(args.model, args.batch_size, args.seq_len)
     if args.coarsen:
         from placement_rl.graph.coarsen import coarsen
 
@@ -188,8 +188,13 @@ def add_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_topologies)
 
     p = sub.add_parser("show-graph", parents=[js], help="import a zoo model (or read a graph JSON) and describe it")
-    p.add_argument("model", help="zoo model name (see 'placement-rl models') or a graph .json file")
+    p.add_argument(
+        "model",
+        help="zoo model name (see 'placement-rl models'), a graph .json file, hf:ClassName[:key=value,...], "
+        "hf:config.json or package.module:factory",
+    )
     p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the paper's)")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sample of an hf: model (default 512)")
     p.add_argument(
         "--coarsen", type=non_negative_int, default=0, metavar="N", help="group the ops into at most N groups (METIS)"
     )

@@ -54,6 +54,8 @@ def plan_experiment(args: argparse.Namespace) -> Any:
     model: dict[str, Any] = {"model": args.model}
     if args.batch_size is not None:
         model["batch_size"] = args.batch_size
+    if getattr(args, "seq_len", None) is not None:
+        model["options"] = {"seq_len": args.seq_len}
     document = {"models": [model], "topologies": [args.topology], "methods": methods, "seeds": [args.seed]}
     return parse_experiment(document, "plan", agents=agents, name="plan")
 

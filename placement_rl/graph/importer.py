@@ -1,6 +1,11 @@
 """Import a ``torch.nn.Module`` into an :class:`~placement_rl.graph.OpGraph`.
 
-The module is traced with ``torch.fx.symbolic_trace`` (leaf ``torch.nn`` modules such as ``Conv2d``,
+:func:`from_torch` traces with ``torch.export`` by default (:mod:`placement_rl.graph.aten`: ATen
+nodes grouped back into module-level ops, FLOPs from ``torch.utils.flop_counter``) and falls back to
+``torch.fx`` when export fails; ``tracer="fx"`` asks for fx, which the model zoo uses (faster on
+its models, and the README's figures). The rest of this docstring describes the fx front end.
+
+With fx the module is traced with ``torch.fx.symbolic_trace`` (leaf ``torch.nn`` modules such as ``Conv2d``,
 ``Linear`` or ``LSTMCell`` become one op each) and shapes are propagated under ``FakeTensorMode``, so
 no activation is ever computed and, when the module was built under ``torch.device("meta")``, no
 weight is ever allocated: BERT-Large imports in about a second.
@@ -281,26 +286,64 @@ def from_torch(
     name: str | None = None,
     batch_size: int | None = None,
     metadata: dict[str, Any] | None = None,
+    tracer: str = "auto",
 ) -> OpGraph:
     """Trace ``module`` into an :class:`OpGraph` of its forward pass.
 
+    ``tracer`` picks the front end: ``"export"`` (:func:`placement_rl.graph.aten.from_export`:
+    ``torch.export``, FLOPs from ``torch.utils.flop_counter``), ``"fx"`` (``torch.fx.symbolic_trace``
+    and this module's formulas) or ``"auto"`` (the default): export, and fx only when export fails.
+    fx is kept where it is better: it traces the zoo's models 5-10x faster and its figures are the
+    ones the README reports, so :func:`placement_rl.zoo.load` asks for it; its FLOPs also count
+    bias additions and element-wise arithmetic, which ``FlopCounterMode`` does not (0.05-2.3% more on
+    the zoo).
+
     Args:
-        module: any ``torch.nn.Module`` that ``torch.fx.symbolic_trace`` can trace. Build it under
-            ``torch.device("meta")`` to avoid allocating weights; real modules work too and are
-            neither modified nor run.
+        module: any ``torch.nn.Module`` that ``torch.export`` or ``torch.fx.symbolic_trace`` can trace.
+            Build it under ``torch.device("meta")`` to avoid allocating weights; real modules work
+            too and are never run on data (export puts them in ``eval()`` mode).
         example_inputs: the positional inputs of ``forward``; dimension 0 of every input is the sample
             (batch) dimension. Only shapes and dtypes are used.
         name: the graph's name (default: the module's class name).
         batch_size: recorded on the graph (default: dimension 0 of the first input).
         metadata: extra JSON-serializable notes stored on the graph.
+        tracer: ``"auto"``, ``"export"`` or ``"fx"`` (above).
 
     Returns:
         The graph, ops in execution order, with FLOPs, bytes and parallel dimensions filled in.
 
     Raises:
         ValueError: when the module cannot be traced or shapes cannot be propagated; the message
-            names the failing node.
+            names the failing node (export: the op and the source line, and whether fx was tried).
     """
+    if tracer not in ("auto", "export", "fx"):
+        raise ValueError(f"from_torch: tracer = {tracer!r}; expected 'auto', 'export' or 'fx'")
+    if tracer != "fx":
+        from placement_rl.graph.aten import ExportError, from_export
+
+        try:
+            return from_export(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
+        except ExportError as exc:
+            if tracer == "export":
+                raise ExportError(f"{exc} (the fx fallback was not tried: tracer='export')") from exc
+            try:
+                graph = _from_fx(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
+            except ValueError as fx_exc:
+                raise ExportError(f"{exc}; the fx fallback was tried and failed too: {fx_exc}") from exc
+            graph.metadata["export_error"] = str(exc)
+            return graph
+    return _from_fx(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
+
+
+def _from_fx(
+    module: nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    *,
+    name: str | None = None,
+    batch_size: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> OpGraph:
+    """:func:`from_torch` through ``torch.fx.symbolic_trace`` (this module's FLOP formulas)."""
     if not example_inputs:
         raise ValueError("from_torch: example_inputs is empty; expected the positional inputs of forward()")
     for i, x in enumerate(example_inputs):
@@ -320,7 +363,7 @@ def from_torch(
             "from_torch: no FLOP formula for op type(s) "
             f"{sorted(builder.unknown)}; assumed a conservative 8 FLOPs per element",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     meta = {"source": "torch.fx", "module": type(module).__name__, **(metadata or {})}
     return OpGraph(name or type(module).__name__, ops, tensors, batch_size=batch_size or batch, metadata=meta)
@@ -521,6 +564,13 @@ class _Builder:
             return tuple(self._attr(arg).shape)
         return self.values[arg].shape
 
+    def _call_shape(self, node: fx.Node, index: int, keyword: str) -> Shape:
+        """Shape of a call's tensor argument ``index`` (or keyword ``keyword``)."""
+        arg = _arg_or_kwarg(node, index, keyword)
+        if not isinstance(arg, fx.Node):
+            raise ValueError(f"from_torch: {node.format_node()}: argument {keyword!r} is not a tensor")
+        return self._arg_shape(arg)
+
     def _attr(self, node: fx.Node) -> Any:
         obj: Any = self.gm
         for part in str(node.target).split("."):
@@ -615,12 +665,13 @@ class _Builder:
                 except ValueError:
                     pass  # an equation this parser misreads: the conservative estimate, and the warning
         elif rule == "attention":  # q (..., L, E), k (..., S, E), v (..., S, Ev)
-            q, k = ins[0].shape, ins[1].shape
+            # From the call's arguments: ``ins`` lists a tensor once, so sdpa(x, x, x) has one input.
+            q, k = self._call_shape(node, 0, "query"), self._call_shape(node, 1, "key")
             scores = math.prod(q[:-1]) * k[-2]
             return 2.0 * scores * q[-1] + 2.0 * scores * out.shape[-1] + 5.0 * scores
         elif rule == "multihead_attention":
             if isinstance(module, nn.MultiheadAttention):
-                return _mha_flops(module, ins[0].shape, ins[1].shape)
+                return _mha_flops(module, self._call_shape(node, 0, "query"), self._call_shape(node, 1, "key"))
         elif rule == "rnn_cell":
             if isinstance(module, nn.RNNCellBase):
                 return rnn_cell_flops(
@@ -674,53 +725,14 @@ class _Builder:
         inputs: list[tuple[str, int, _TensorInfo]],
         has_params: bool,
     ) -> tuple[tuple[ParallelDim, ...], SplitClass]:
-        """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op, by its kind's rule."""
-        shape = out.shape
-        if sample_axis is None:
-            # A reduction over the batch (a mean loss): partitions produce partial sums (TAG "sum").
-            if kind.reduces and inputs:
-                src, idx, info = inputs[0]
-                in_axis = self.sample_axes.get(src, [None] * (idx + 1))[idx]
-                if in_axis is not None:
-                    return (ParallelDim("sample", "sample", in_axis, info.shape[in_axis], reduction=True),), "sum"
-            return (), "none"
-        dims = [ParallelDim("sample", "sample", sample_axis, shape[sample_axis])]
-        rest = [a for a in range(len(shape)) if a != sample_axis]
-
-        def add(name: str, kind: str, axis: int) -> None:
-            if 0 <= axis < len(shape) and axis != sample_axis and shape[axis] > 1:
-                dims.append(ParallelDim(name, kind, axis, shape[axis]))  # type: ignore[arg-type]
-
-        spatial = ("length",) if len(shape) == 3 else ("height", "width", "depth")
-        rule = kind.parallel_rule
-        if rule == "matmul":  # x @ W reads a parameter like a linear layer; q @ k^T does not
-            rule = "linear" if has_params else "contraction"
-        if rule == "conv":
-            add("channel", "parameter", 1)
-            for name, axis in zip(spatial, range(2, len(shape)), strict=False):
-                add(name, "attribute", axis)
-        elif rule == "pool":
-            for name, axis in zip(spatial, range(2, len(shape)), strict=False):
-                add(name, "attribute", axis)
-        elif rule == "channel":
-            add("channel", "parameter", 1)
-        elif rule == "linear":
-            for axis in rest[:-1]:
-                add("length" if axis == rest[0] else f"dim{axis}", "attribute", axis)
-            add("channel", "parameter", len(shape) - 1)
-        elif rule == "rnn_cell":
-            add("hidden", "parameter", 1)
-        elif rule in ("rows", "contraction"):
-            # Everything but the normalized / contracted last axis can be split.
-            for axis in rest[:-1]:
-                add(f"dim{axis}", "attribute", axis)
-            if rule == "contraction":  # every output axis of a product is a free index
-                add("channel", "attribute", len(shape) - 1)
-        elif rule == "elementwise":
-            names = {4: ("channel", "height", "width"), 3: ("length", "channel"), 2: ("channel",)}.get(len(shape), ())
-            for name, axis in zip(names, rest, strict=False):
-                add(name, "attribute", axis)
-        return tuple(dims), "concat"
+        """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op (:func:`parallel_dims`)."""
+        reduce_axis: tuple[int, int] | None = None
+        if sample_axis is None and kind.reduces and inputs:
+            src, idx, info = inputs[0]
+            in_axis = self.sample_axes.get(src, [None] * (idx + 1))[idx]
+            if in_axis is not None:
+                reduce_axis = (in_axis, info.shape[in_axis])
+        return parallel_dims(kind, out.shape, sample_axis, reduce_axis, has_params)
 
 
 def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Module | None]:
@@ -736,6 +748,67 @@ def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Mo
         return _METHOD_TYPES.get(str(node.target), str(node.target)), None
     target = node.target
     return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+
+
+def parallel_dims(
+    kind: OpKind,
+    shape: Shape,
+    sample_axis: int | None,
+    reduce_axis: tuple[int, int] | None,
+    has_params: bool,
+) -> tuple[tuple[ParallelDim, ...], SplitClass]:
+    """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op, by its kind's rule.
+
+    Args:
+        kind: the op's kind.
+        shape: its first output's shape.
+        sample_axis: the output axis that follows the batch, ``None`` when none does.
+        reduce_axis: ``(axis, extent)`` of the first input's sample axis, for ops that may reduce it.
+        has_params: whether the op reads parameters (a ``matmul`` then splits like a linear layer).
+    """
+    if sample_axis is None:
+        # A reduction over the batch (a mean loss): partitions produce partial sums (TAG "sum").
+        if kind.reduces and reduce_axis is not None:
+            axis, extent = reduce_axis
+            return (ParallelDim("sample", "sample", axis, extent, reduction=True),), "sum"
+        return (), "none"
+    dims = [ParallelDim("sample", "sample", sample_axis, shape[sample_axis])]
+    rest = [a for a in range(len(shape)) if a != sample_axis]
+
+    def add(name: str, kind: str, axis: int) -> None:
+        if 0 <= axis < len(shape) and axis != sample_axis and shape[axis] > 1:
+            dims.append(ParallelDim(name, kind, axis, shape[axis]))  # type: ignore[arg-type]
+
+    spatial = ("length",) if len(shape) == 3 else ("height", "width", "depth")
+    rule = kind.parallel_rule
+    if rule == "matmul":  # x @ W reads a parameter like a linear layer; q @ k^T does not
+        rule = "linear" if has_params else "contraction"
+    if rule == "conv":
+        add("channel", "parameter", 1)
+        for name, axis in zip(spatial, range(2, len(shape)), strict=False):
+            add(name, "attribute", axis)
+    elif rule == "pool":
+        for name, axis in zip(spatial, range(2, len(shape)), strict=False):
+            add(name, "attribute", axis)
+    elif rule == "channel":
+        add("channel", "parameter", 1)
+    elif rule == "linear":
+        for axis in rest[:-1]:
+            add("length" if axis == rest[0] else f"dim{axis}", "attribute", axis)
+        add("channel", "parameter", len(shape) - 1)
+    elif rule == "rnn_cell":
+        add("hidden", "parameter", 1)
+    elif rule in ("rows", "contraction"):
+        # Everything but the normalized / contracted last axis can be split.
+        for axis in rest[:-1]:
+            add(f"dim{axis}", "attribute", axis)
+        if rule == "contraction":  # every output axis of a product is a free index
+            add("channel", "attribute", len(shape) - 1)
+    elif rule == "elementwise":
+        names = {4: ("channel", "height", "width"), 3: ("length", "channel"), 2: ("channel",)}.get(len(shape), ())
+        for name, axis in zip(names, rest, strict=False):
+            add(name, "attribute", axis)
+    return tuple(dims), "concat"
 
 
 # ----------------------------------------------------------------- formulas

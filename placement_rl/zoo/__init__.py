@@ -105,7 +105,7 @@ def load(name: str, batch_size: int | None = None, **options: Any) -> OpGraph:
     module, inputs = build_module(name, batch_size, **options)
     model = spec(name)
     meta = {"zoo_model": name, "options": {**model.options, **options}, "paper": model.source}
-    return from_torch(module, inputs, name=name, metadata=meta)
+    return from_torch(module, inputs, name=name, metadata=meta, tracer="fx")
 
 
 __all__ = ["ZooModel", "build_module", "check", "load", "names", "spec"]
