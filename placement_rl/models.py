@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def load_model(spec: str, batch_size: int | None = None, seq_len: int | None = N
 def _load_factory(spec: str, batch_size: int | None) -> OpGraph:
     module_name, _, attr = spec.partition(":")
     try:
-        mod = importlib.import_module(module_name)
+        mod = _import_from_here(module_name)
     except ImportError as exc:
         raise ValueError(f"model {spec!r}: cannot import module {module_name!r} ({exc})") from exc
     factory = getattr(mod, attr, None)
@@ -103,6 +104,22 @@ def _load_factory(spec: str, batch_size: int | None) -> OpGraph:
     from placement_rl.graph.importer import from_torch
 
     return from_torch(module, tuple(inputs), name=spec, metadata={"model_spec": spec})
+
+
+def _import_from_here(module_name: str) -> Any:
+    """``importlib.import_module``, also finding a module in the current folder (as ``python -m``
+    does; the ``placement-rl`` console script does not put the current folder on ``sys.path``)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = str(Path.cwd())
+        if exc.name != module_name.split(".")[0] or here in sys.path:
+            raise
+        sys.path.insert(0, here)
+        try:
+            return importlib.import_module(module_name)
+        finally:
+            sys.path.remove(here)
 
 
 def parse_overrides(text: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "resnet50-7",  # 11 s
     ),
     "tests/test_architecture.py::test_importing_the_core_loads_no_ray": (),  # 18 s: a fresh interpreter
+    "tests/test_own_model.py::test_own_model_section_runs_as_written": (),  # 9 s: export, every method
     "tests/test_search.py::test_mcmc_improves_on_data_parallelism_and_reports_statistics": (),  # 21 s under flows
     "tests/test_compare.py::test_resume_after_the_runner_is_killed_midway": (),  # 12 s: a killed child process
     "tests/envs/test_conformance.py::test_check_env_on_registered_defaults": ("placement_rl/Placement-v0",),  # 8 s

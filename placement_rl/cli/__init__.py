@@ -1,6 +1,6 @@
 """The ``placement-rl`` command line: one module per command family, each adding its commands.
 
-* :mod:`.describe`: ``models``, ``topologies``, ``show-graph``, ``show-topology``, ``profile``
+* :mod:`.describe`: ``models``, ``topologies``, ``import``, ``show-graph``, ``show-topology``, ``profile``
 * :mod:`.plan`: ``plan`` (every method side by side), ``simulate``
 * :mod:`.compare`: ``compare`` (an experiment file: every method on every instance, as Ray tasks)
 * :mod:`.search`: ``search mcmc``, ``frontier``

@@ -105,6 +105,18 @@ def cmd_topologies(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_import(args: argparse.Namespace) -> None:
+    """``import MODEL --out graph.json``: trace a model once and save its graph for every other command."""
+    output_file(args.out)  # checked before the (possibly long) trace
+    graph = load_graph(args.model, args.batch_size, args.seq_len)
+    graph.to_json(args.out)
+    if args.json:
+        print_json({"graph": graph.name, "ops": graph.num_ops, "out": str(args.out)})
+        return
+    print(graph.summary())
+    print(f"  wrote {args.out}; use it with --model {args.out}")
+
+
 def cmd_show_graph(args: argparse.Namespace) -> None:
     if args.out:
         output_file(args.out)
@@ -201,6 +213,19 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--ops", action="store_true", help="also list every op")
     p.add_argument("--out", default=None, help="write the graph as JSON to this path")
     p.set_defaults(func=cmd_show_graph)
+
+    p = sub.add_parser(
+        "import", parents=[js], help="trace a model (package.module:factory, hf:..., a zoo name) into a graph JSON"
+    )
+    p.add_argument(
+        "model",
+        help="package.module:factory (factory() returns the module and its example inputs), "
+        "hf:ClassName[:key=value,...], hf:config.json or a zoo model name",
+    )
+    p.add_argument("--out", required=True, help="where to write the graph (JSON); then --model OUT anywhere")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the model's)")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sample of an hf: model (default 512)")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("show-topology", parents=[js], help="describe a device topology")
     p.add_argument("topology", help="preset name (see 'placement-rl topologies'), 'random:SEED' or a .json file")
