@@ -13,6 +13,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     # torch.export of a shrunk transformer plus FlopCounterMode over its CPU forward and backward
     # (6-15 s under load; the session's first torch.export also pays about 5 s of warm-up)
     "tests/test_hf.py::test_shrunk_hf_models_have_exact_parameters_and_flops": (
+        "bert",  # 5.6 s idle (the fast suite keeps the export tests of tests/test_importer_export.py)
         "gpt2",
         "t5",
         "llama_gqa",
@@ -65,7 +66,10 @@ SLOW: dict[str, tuple[str, ...]] = {
         "sharding-inception_v3@tag-testbed",  # 15 s
         "placement-device-inception_v3@tag-testbed",  # 7 s
     ),
+    "tests/test_cli.py::test_console_script_is_installed": (),  # 5 s: a new interpreter imports the CLI
+    "tests/test_coarsen.py::test_same_seed_same_groups": (),  # 3 s
     "tests/search/test_frontier.py::test_frontier_equals_brute_force_pareto_set": (
+        "inception block-elimination",  # 3.6 s
         "dense (needs heuristics)-ldp",  # 9 s
         "dense (needs heuristics)-elimination",  # 8 s
     ),
