@@ -59,7 +59,7 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl.graph.ir import Op, OpGraph, ParallelDim, Shape, Tensor
-from placement_rl.ops import OpKind, op_kind
+from placement_rl.ops import VIEW_OPS, OpKind, op_kind
 
 #: ATen overload-packet name -> op type of the taxonomy (:mod:`placement_rl.ops`).
 ATEN_TYPES: dict[str, str] = {
@@ -847,16 +847,7 @@ class _ExportBuilder:
 #: forward; backward ``2 * M * K * N`` for each of ``a`` and ``b`` that needs a gradient.
 _GROUPED_MM = {"_grouped_mm", "grouped_mm_fallback", "grouped_mm"}
 
-_NO_COMPUTE = {
-    "view",
-    "reshape",
-    "flatten",
-    "permute",
-    "transpose",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "identity",
+_NO_COMPUTE = VIEW_OPS | {
     "cat",
     "stack",
     "slice",
