@@ -18,13 +18,13 @@ heads, MLP 11008, vocabulary 32000, sequence 2048; 6.74 B parameters), built on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from placement_rl.errors import UnknownNameError
+from placement_rl.zoo.sequence import _zoo_model as zoo_model
 from placement_rl.zoo.spec import ZooModel
 
 ROPE_BASE = 10000.0
@@ -174,30 +174,8 @@ def _zoo_model(
     name: str, options: Mapping[str, object], *, default_batch_size: int, source: str, description: str
 ) -> ZooModel:
     """A ``ZooModel`` of :class:`Llama` whose ``build`` / ``example_inputs`` fill in ``options``."""
-    defaults = dict(options)
-    model: Callable[..., nn.Module] = Llama
-    inputs: Callable[..., tuple[Tensor, ...]] = _inputs
-
-    def resolve(overrides: Mapping[str, object]) -> dict[str, object]:
-        for key in overrides:
-            if key not in defaults:
-                raise UnknownNameError(f"{name} option", key, defaults)
-        return {**defaults, **overrides}
-
-    def build(**overrides: object) -> nn.Module:
-        return model(**resolve(overrides))
-
-    def example_inputs(batch_size: int, **overrides: object) -> tuple[Tensor, ...]:
-        return inputs(batch_size, **resolve(overrides))
-
-    return ZooModel(
-        name=name,
-        build=build,
-        example_inputs=example_inputs,
-        default_batch_size=default_batch_size,
-        source=source,
-        description=description,
-        options=defaults,
+    return zoo_model(
+        name, Llama, _inputs, options, default_batch_size=default_batch_size, source=source, description=description
     )
 
 
