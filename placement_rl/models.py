@@ -74,6 +74,21 @@ def load_model(spec: str, batch_size: int | None = None, seq_len: int | None = N
 
 
 def _load_factory(spec: str, batch_size: int | None) -> OpGraph:
+    module, inputs = build_factory(spec, batch_size)
+    from placement_rl.graph.importer import from_torch
+
+    return from_torch(module, tuple(inputs), name=spec, metadata={"model_spec": spec})
+
+
+def build_factory(
+    spec: str, batch_size: int | None, device: str = "meta"
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The module and example inputs of a ``package.module:factory`` string, built under ``device``.
+
+    Raises:
+        ValueError: naming the string, when the module does not import, has no such callable, or the
+            factory returns something else than a module or ``(module, inputs)``.
+    """
     module_name, _, attr = spec.partition(":")
     try:
         mod = _import_from_here(module_name)
@@ -85,7 +100,7 @@ def _load_factory(spec: str, batch_size: int | None) -> OpGraph:
     kwargs: dict[str, Any] = {}
     if batch_size is not None and "batch_size" in inspect.signature(factory).parameters:
         kwargs["batch_size"] = batch_size
-    with torch.device("meta"):
+    with torch.device(device):
         made = factory(**kwargs)
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
         module, inputs = made
@@ -101,9 +116,7 @@ def _load_factory(spec: str, batch_size: int | None) -> OpGraph:
         raise ValueError(
             f"model {spec!r}: {attr}() returned {type(made).__name__}; expected nn.Module or (module, inputs)"
         )
-    from placement_rl.graph.importer import from_torch
-
-    return from_torch(module, tuple(inputs), name=spec, metadata={"model_spec": spec})
+    return module, tuple(inputs)
 
 
 def _import_from_here(module_name: str) -> Any:

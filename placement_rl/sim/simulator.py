@@ -182,6 +182,7 @@ class _Tasks:
     bucket_ordinal: np.ndarray  # (B,) its index among its group's buckets
     bucket_member_ptr: np.ndarray  # (B + 1,) each bucket's shards in ``bucket_members``
     bucket_members: np.ndarray  # the owner op of each bucket's shards
+    bucket_member_local: np.ndarray  # each of those shards' position among its owner's all-reduced shards
 
 
 @dataclass
@@ -195,6 +196,7 @@ class _Buckets:
     local: np.ndarray  # (B,) that shard's position among its op's synchronizations
     member_count: np.ndarray  # (B,) shards
     member_owner: np.ndarray  # (sum of member_count,) owner op of each shard, bucket by bucket
+    member_local: np.ndarray  # (sum of member_count,) its position among the owner's all-reduced shards
 
 
 def _take_ragged(ptr: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1051,6 +1053,7 @@ class SimContext:
             bk.ordinal,
             np.concatenate(([0], np.cumsum(bk.member_count))).astype(np.int64),
             bk.member_owner,
+            bk.member_local,
         )
 
     def _buckets(self, ops: OpArrays) -> _Buckets:
@@ -1068,14 +1071,16 @@ class SimContext:
                 starts = np.flatnonzero(np.r_[True, group[by_group][1:] != group[by_group][:-1]])
                 counts = np.diff(np.r_[starts, A])
                 ordinal[by_group] = np.arange(A) - np.repeat(starts, counts)
-            return _Buckets(group, nbytes, ordinal, owner, local, np.ones(A, np.int64), owner)
+            return _Buckets(group, nbytes, ordinal, owner, local, np.ones(A, np.int64), owner, local)
         by_group = np.lexsort((local, -owner, group))  # each group's shards in backward order
         first, total, ordinal = _kernels.fill_buckets(
             group[by_group], nbytes[by_group], data["ar_alone"][by_group], float(self.cost.bucket_bytes)
         )
         counts = np.diff(np.r_[first, A])
         last = by_group[first + counts - 1]  # the shard that completes the bucket: the lowest op
-        return _Buckets(group[by_group[first]], total, ordinal, owner[last], local[last], counts, owner[by_group])
+        return _Buckets(
+            group[by_group[first]], total, ordinal, owner[last], local[last], counts, owner[by_group], local[by_group]
+        )
 
     def _p2p(self, pairs: np.ndarray, num_bytes: np.ndarray) -> _Comm:
         """Point-to-point tasks under the network model: ``num_bytes[k]`` along the route of ``pairs[k]``."""

@@ -1,0 +1,159 @@
+"""Run plans for real and measure them against the simulator.
+
+* :mod:`.lower`: a plan -> per-device instruction lists, with the simulator's own compilation
+  (:func:`lower`, :class:`Program`); plain data, no torch.
+* :mod:`.runtime`: one worker: the model built from its string, its ops run as fx nodes on their
+  partitions, point-to-point and collective communication with ``torch.distributed``.
+* :mod:`.local`: the workers as local processes (:func:`run_local`); the Ray Train launcher is
+  :mod:`placement_rl.rl.execute`.
+* :mod:`.report`: measured traces and the replay with measured compute times.
+
+:func:`execute` is the library call behind ``placement-rl execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from placement_rl.execute.local import ExecutionError, RunOptions, run_local
+from placement_rl.execute.lower import NotExecutableError, Program, lower
+from placement_rl.execute.report import iteration_times_s, measured_compute_s, measured_result, replay
+from placement_rl.execute.runtime import ModelSource, WorkerResult, reference_step
+from placement_rl.graph import OpGraph
+from placement_rl.plan.core import Plan
+from placement_rl.sim.cost import CostModel
+from placement_rl.sim.result import SimResult
+from placement_rl.topology import DeviceTopology
+
+#: Runs a program's workers and returns their results by rank: :func:`run_local`, or Ray Train's.
+Launcher = Callable[[Program, OpGraph, ModelSource, RunOptions], list[WorkerResult]]
+
+
+@dataclass
+class ExecutionReport:
+    """An executed plan: what was measured and what the simulator says.
+
+    Attributes:
+        program: the lowered plan (its ``simulated`` result is the cost model's prediction).
+        results: every worker's measurements, by rank.
+        options: how it ran.
+        iteration_s: per measured iteration (warm-up excluded), the slowest worker's time.
+        replayed: the plan simulated with the measured compute times.
+    """
+
+    graph: OpGraph
+    plan: Plan
+    program: Program
+    results: list[WorkerResult]
+    options: RunOptions
+    iteration_s: list[float]
+    replayed: SimResult
+
+    @property
+    def measured_s(self) -> float:
+        """Median iteration time over the measured iterations."""
+        return float(np.median(self.iteration_s))
+
+    @property
+    def simulated_s(self) -> float:
+        return self.program.simulated.makespan_s
+
+    @property
+    def replayed_s(self) -> float:
+        return self.replayed.makespan_s
+
+    @property
+    def loss(self) -> float:
+        """The training loss of the first iteration (summed over the workers' loss partitions)."""
+        return float(sum(r.iterations[0].loss for r in self.results))
+
+    def sent_bytes(self) -> list[int]:
+        """Bytes each worker sent in the first iteration."""
+        return [r.iterations[0].sent_bytes for r in self.results]
+
+    def measured(self) -> SimResult:
+        """The last iteration as a result with the simulated lanes (for :func:`write_chrome_trace`)."""
+        return measured_result(self.program, self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        fwd, bwd = measured_compute_s(self.program, self.results, self.options.warmup)
+        return {
+            "model": self.graph.name,
+            "plan": self.plan.name,
+            "devices": list(self.program.devices),
+            "backend": self.options.backend,
+            "iterations": self.options.iterations,
+            "warmup": self.options.warmup,
+            "measured_ms": self.measured_s * 1e3,
+            "iteration_ms": [t * 1e3 for t in self.iteration_s],
+            "simulated_ms": self.simulated_s * 1e3,
+            "replayed_ms": self.replayed_s * 1e3,
+            "error": (self.simulated_s - self.measured_s) / self.measured_s if self.measured_s > 0 else None,
+            "loss": self.loss,
+            "sent_bytes": self.sent_bytes(),
+            "simulated_sent_bytes": self.program.sent_bytes().tolist(),
+            "measured_compute_ms": float((fwd.sum() + bwd.sum()) * 1e3),
+            "simulated_compute_ms": float(
+                sum((self.program.simulated.tasks.end_s - self.program.simulated.tasks.start_s)[: 2 * len(fwd)]) * 1e3
+            ),
+        }
+
+
+def execute(
+    source: ModelSource,
+    topology: DeviceTopology,
+    plan: Plan,
+    *,
+    graph: OpGraph | None = None,
+    options: RunOptions | None = None,
+    cost_model: CostModel | None = None,
+    launcher: Launcher | None = None,
+) -> ExecutionReport:
+    """Run ``plan`` for real: lower it, run its workers, and compare with the simulator.
+
+    Everything that can be checked is checked before a worker starts (the plan against the graph
+    and topology, executable configurations).
+
+    Args:
+        source: the model (zoo name or ``package.module:factory``), traced with fx.
+        topology: the devices the plan names (their costs set the simulated prediction).
+        plan: a plan for ``source``'s graph.
+        graph: the traced graph when the caller has it (default: traced here).
+        options: iterations, warm-up, backend, seed, learning rate, threads.
+        cost_model: the simulator's cost model (fp32; a profile table for measured op costs).
+        launcher: runs the workers (default :func:`run_local`).
+
+    Raises:
+        ValueError, NotExecutableError: a bad plan, before any worker starts.
+        ExecutionError: a worker failed or died.
+    """
+    options = options or RunOptions()
+    graph = graph or source.graph()
+    program = lower(graph, topology, plan, cost_model)
+    results = (launcher or run_local)(program, graph, source, options)
+    times = iteration_times_s(results)[options.warmup :]
+    fwd, bwd = measured_compute_s(program, results, options.warmup)
+    replayed = replay(graph, topology, plan, fwd, bwd, cost_model)
+    return ExecutionReport(graph, plan, program, results, options, times, replayed)
+
+
+__all__ = [
+    "ExecutionError",
+    "ExecutionReport",
+    "Launcher",
+    "ModelSource",
+    "NotExecutableError",
+    "Program",
+    "RunOptions",
+    "WorkerResult",
+    "execute",
+    "lower",
+    "measured_result",
+    "reference_step",
+    "replay",
+    "run_local",
+]

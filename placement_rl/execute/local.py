@@ -1,0 +1,157 @@
+"""Run a :class:`~placement_rl.execute.lower.Program` on local processes (no Ray).
+
+:func:`run_local` starts one process per worker (``spawn``), joins them into a gloo (or NCCL)
+group over TCP on ``127.0.0.1`` and collects every worker's :class:`WorkerResult`. The Ray Train
+launcher (:mod:`placement_rl.rl.execute`) runs the same :func:`worker_main` inside
+``TorchTrainer`` workers; the emulated cluster runs it inside network namespaces. A worker that
+dies fails the run with its rank and exit code, and every other worker is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from placement_rl.execute.lower import Program
+from placement_rl.execute.runtime import DEFAULT_LR, ModelSource, Worker, WorkerResult
+from placement_rl.graph import OpGraph
+
+
+class ExecutionError(RuntimeError):
+    """A worker failed or died; the message names the rank and the cause."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How workers run: measured iterations after ``warmup`` unmeasured ones, the backend, the seed of
+    the weights and the batch, the SGD learning rate and the threads each worker computes with."""
+
+    iterations: int = 3
+    warmup: int = 1
+    backend: str = "gloo"
+    seed: int = 0
+    lr: float = DEFAULT_LR
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
+            raise ValueError(f"iterations = {self.iterations!r}; expected a positive integer")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup = {self.warmup!r}; expected an integer >= 0")
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend = {self.backend!r}; expected 'gloo' or 'nccl'")
+        if self.threads < 1:
+            raise ValueError(f"threads = {self.threads!r}; expected a positive integer")
+
+
+def worker_device(backend: str, local_rank: int) -> torch.device:
+    """The device a worker computes on: its GPU under NCCL, else the CPU."""
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ExecutionError("backend 'nccl' needs CUDA GPUs; none is available on this worker")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def worker_main(
+    program: Program, graph: OpGraph, source: ModelSource, options: RunOptions, rank: int, local_rank: int
+) -> WorkerResult:
+    """Build rank ``rank``'s worker and run it (``torch.distributed`` already initialized)."""
+    torch.set_num_threads(options.threads)
+    device = worker_device(options.backend, local_rank)
+    worker = Worker(program, graph, source, rank, device, seed=options.seed, lr=options.lr)
+    return worker.run(options.warmup + options.iterations)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(
+    rank: int,
+    world: int,
+    port: int,
+    program: Program,
+    graph: OpGraph,
+    source: ModelSource,
+    options: RunOptions,
+    results: Any,
+) -> None:
+    try:
+        dist.init_process_group(options.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        result = worker_main(program, graph, source, options, rank, rank)
+        results.put(("ok", rank, result))
+    except BaseException as exc:  # reported to the parent with the traceback
+        results.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_local(
+    program: Program, graph: OpGraph, source: ModelSource, options: RunOptions | None = None, timeout_s: float = 600.0
+) -> list[WorkerResult]:
+    """Run ``program`` on ``program.world_size`` local processes; results by rank.
+
+    Raises:
+        ExecutionError: a worker raised (its message and traceback) or died (its exit code), or the
+            run passed ``timeout_s``; the other workers are terminated.
+    """
+    options = options or RunOptions()
+    world = program.world_size
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, port, program, graph, source, options, results), daemon=True)
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    out: dict[int, WorkerResult] = {}
+    try:
+        waited = 0.0
+        while len(out) < world:
+            try:
+                status, rank, payload = results.get(timeout=1.0)
+            except queue.Empty:
+                waited += 1.0
+                dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead:
+                    rank, code = dead[0]
+                    raise ExecutionError(
+                        f"worker {rank} ({program.devices[rank]}) died with exit code {code}"
+                    ) from None
+                if waited > timeout_s:
+                    raise ExecutionError(f"workers did not finish within {timeout_s:.0f} s") from None
+                continue
+            if status == "error":
+                raise ExecutionError(f"worker {rank} ({program.devices[rank]}) failed: {payload}")
+            out[rank] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=5.0)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5.0)
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, 9)
+                p.join()
+    return [out[r] for r in range(world)]
+
+
+def pids(processes: Sequence[Any]) -> list[int]:
+    """The process ids of started processes (tests check none is left behind)."""
+    return [p.pid for p in processes if p.pid is not None]

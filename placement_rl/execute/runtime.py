@@ -1,0 +1,748 @@
+"""One worker of an executed plan: real training iterations of its share of a :class:`Program`.
+
+A worker is one process of a ``torch.distributed`` group (gloo on CPU, NCCL on GPUs), rank ``r``
+running ``program.devices[r]``. It builds the model on the meta device, materializes only the
+parameters of the ops it runs (:func:`materialize`: every leaf module is initialized from its own
+seed, so all workers and the single-device reference hold the same initial weights), and runs its
+instruction list (:mod:`placement_rl.execute.lower`) once per iteration:
+
+* ``forward``: the op's inputs are assembled from their pieces (each piece a region of a producer's
+  output, local or received) into a leaf tensor that requires a gradient, and the op's fx node runs
+  on them. Each task is its own autograd island, so backward tasks run in any order the plan gives.
+  Input ops take their region of the batch; parameter splits run the layer on its weight rows
+  (linear, convolution) or columns (embedding); a mean over a split batch is weighted by its share.
+* ``backward``: ``torch.autograd.backward`` of the task's outputs with the gradients its consumers
+  sent (the loss: its seed); the input leaves' gradients are cut into the pieces' regions and
+  handed to the local producers or posted back.
+* ``send`` / ``recv`` / ``grad_send`` / ``grad_recv``: non-blocking point-to-point operations, waited
+  for where their data is needed and at the end of the iteration.
+* ``all_reduce``: the bucket's gradients flattened into one tensor, summed asynchronously over the
+  bucket's process group, unflattened at the end of the iteration.
+* ``push`` / ``pull``: gradients to the parameter server's rank, which sums them into its own,
+  updates and sends the parameters back.
+
+Then every shard is updated with SGD (``p -= lr * grad``); ``duplicate`` replicas scale their
+gradient by the replica count (each received ``1 / R`` of the loss's seed). Batch norm over a split
+batch normalizes each partition with its own statistics, as DistributedDataParallel does.
+
+Every instruction is timed (wall clock; on CUDA after a synchronize), and so are the waits for
+communication: the compute times feed the replay, the rest the measured trace.
+"""
+
+from __future__ import annotations
+
+import operator
+import statistics
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import fx, nn
+
+from placement_rl.execute.lower import Box, InputSpec, NotExecutableError, Program, ShardRef, TaskSpec
+from placement_rl.graph import OpGraph
+from placement_rl.graph.importer import from_torch
+
+#: Default learning rate of the SGD step each iteration ends with.
+DEFAULT_LR = 0.01
+
+
+# ------------------------------------------------------------------ the model
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a worker builds the model from: a zoo name or ``package.module:factory``.
+
+    Attributes:
+        spec: the model string.
+        batch_size: global batch size (default: the model's).
+        options: zoo architecture options (``num_layers=2``); none for factories.
+    """
+
+    spec: str
+    batch_size: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def build(self) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+        """The module on the meta device and its example inputs (shapes and dtypes)."""
+        if ":" in self.spec:
+            if self.options:
+                raise ValueError(f"model {self.spec!r}: options {dict(self.options)} apply to zoo models only")
+            from placement_rl.models import build_factory
+
+            return build_factory(self.spec, self.batch_size)
+        from placement_rl import zoo
+
+        return zoo.build_module(self.spec, self.batch_size, **dict(self.options))
+
+    def graph(self) -> OpGraph:
+        """The op graph the executor runs: the module traced with ``torch.fx`` (one op per fx node)."""
+        module, inputs = self.build()
+        meta = {"model_spec": self.spec, "options": dict(self.options)}
+        name = self.spec
+        return from_torch(module, inputs, name=name, batch_size=self.batch_size, metadata=meta, tracer="fx")
+
+
+def trace(module: nn.Module) -> fx.GraphModule:
+    """The fx graph of ``module`` exactly as the importer traces it (same node names)."""
+    return fx.symbolic_trace(module)
+
+
+def materialize(
+    module: nn.Module,
+    source: ModelSource,
+    seed: int,
+    device: torch.device,
+    paths: set[str] | None = None,
+) -> None:
+    """Give the modules at ``paths`` (all when ``None``) real, deterministic weights on ``device``.
+
+    A leaf module with ``reset_parameters`` is re-initialized under ``torch.manual_seed(seed +
+    crc32(path))``; any other module's tensors are copied from a full build of the model on the CPU
+    under ``torch.manual_seed(seed)`` (built only when needed). Either way the weights depend on the
+    seed and the path alone.
+    """
+    full: dict[str, nn.Module] | None = None
+    for path, m in module.named_modules():
+        own = list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
+        if not own or (paths is not None and path not in paths):
+            continue
+        if not any(t.is_meta for _, t in own):
+            m.to(device)
+            continue
+        m.to_empty(device=device, recurse=False)
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            torch.manual_seed(seed + zlib.crc32(path.encode()))
+            with torch.no_grad():
+                reset()
+            continue
+        if full is None:
+            torch.manual_seed(seed)
+            with torch.device("cpu"):
+                built, _ = _build_real(source)
+            full = dict(built.named_modules())
+        with torch.no_grad():
+            for name, t in own:
+                t.copy_(getattr(full[path], name))
+
+
+def _build_real(source: ModelSource) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    if ":" in source.spec:
+        from placement_rl.models import build_factory
+
+        return build_factory(source.spec, source.batch_size, device="cpu")
+    from placement_rl import zoo
+
+    record, _ = zoo.check(source.spec, source.batch_size, dict(source.options))
+    return record.build(**dict(source.options)), ()
+
+
+def make_batch(gm: fx.GraphModule, examples: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """The training batch: random values of the example inputs' shapes (the profiler's rules), on CPU."""
+    from placement_rl.profiling import _random_inputs
+
+    torch.manual_seed(seed)
+    return _random_inputs(gm, examples, torch.device("cpu"))
+
+
+def reference_step(source: ModelSource, seed: int = 0, lr: float = DEFAULT_LR) -> tuple[float, dict[str, torch.Tensor]]:
+    """One single-device training step (plain ``loss.backward()`` and SGD): the loss and the updated
+    parameters by name. The executor's results are checked against it."""
+    module, examples = source.build()
+    gm = trace(module)
+    materialize(module, source, seed, torch.device("cpu"))
+    module.train()
+    batch = make_batch(gm, examples, seed + 1)
+    loss = module(*batch)
+    loss.backward()
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+    return float(loss), {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+# ------------------------------------------------------------------ the worker
+
+
+@dataclass
+class Event:
+    """One timed step of an iteration (seconds since the iteration's start on this worker)."""
+
+    kind: str
+    ref: int
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class IterationResult:
+    """What one worker measured in one iteration."""
+
+    time_s: float
+    loss: float
+    events: list[Event]
+    sent_bytes: int
+
+
+@dataclass
+class WorkerResult:
+    """A worker's whole run: per iteration results, and its parameter shards after the last one, by
+    the model's parameter name (``features.0.weight``; a shard ``k`` of ``S`` ends in ``#k/S``: rows of
+    linear and convolution weights and biases, columns of embedding weights)."""
+
+    rank: int
+    device: str
+    iterations: list[IterationResult]
+    parameters: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def median_iteration_s(self) -> float:
+        return statistics.median(it.time_s for it in self.iterations)
+
+
+def _slices(region: Box, origin: Box) -> tuple[slice, ...]:
+    """Index of ``region`` inside a tensor that holds ``origin`` (both boxes of the full tensor)."""
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(region, origin, strict=True))
+
+
+def _shape(box: Box) -> tuple[int, ...]:
+    return tuple(hi - lo for lo, hi in box)
+
+
+class Worker:
+    """Runs rank ``rank``'s instructions of ``program`` (module docstring). ``torch.distributed`` must
+    be initialized with ``program.world_size`` processes."""
+
+    def __init__(
+        self,
+        program: Program,
+        graph: OpGraph,
+        source: ModelSource,
+        rank: int,
+        device: torch.device,
+        seed: int = 0,
+        lr: float = DEFAULT_LR,
+    ) -> None:
+        self.program = program
+        self.graph = graph
+        self.rank = rank
+        self.device = device
+        self.lr = lr
+        module, examples = source.build()
+        self.gm = trace(module)
+        self.nodes = {n.name: n for n in self.gm.graph.nodes}
+        missing = [op.name for op in graph.ops if op.name not in self.nodes]
+        if missing:
+            raise NotExecutableError(f"ops {missing[:5]} of graph {graph.name!r} are no node of the traced model")
+        self.modules = dict(self.gm.named_modules())
+        self.ops = {op.name: op for op in graph.ops}
+        self.my_tasks = [s for s in program.tasks.values() if s.rank == rank]
+        self.owner = _owners(graph)
+        self.dtypes = self._output_dtypes(examples)
+        materialize(self.gm, source, seed, device, self._paths())
+        self.gm.train()
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        self.input_index = {n.name: i for i, n in enumerate(placeholders)}
+        self.batch = [x.to(device) for x in make_batch(self.gm, examples, seed + 1)]
+        self.held = self._hold_parameters()
+        self.groups = {ranks: dist.new_group(list(ranks)) for ranks in program.groups}
+        self.specs_by_ref = {i: program.tasks[key] for i, key in enumerate(program.task_order)}
+
+    # ---------------------------------------------------------------- setup
+    def _paths(self) -> set[str]:
+        """Module paths whose tensors this worker's ops read."""
+        paths: set[str] = set()
+        for spec in self.my_tasks:
+            node = self.nodes[spec.op]
+            if node.op == "call_module":
+                paths.update(
+                    p for p, _ in self.gm.get_submodule(str(node.target)).named_modules(prefix=str(node.target))
+                )
+            for n in (node, *node.all_input_nodes):
+                if n.op == "get_attr":
+                    paths.add(str(n.target).rpartition(".")[0])
+        for h in self.program.holdings[self.rank]:  # a parameter server may hold shards of ops it does not run
+            node = self.nodes[h.shard.owner]
+            if node.op == "call_module":
+                paths.add(str(node.target))
+        return paths
+
+    def _param_items(self, owner: str) -> list[tuple[str, torch.Tensor]]:
+        """The parameters of op ``owner`` (its module's, or the attributes a function reads), by name."""
+        node = self.nodes[owner]
+        if node.op == "call_module":
+            return list(self.gm.get_submodule(str(node.target)).named_parameters())
+        return [
+            (str(n.target), self.gm.get_parameter(str(n.target)))
+            for n in node.all_input_nodes
+            if n.op == "get_attr" and _is_parameter(self.gm, str(n.target))
+        ]
+
+    def _param_path(self, owner: str) -> str:
+        """The prefix that makes :meth:`_param_items` names the model's parameter names."""
+        node = self.nodes[owner]
+        return f"{node.target}." if node.op == "call_module" else ""
+
+    def _hold_parameters(self) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
+        """Each held shard's tensors: the module's own parameters when unsplit, else leaf slices."""
+        held: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
+        for h in self.program.holdings[self.rank]:
+            items = self._param_items(h.shard.owner)
+            if h.shard.shards == 1:
+                held[(h.shard.owner, 0)] = dict(items)
+                continue
+            op_type = self.ops[h.shard.owner].op_type
+            held[(h.shard.owner, h.shard.shard)] = {
+                name: _shard(p, op_type, name, h.shard).detach().clone().requires_grad_(True) for name, p in items
+            }
+        return held
+
+    def _output_dtypes(self, examples: Sequence[torch.Tensor]) -> dict[str, list[torch.dtype]]:
+        """Each node's output dtypes, from one pass on the meta device (before any weight exists)."""
+        dtypes: dict[str, list[torch.dtype]] = {}
+
+        class _Recorder(fx.Interpreter):
+            def run_node(self, n: fx.Node) -> Any:
+                result = super().run_node(n)
+                dtypes[n.name] = [t.dtype for t in _flat(result)]
+                return result
+
+        _Recorder(self.gm).run(*[torch.empty(x.shape, dtype=x.dtype, device="meta") for x in examples])
+        return dtypes
+
+    # ------------------------------------------------------------ iteration
+    def run(self, iterations: int, barrier: Callable[[], None] | None = None) -> WorkerResult:
+        """Run ``iterations`` training iterations; each starts after a barrier of all workers."""
+        results = []
+        for _ in range(iterations):
+            (barrier or dist.barrier)()
+            results.append(self.iteration())
+        params: dict[str, np.ndarray] = {}
+        for h in self.program.holdings[self.rank]:
+            path = self._param_path(h.shard.owner)
+            suffix = f"#{h.shard.shard}/{h.shard.shards}" if h.shard.shards > 1 else ""
+            for name, t in self.held[_hkey(h.shard)].items():
+                params[f"{path}{name}{suffix}"] = t.detach().cpu().numpy().copy()
+        return WorkerResult(self.rank, self.program.devices[self.rank], results, params)
+
+    def iteration(self) -> IterationResult:
+        """One training iteration: every instruction in order, the waits, the SGD update."""
+        self._sync()
+        t0 = time.perf_counter()
+        self.t0 = t0
+        self.events: list[Event] = []
+        self.outputs: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self.leaves: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self.grads: dict[tuple[str, int], list[torch.Tensor | None]] = {}
+        self.pending_recv: dict[int, tuple[Any, torch.Tensor, float]] = {}
+        self.pending_grad: dict[tuple[str, int], list[tuple[int, Any, torch.Tensor, float]]] = {}
+        self.grad_out: dict[int, torch.Tensor] = {}
+        self.handles: list[tuple[Any, str, int, float, torch.Tensor | None]] = []
+        self.buckets: list[tuple[Any, int, torch.Tensor, float]] = []
+        self.ps_recv: dict[int, tuple[Any, torch.Tensor, float]] = {}
+        self.pulled: set[tuple[str, int]] = set()
+        self.sent = 0
+        self.loss = 0.0
+        for ins in self.program.instructions[self.rank]:
+            begin = time.perf_counter()
+            getattr(self, f"_do_{ins.kind}")(ins.ref)
+            self._sync()
+            self.events.append(Event(ins.kind, ins.ref, begin - t0, time.perf_counter() - t0))
+        self._finish()
+        self._sync()
+        return IterationResult(time.perf_counter() - t0, self.loss, self.events, self.sent)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # ------------------------------------------------------------- forward
+    def _do_forward(self, ref: int) -> None:
+        spec = self.specs_by_ref[ref]
+        key = (spec.op, spec.task)
+        node = self.nodes[spec.op]
+        op = self.ops[spec.op]
+        leaves = [self._assemble(spec, inp) for inp in spec.inputs]
+        begin = self._now()
+        with torch.enable_grad():
+            if op.op_type == "input":
+                out: Any = self.batch[self.input_index[node.name]][_slices(spec.output_boxes[0], _zero(spec))]
+            elif op.op_type == "fill":
+                out = self._fill(node, spec)
+            elif node.op == "get_attr":
+                out = self._attr(str(node.target))[_slices(spec.output_boxes[0], _zero(spec))]
+            else:
+                out = self._call(node, spec, leaves)
+            outs = _flat(out)
+            if spec.partial_weight != 1.0:
+                outs = [o * spec.partial_weight for o in outs]
+        for k, (o, box) in enumerate(zip(outs, spec.output_boxes, strict=False)):
+            if tuple(o.shape) != _shape(box):
+                raise RuntimeError(
+                    f"op {spec.op!r} task {spec.task}: output {k} has shape {tuple(o.shape)}, the plan's partition "
+                    f"expects {_shape(box)}"
+                )
+        self.outputs[key] = outs
+        self.leaves[key] = leaves
+        if spec.seed_gradient:
+            self.loss += float(outs[0].detach()) * spec.seed_gradient
+        self.events.append(Event("compute_forward", ref, begin, self._now()))
+
+    def _assemble(self, spec: TaskSpec, inp: InputSpec) -> torch.Tensor:
+        """The input region ``inp.box`` from its pieces, as a leaf (requires a gradient when floating)."""
+        if len(inp.pieces) == 1 and inp.pieces[0].box == inp.box:
+            value = self._piece(inp, inp.pieces[0])
+        else:
+            first = self._piece(inp, inp.pieces[0])
+            value = torch.zeros(_shape(inp.box), dtype=first.dtype, device=self.device)
+            for piece in inp.pieces:
+                data = first if piece is inp.pieces[0] else self._piece(inp, piece)
+                value[_slices(piece.box, inp.box)] += data
+        leaf = value.detach()
+        if leaf.is_floating_point():
+            leaf.requires_grad_(True)
+        return leaf
+
+    def _piece(self, inp: InputSpec, piece: Any) -> torch.Tensor:
+        if piece.comm < 0:
+            producer = self.program.tasks[(inp.src_op, piece.producer_task)]
+            out = self.outputs[(inp.src_op, piece.producer_task)][inp.src_output]
+            return out[_slices(piece.box, producer.output_boxes[inp.src_output])]
+        work, buf, posted = self.pending_recv.pop(piece.comm)
+        work.wait()
+        self.events.append(Event("recv_done", piece.comm, posted, self._now()))
+        return buf
+
+    def _fill(self, node: fx.Node, spec: TaskSpec) -> torch.Tensor:
+        shape = _shape(spec.output_boxes[0])
+        dtype = self.dtypes[node.name][0]
+        target = str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
+        if "ones" in target:
+            return torch.ones(shape, dtype=dtype, device=self.device)
+        if "full" in target:
+            value = node.args[2] if len(node.args) > 2 else node.kwargs.get("fill_value", 0)
+            return torch.full(shape, float(value), dtype=dtype, device=self.device)  # type: ignore[arg-type]
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def _call(self, node: fx.Node, spec: TaskSpec, leaves: list[torch.Tensor]) -> Any:
+        """Run ``node`` with its op inputs bound to the assembled regions (Python values recomputed)."""
+        env = self._bind(spec, leaves)
+
+        def lookup(n: fx.Node) -> Any:
+            if n in env:
+                return env[n]
+            if n.op == "get_attr":
+                env[n] = self._attr(str(n.target))
+                return env[n]
+            if n.name in self.ops:
+                raise NotExecutableError(f"op {spec.op!r} reads op {n.name!r}, which the graph does not give it")
+            env[n] = _run(self.gm, n, fx.node.map_arg((n.args, n.kwargs), lookup))
+            return env[n]
+
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lookup)
+        if spec.param_shards > 1:
+            return self._call_shard(node, spec, args, kwargs)
+        return _run(self.gm, node, (args, kwargs))
+
+    def _attr(self, target: str) -> Any:
+        obj: Any = self.gm
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _bind(self, spec: TaskSpec, leaves: list[torch.Tensor]) -> dict[fx.Node, Any]:
+        """fx env entries for the op nodes (and output-selecting getitems) this task reads."""
+        by_output: dict[tuple[str, int], torch.Tensor] = {
+            (inp.src_op, inp.src_output): leaf for inp, leaf in zip(spec.inputs, leaves, strict=True)
+        }
+        env: dict[fx.Node, Any] = {}
+        node = self.nodes[spec.op]
+        for n in node.all_input_nodes:
+            self._bind_node(n, by_output, env)
+        return env
+
+    def _bind_node(self, n: fx.Node, by_output: dict[tuple[str, int], torch.Tensor], env: dict[fx.Node, Any]) -> None:
+        if n.name in self.ops:
+            count = len(self.dtypes[n.name])
+            values = [by_output.get((n.name, k)) for k in range(count)]
+            if count == 1:
+                if values[0] is not None:
+                    env[n] = values[0]
+            else:
+                env[n] = tuple(values)
+            return
+        if (
+            n.op == "call_function"
+            and n.target is operator.getitem
+            and isinstance(n.args[0], fx.Node)
+            and n.args[0].name in self.ops
+            and isinstance(n.args[1], int)
+            and len(self.dtypes[n.args[0].name]) > 1
+        ):
+            found = by_output.get((n.args[0].name, n.args[1]))
+            if found is not None:
+                env[n] = found
+            return
+        for m in n.all_input_nodes:
+            self._bind_node(m, by_output, env)
+
+    def _call_shard(self, node: fx.Node, spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A linear, convolution or embedding on its parameter shard (the task's weight rows/columns)."""
+        owner = self.owner[spec.op]
+        tensors = self.held[(owner, spec.param_shard)]
+        module = self.gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+        weight, bias = tensors["weight"], tensors.get("bias")
+        if isinstance(module, nn.Linear):
+            return F.linear(args[0], weight, bias)
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            return module._conv_forward(args[0], weight, bias)
+        if isinstance(module, nn.Embedding):
+            return F.embedding(
+                args[0], weight, module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq
+            )
+        raise NotExecutableError(f"op {spec.op!r}: no sharded implementation for {node.format_node()}")
+
+    # ------------------------------------------------------------ backward
+    def _do_backward(self, ref: int) -> None:
+        spec = self.specs_by_ref[ref]
+        key = (spec.op, spec.task)
+        outs = self.outputs[key]
+        grads: list[torch.Tensor | None] = list(self.grads.get(key, [None] * len(outs)))
+        for comm, work, buf, posted in self.pending_grad.pop(key, []):
+            work.wait()
+            self.events.append(Event("grad_recv_done", comm, posted, self._now()))
+            cm = self.program.comms[comm]
+            region = _slices(cm.box, spec.output_boxes[cm.src_output])
+            grads[cm.src_output] = _add_region(grads[cm.src_output], outs[cm.src_output], region, buf)
+        if spec.seed_gradient:
+            grads[0] = torch.full_like(outs[0], spec.seed_gradient)
+        begin = self._now()
+        pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None and o.requires_grad]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self.events.append(Event("compute_backward", ref, begin, self._now()))
+        for inp, leaf in zip(spec.inputs, self.leaves[key], strict=True):
+            if not leaf.is_floating_point():
+                continue
+            g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            for piece in inp.pieces:
+                part = g[_slices(piece.box, inp.box)]
+                if piece.comm >= 0:
+                    self.grad_out[piece.comm] = part.contiguous()
+                    continue
+                producer = self.program.tasks[(inp.src_op, piece.producer_task)]
+                pkey = (inp.src_op, piece.producer_task)
+                pouts = self.outputs[pkey]
+                pgrads = self.grads.setdefault(pkey, [None] * len(pouts))
+                region = _slices(piece.box, producer.output_boxes[inp.src_output])
+                pgrads[inp.src_output] = _add_region(pgrads[inp.src_output], pouts[inp.src_output], region, part)
+        del self.leaves[key]
+
+    # ------------------------------------------------------- point to point
+    def _do_send(self, ref: int) -> None:
+        cm = self.program.comms[ref]
+        producer = self.program.tasks[(cm.src_op, cm.src_task)]
+        out = self.outputs[(cm.src_op, cm.src_task)][cm.src_output]
+        data = out.detach()[_slices(cm.box, producer.output_boxes[cm.src_output])].contiguous()
+        self._isend(data, cm.dst_rank, 2 * ref, "send", ref)
+
+    def _do_recv(self, ref: int) -> None:
+        cm = self.program.comms[ref]
+        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+        self.pending_recv[ref] = (dist.irecv(buf, cm.src_rank, tag=2 * ref), buf, self._now())
+
+    def _do_grad_send(self, ref: int) -> None:
+        cm = self.program.comms[ref]
+        data = self.grad_out.pop(ref, None)
+        if data is None:  # an integer input (token ids) has no gradient: zeros keep the pair matched
+            data = torch.zeros(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+        self._isend(data, cm.src_rank, 2 * ref + 1, "grad_send", ref)
+
+    def _do_grad_recv(self, ref: int) -> None:
+        cm = self.program.comms[ref]
+        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+        work = dist.irecv(buf, cm.dst_rank, tag=2 * ref + 1)
+        self.pending_grad.setdefault((cm.src_op, cm.src_task), []).append((ref, work, buf, self._now()))
+
+    def _isend(self, data: torch.Tensor, dst: int, tag: int, kind: str, ref: int) -> None:
+        self.sent += data.numel() * data.element_size()
+        self.handles.append((dist.isend(data, dst, tag=tag), kind, ref, self._now(), data))
+
+    # ------------------------------------------------------ synchronization
+    def _shard_grads(self, ref: ShardRef) -> list[torch.Tensor]:
+        tensors = self.held[(ref.owner, ref.shard if ref.shards > 1 else 0)]
+        out = []
+        for t in tensors.values():
+            if t.grad is None:
+                t.grad = torch.zeros_like(t)
+            out.append(t.grad)
+        return out
+
+    def _do_all_reduce(self, ref: int) -> None:
+        bucket = self.program.buckets[ref]
+        grads = [g for member in bucket.members for g in self._shard_grads(member)]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.sent += flat.numel() * flat.element_size()
+        work = dist.all_reduce(flat, group=self.groups[bucket.ranks], async_op=True)
+        self.buckets.append((work, ref, flat, self._now()))
+
+    def _ps_tag(self, ref: int) -> int:
+        return 2 * len(self.program.comms) + ref
+
+    def _do_push(self, ref: int) -> None:
+        sp = self.program.ps[ref]
+        if self.rank == sp.worker_rank:
+            flat = torch.cat([g.reshape(-1) for g in self._shard_grads(sp.shard)])
+            self._isend(flat, sp.server_rank, self._ps_tag(ref), "push", ref)
+        else:
+            numel = sum(t.numel() for t in self.held[_hkey(sp.shard)].values())
+            buf = torch.empty(numel, device=self.device)
+            self.ps_recv[ref] = (dist.irecv(buf, sp.worker_rank, tag=self._ps_tag(ref)), buf, self._now())
+
+    def _do_pull(self, ref: int) -> None:
+        sp = self.program.ps[ref]
+        tensors = self.held[_hkey(sp.shard)]
+        if self.rank == sp.server_rank:
+            if _hkey(sp.shard) not in self.pulled:  # the first pull: sum every push in, update
+                self.pulled.add(_hkey(sp.shard))
+                grads = self._shard_grads(sp.shard)
+                for other in self.program.ps:
+                    if other.kind == "push" and other.shard == sp.shard and other.server_rank == self.rank:
+                        work, buf, posted = self.ps_recv.pop(other.sync)
+                        work.wait()
+                        self.events.append(Event("push_done", other.sync, posted, self._now()))
+                        _unflatten_add(buf, grads)
+                self._update(tensors.values(), 1.0)
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors.values()])
+            self._isend(flat, sp.worker_rank, self._ps_tag(ref), "pull", ref)
+        else:
+            numel = sum(t.numel() for t in tensors.values())
+            buf = torch.empty(numel, device=self.device)
+            self.ps_recv[ref] = (dist.irecv(buf, sp.server_rank, tag=self._ps_tag(ref)), buf, self._now())
+
+    def _finish(self) -> None:
+        """Wait for everything posted, unflatten the buckets, apply the updates, reset gradients."""
+        for work, kind, ref, posted, _ in self.handles:
+            work.wait()
+            self.events.append(Event(f"{kind}_done", ref, posted, self._now()))
+        for work, ref, flat, posted in self.buckets:
+            work.wait()
+            self.events.append(Event("all_reduce_done", ref, posted, self._now()))
+            grads = [g for member in self.program.buckets[ref].members for g in self._shard_grads(member)]
+            _unflatten_set(flat, grads)
+        for ref, (work, buf, posted) in list(self.ps_recv.items()):  # the pulled parameters
+            work.wait()
+            self.events.append(Event("pull_done", ref, posted, self._now()))
+            sp = self.program.ps[ref]
+            with torch.no_grad():
+                _unflatten_set(buf, list(self.held[_hkey(sp.shard)].values()))
+        begin = self._now()
+        for h in self.program.holdings[self.rank]:
+            if h.mode == "parameter_server" and len(h.holders) > 1:
+                continue  # updated by the server, pulled above
+            scale = float(len(h.holders)) if h.mode == "duplicate" else 1.0
+            self._update(self.held[_hkey(h.shard)].values(), scale)
+        for tensors in self.held.values():
+            for t in tensors.values():
+                t.grad = None
+        self.events.append(Event("update", 0, begin, self._now()))
+
+    def _update(self, tensors: Any, scale: float) -> None:
+        with torch.no_grad():
+            for t in tensors:
+                if t.grad is not None:
+                    t.add_(t.grad, alpha=-self.lr * scale)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _hkey(ref: ShardRef) -> tuple[str, int]:
+    return (ref.owner, ref.shard if ref.shards > 1 else 0)
+
+
+def _zero(spec: TaskSpec) -> Box:
+    return tuple((0, 0) for _ in spec.output_boxes[0])
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flat(v)]
+    return []
+
+
+def _run(gm: fx.GraphModule, node: fx.Node, bound: Any) -> Any:
+    args, kwargs = bound
+    if node.op == "call_module":
+        return gm.get_submodule(str(node.target))(*args, **kwargs)
+    if node.op == "call_method":
+        obj, *rest = args
+        return getattr(obj, str(node.target))(*rest, **kwargs)
+    if node.op == "call_function":
+        assert callable(node.target)
+        return node.target(*args, **kwargs)
+    raise NotExecutableError(f"cannot run fx node {node.format_node()}")
+
+
+def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
+    try:
+        gm.get_parameter(target)
+    except AttributeError:
+        return False
+    return True
+
+
+def _owners(graph: OpGraph) -> dict[str, str]:
+    """op name -> the first op sharing its parameters (itself when none share them)."""
+    first: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for op in graph.ops:
+        key = op.param_key or op.name
+        out[op.name] = first.setdefault(key, op.name)
+    return out
+
+
+def _shard(p: torch.Tensor, op_type: str, name: str, ref: ShardRef) -> torch.Tensor:
+    """Shard ``ref.shard`` of parameter ``p``: weight rows (bias entries) of linear and convolution,
+    weight columns of embedding."""
+    dim = 1 if op_type == "embedding" else 0
+    size = p.shape[dim] // ref.shards
+    return p.narrow(dim, ref.shard * size, size)
+
+
+def _add_region(
+    current: torch.Tensor | None, like: torch.Tensor, region: tuple[slice, ...], value: torch.Tensor
+) -> torch.Tensor:
+    if current is None:
+        current = torch.zeros_like(like)
+    current[region] += value
+    return current
+
+
+def _unflatten_add(flat: torch.Tensor, grads: Sequence[torch.Tensor]) -> None:
+    offset = 0
+    for g in grads:
+        g += flat[offset : offset + g.numel()].view_as(g)
+        offset += g.numel()
+
+
+def _unflatten_set(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+    offset = 0
+    for t in tensors:
+        with torch.no_grad():
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
