@@ -24,6 +24,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_hf.py::test_mixtral_routes_tokens_through_routing_ops": (),  # 6 s
     # every zoo model through torch.export (5-75 s each under load; gnmt, rnnlm, rnntc the slowest)
     "tests/test_importer_export.py::test_every_zoo_model_imports_through_export": (),
+    # the executor's correctness matrix: every (model, plan) on 2 and then 4 gloo processes started once
+    # per worker count (14 s and 33 s for the 15 cases), charged to the first case of each
+    "tests/test_execute.py::test_one_iteration_equals_single_device_training": (),
     "tests/test_cli.py::test_plan_runs_every_method_and_writes_the_best": (),  # 81 s: every method, MCMC, FT
     "tests/test_cli.py::test_search_mcmc_writes_the_best_plan": (),  # 22 s
     "tests/test_search.py::test_mcmc_reaches_the_exhaustive_optimum": (),  # 63 s + 41 s: exhaustive search

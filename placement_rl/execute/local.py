@@ -83,18 +83,22 @@ def _entry(
     rank: int,
     world: int,
     port: int,
-    program: Program,
-    graph: OpGraph,
-    source: ModelSource,
+    jobs: Sequence[tuple[Program, OpGraph, ModelSource]],
     options: RunOptions,
     results: Any,
 ) -> None:
     try:
         dist.init_process_group(options.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        result = worker_main(program, graph, source, options, rank, rank)
-        results.put(("ok", rank, result))
+        for index, (program, graph, source) in enumerate(jobs):
+            if rank >= program.world_size:  # a program on fewer workers: keep the collectives in step
+                for ranks in program.groups:
+                    dist.new_group(list(ranks))
+                for _ in range(options.warmup + options.iterations):
+                    dist.barrier()
+                continue
+            results.put(("ok", rank, index, worker_main(program, graph, source, options, rank, rank)))
     except BaseException as exc:  # reported to the parent with the traceback
-        results.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        results.put(("error", rank, -1, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -109,37 +113,49 @@ def run_local(
         ExecutionError: a worker raised (its message and traceback) or died (its exit code), or the
             run passed ``timeout_s``; the other workers are terminated.
     """
+    return run_local_jobs([(program, graph, source)], options, timeout_s)[0]
+
+
+def run_local_jobs(
+    jobs: Sequence[tuple[Program, OpGraph, ModelSource]],
+    options: RunOptions | None = None,
+    timeout_s: float = 600.0,
+) -> list[list[WorkerResult]]:
+    """Run several programs one after the other on the same local processes (one start-up for all of
+    them; as many processes as the widest program has workers, the others wait at its barriers);
+    per job, the results by rank. Raises as :func:`run_local`."""
     options = options or RunOptions()
-    world = program.world_size
+    if not jobs:
+        return []
+    widest = max((program for program, _, _ in jobs), key=lambda p: p.world_size)
+    world, devices = widest.world_size, widest.devices
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_entry, args=(r, world, port, program, graph, source, options, results), daemon=True)
+        ctx.Process(target=_entry, args=(r, world, port, list(jobs), options, results), daemon=True)
         for r in range(world)
     ]
     for p in procs:
         p.start()
-    out: dict[int, WorkerResult] = {}
+    out: dict[tuple[int, int], WorkerResult] = {}
     try:
         waited = 0.0
-        while len(out) < world:
+        while len(out) < sum(program.world_size for program, _, _ in jobs):
             try:
-                status, rank, payload = results.get(timeout=1.0)
+                status, rank, index, payload = results.get(timeout=1.0)
             except queue.Empty:
                 waited += 1.0
                 dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
                     rank, code = dead[0]
-                    raise ExecutionError(
-                        f"worker {rank} ({program.devices[rank]}) died with exit code {code}"
-                    ) from None
+                    raise ExecutionError(f"worker {rank} ({devices[rank]}) died with exit code {code}") from None
                 if waited > timeout_s:
                     raise ExecutionError(f"workers did not finish within {timeout_s:.0f} s") from None
                 continue
             if status == "error":
-                raise ExecutionError(f"worker {rank} ({program.devices[rank]}) failed: {payload}")
-            out[rank] = payload
+                raise ExecutionError(f"worker {rank} ({devices[rank]}) failed: {payload}")
+            out[(index, rank)] = payload
     finally:
         for p in procs:
             p.join(timeout=5.0)
@@ -149,9 +165,4 @@ def run_local(
             if p.is_alive() and p.pid is not None:
                 os.kill(p.pid, 9)
                 p.join()
-    return [out[r] for r in range(world)]
-
-
-def pids(processes: Sequence[Any]) -> list[int]:
-    """The process ids of started processes (tests check none is left behind)."""
-    return [p.pid for p in processes if p.pid is not None]
+    return [[out[(i, r)] for r in range(program.world_size)] for i, (program, _, _) in enumerate(jobs)]

@@ -167,7 +167,7 @@ def reference_step(source: ModelSource, seed: int = 0, lr: float = DEFAULT_LR) -
         for p in module.parameters():
             if p.grad is not None:
                 p.add_(p.grad, alpha=-lr)
-    return float(loss), {n: p.detach().clone() for n, p in module.named_parameters()}
+    return float(loss.detach()), {n: p.detach().clone() for n, p in module.named_parameters()}
 
 
 # ------------------------------------------------------------------ the worker
