@@ -244,3 +244,20 @@ def test_one_iteration_equals_single_device_training(workers: int, model: str, k
     assert seen == set(params_ref), f"parameters no worker holds: {sorted(set(params_ref) - seen)}"
     # the bytes each worker sent are the simulator's bytes for this plan, exactly
     assert [r.iterations[0].sent_bytes for r in results] == [int(b) for b in program.sent_bytes()]
+
+
+def test_a_worker_builds_only_the_parameters_it_needs_with_the_reference_values() -> None:
+    import torch
+
+    from placement_rl.execute.runtime import materialize
+
+    source = SOURCES["lenet"]
+    full, _ = source.build()
+    materialize(full, source, 0, torch.device("cpu"))
+    part, _ = source.build()
+    materialize(part, source, 0, torch.device("cpu"), {"head.2"})
+    built = {n for n, p in part.named_parameters() if not p.is_meta}
+    assert built == {"head.2.weight", "head.2.bias"}
+    reference = dict(full.named_parameters())
+    for name in built:
+        assert torch.equal(part.get_parameter(name), reference[name])
