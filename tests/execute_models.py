@@ -52,3 +52,28 @@ def small_resnet(batch_size: int = 8) -> tuple[nn.Module, tuple[Tensor, Tensor]]
     images = torch.empty(batch_size, 3, 16, 16)
     target = torch.empty(batch_size, dtype=torch.int64)
     return SmallResNet(), (images, target)
+
+
+class InplaceMLP(nn.Module):
+    """Linear layers with in-place ReLUs and an in-place residual addition (``h += x``), as user models
+    often write them."""
+
+    def __init__(self, width: int = 16, num_classes: int = 4) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, width)
+        self.act1 = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(width, width)
+        self.act2 = nn.ReLU(inplace=True)
+        self.out = nn.Linear(width, num_classes)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        h = self.fc1(x)
+        h += x
+        h = self.act1(h)
+        return self.loss(self.out(self.act2(self.fc2(h))), target)
+
+
+def inplace_mlp(batch_size: int = 8) -> tuple[nn.Module, tuple[Tensor, Tensor]]:
+    """The module and its example inputs: ``(batch, 16)`` features and ``(batch,)`` labels."""
+    return InplaceMLP(), (torch.empty(batch_size, 16), torch.empty(batch_size, dtype=torch.int64))

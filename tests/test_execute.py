@@ -28,6 +28,7 @@ SOURCES = {
     "lenet": ModelSource("lenet", 8),
     "small_resnet": ModelSource("execute_models:small_resnet", 8),
     "rnnlm": ModelSource("rnnlm", 8, (("steps", 2), ("hidden", 32), ("vocab_size", 50), ("num_layers", 2))),
+    "inplace_mlp": ModelSource("execute_models:inplace_mlp", 8),
 }
 PLANS = ("data_parallel", "expert", "layerwise", "random", "mixed")
 _GRAPHS: dict[str, OpGraph] = {}

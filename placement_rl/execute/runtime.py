@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.utils._pytree import tree_map
 
 from placement_rl.execute.lower import Box, InputSpec, NotExecutableError, Program, ShardRef, TaskSpec
 from placement_rl.graph import OpGraph
@@ -452,6 +453,8 @@ class Worker:
             return env[n]
 
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lookup)
+        if _in_place(self.gm, node):  # never write into a leaf: give the op copies of its inputs
+            args, kwargs = tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, (args, kwargs))
         if spec.param_shards > 1:
             return self._call_shard(node, spec, args, kwargs)
         return _run(self.gm, node, (args, kwargs))
@@ -696,6 +699,19 @@ def _run(gm: fx.GraphModule, node: fx.Node, bound: Any) -> Any:
         assert callable(node.target)
         return node.target(*args, **kwargs)
     raise NotExecutableError(f"cannot run fx node {node.format_node()}")
+
+
+_IN_PLACE_FUNCTIONS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def _in_place(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether ``node`` writes into an input: a module built with ``inplace=True``, a method ending in
+    ``_`` (``add_``), an augmented assignment (``x += y``), or ``inplace=True`` passed to a function."""
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
+    if node.op == "call_method":
+        return str(node.target).endswith("_") and not str(node.target).startswith("_")
+    return node.target in _IN_PLACE_FUNCTIONS or node.kwargs.get("inplace") is True
 
 
 def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
