@@ -262,3 +262,16 @@ def test_a_worker_builds_only_the_parameters_it_needs_with_the_reference_values(
     reference = dict(full.named_parameters())
     for name in built:
         assert torch.equal(part.get_parameter(name), reference[name])
+
+
+def test_tensors_without_an_initializer_come_from_a_real_build() -> None:
+    import torch
+
+    from placement_rl.execute.runtime import materialize
+
+    options = (("num_layers", 1), ("hidden", 32), ("heads", 2), ("seq_len", 8), ("vocab_size", 50))
+    source = ModelSource("transformer", 8, options)
+    module, _ = source.build()
+    materialize(module, source, 0, torch.device("cpu"))
+    expected = torch.full((8, 8), float("-inf")).triu(1)  # the decoder's causal mask, a buffer of the root
+    assert torch.equal(module.get_buffer("causal_mask"), expected)

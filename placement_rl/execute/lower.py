@@ -117,6 +117,7 @@ class TaskSpec:
         partial_weight: the factor a mean over a split batch is multiplied by (1 when unsplit).
         seed_gradient: the gradient its output 0 starts backward with (the loss: ``1 / replicas`` on
             every replica, so that duplicated losses count once); 0 for every other op.
+        sample_range: the fraction of the batch its partition reads (``(0, 1)`` unless sample-split).
     """
 
     op: str
@@ -131,6 +132,7 @@ class TaskSpec:
     param_shards: int
     partial_weight: float
     seed_gradient: float
+    sample_range: tuple[float, float] = (0.0, 1.0)  # the batch fraction [lo, hi) its partition reads
 
 
 @dataclass(frozen=True)
@@ -392,6 +394,7 @@ def lower(graph: OpGraph, topology: DeviceTopology, plan: Plan, cost_model: Cost
                 compiled.shards,
                 weight,
                 1.0 / compiled.replicas if op.name == loss_op else 0.0,
+                (float(compiled.samp_lo[part]), float(compiled.samp_hi[part])),
             )
 
     # ---- synchronization: holdings, buckets, parameter-server tasks

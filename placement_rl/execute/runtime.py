@@ -131,8 +131,8 @@ def materialize(
                 built, _ = _build_real(source)
             full = dict(built.named_modules())
         with torch.no_grad():
-            for name, t in own:
-                t.copy_(getattr(full[path], name))
+            for name, _ in own:  # the tensors to_empty just made
+                getattr(m, name).copy_(getattr(full[path], name))
 
 
 def _build_real(source: ModelSource) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -447,8 +447,9 @@ class Worker:
             if n.op == "get_attr":
                 env[n] = self._attr(str(n.target))
                 return env[n]
-            if n.name in self.ops:
-                raise NotExecutableError(f"op {spec.op!r} reads op {n.name!r}, which the graph does not give it")
+            if n.name in self.ops:  # read for its shape only (``x.shape[0]``): a meta tensor of that shape
+                env[n] = self._shape_only(n.name, spec)
+                return env[n]
             env[n] = _run(self.gm, n, fx.node.map_arg((n.args, n.kwargs), lookup))
             return env[n]
 
@@ -458,6 +459,20 @@ class Worker:
         if spec.param_shards > 1:
             return self._call_shard(node, spec, args, kwargs)
         return _run(self.gm, node, (args, kwargs))
+
+    def _shape_only(self, name: str, spec: TaskSpec) -> Any:
+        """Op ``name``'s output as this task would see it, on the meta device: its batch axis cut to the
+        task's share of the batch. Only its shape can be read; using its values is an error."""
+        op = self.ops[name]
+        axis = op.plain_sample_axis
+        values = []
+        for shape, dtype in zip(op.output_shapes, self.dtypes[name], strict=True):
+            dims = list(shape)
+            if axis >= 0 and axis < len(dims):
+                lo, hi = spec.sample_range
+                dims[axis] = round(hi * dims[axis]) - round(lo * dims[axis])
+            values.append(torch.empty(dims, dtype=dtype, device="meta"))
+        return values[0] if len(values) == 1 else tuple(values)
 
     def _attr(self, target: str) -> Any:
         obj: Any = self.gm
