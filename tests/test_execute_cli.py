@@ -226,3 +226,9 @@ def test_worker_results_round_trip_through_the_checkpoint_files(tmp_path: Path) 
         for name, value in want.parameters.items():
             assert got.parameters[name].dtype == value.dtype
             np.testing.assert_array_equal(got.parameters[name], value)
+
+
+def test_a_storage_path_without_ray_is_refused(capsys: pytest.CaptureFixture[str], no_workers: None) -> None:
+    argv = ["execute", *TINY, "--topology", "1x2", "--launcher", "local", "--storage-path", "runs"]
+    err = _error(capsys, argv)
+    assert "--storage-path 'runs' applies to --launcher ray, not 'local'" in err

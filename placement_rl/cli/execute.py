@@ -75,7 +75,10 @@ def cmd_execute(args: argparse.Namespace) -> None:
     if args.launcher == "ray":
         from placement_rl.rl.execute import ray_train_launcher
 
-        launcher = ray_train_launcher()  # joins or starts Ray (ensure_ray) once the plan is lowered and checked
+        # joins or starts Ray (ensure_ray) once the plan is lowered and checked
+        launcher = ray_train_launcher(args.storage_path)
+    elif args.storage_path is not None:
+        raise ValueError(f"--storage-path {args.storage_path!r} applies to --launcher ray, not {args.launcher!r}")
     try:
         report = execute(source, topology, plan, graph=graph, options=options, cost_model=cost, launcher=launcher)
     except ExecutionError as exc:  # not bad input: the run itself failed
@@ -166,6 +169,12 @@ def add_commands(sub: Any) -> None:
         choices=("ray", "local"),
         default="ray",
         help="ray: Ray Train workers on the local Ray or the RAY_ADDRESS cluster (default); local: processes here",
+    )
+    p.add_argument(
+        "--storage-path",
+        default=None,
+        help="where Ray Train keeps the run and rank 0's results (default: a temporary folder here, removed "
+        "afterwards); on a Ray cluster of several machines a folder they all share, or an s3:// URI",
     )
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the weights and the batch (default 0)")
     p.add_argument("--lr", type=_positive, default=None, help="SGD learning rate (default 0.01)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -166,8 +167,8 @@ def ray_train_launcher(storage_path: str | None = None) -> Launcher:
                 ),
                 torch_config=TorchConfig(backend=options.backend),
                 run_config=RunConfig(
-                    name=f"execute-{program.graph_name}-{program.plan_name}".replace("/", "_"),
-                    storage_path=storage_path or scratch,
+                    name=f"execute-{program.graph_name}-{program.plan_name}-{uuid.uuid4().hex[:8]}".replace("/", "_"),
+                    storage_path=_absolute(storage_path) if storage_path else scratch,
                     failure_config=FailureConfig(max_failures=0),
                     checkpoint_config=CheckpointConfig(num_to_keep=1),
                 ),
@@ -182,6 +183,11 @@ def ray_train_launcher(storage_path: str | None = None) -> Launcher:
                 return read_results(Path(folder))
 
     return launch
+
+
+def _absolute(path: str) -> str:
+    """A local folder as an absolute path (Ray Train's requirement); a URI (``s3://...``) as it is."""
+    return path if "://" in path else str(Path(path).expanduser().resolve())
 
 
 def _worker_message(exc: BaseException) -> str:
