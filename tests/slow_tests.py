@@ -82,6 +82,11 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_cli_fuzz.py::test_malformed_file": (),  # 9 s in all
     "tests/envs/test_env_fuzz.py::test_config_field": (),  # 6 s in all
     "tests/test_cli.py::test_console_script_is_installed": (),  # 5 s: a new interpreter imports the CLI
+    # real runs of lenet at batch 8 on two workers (each worker a new interpreter importing torch)
+    "tests/test_execute_cli.py::test_execute_local_writes_the_report_and_both_traces": (),  # 10-31 s
+    "tests/test_execute_cli.py::test_a_killed_local_worker_fails_the_run_and_leaves_no_process": (),  # 6 s
+    "tests/test_execute_cli.py::test_ray_train_launcher_matches_the_single_device_step": (),  # 37-67 s: Ray Train
+    "tests/test_execute_cli.py::test_ray_train_launcher_reports_a_failing_worker": (),  # 39-45 s: Ray Train
     "tests/test_coarsen.py::test_same_seed_same_groups": (),  # 3 s
     "tests/search/test_frontier.py::test_frontier_equals_brute_force_pareto_set": (
         "inception block-elimination",  # 3.6 s

@@ -1,0 +1,184 @@
+"""``execute``: run a plan for real (one worker process per device of the plan, ``torch.distributed``
+over gloo or NCCL) and compare the measured iteration with the simulator's prediction.
+
+The workers run as Ray Train workers (``--launcher ray``, the default: the local Ray, or the cluster
+of ``RAY_ADDRESS`` inside ``ray job submit``) or as local processes (``--launcher local``). The plan
+is lowered and checked, and the cluster's resources counted, before any worker starts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from placement_rl.cli.common import (
+    cost_model,
+    cost_parser,
+    finite_float,
+    json_parser,
+    non_negative_int,
+    plan_for,
+    positive_int,
+    print_json,
+    print_table,
+)
+from placement_rl.paths import output_file
+
+
+def _positive(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
+    return value
+
+
+def model_source(spec: str, batch_size: int | None) -> Any:
+    """The :class:`~placement_rl.execute.ModelSource` of ``--model``: a zoo name or ``package.module:factory``.
+
+    Raises:
+        ValueError: for a graph file or an ``hf:`` model (the executor needs the model's code), naming it.
+    """
+    from placement_rl.execute import ModelSource
+
+    if spec.endswith(".json") or spec.startswith("hf:"):
+        raise ValueError(
+            f"model {spec!r}: the executor builds and trains the model itself; expected a zoo name (see "
+            "'placement-rl models') or package.module:factory"
+        )
+    return ModelSource(spec, batch_size)
+
+
+def cmd_execute(args: argparse.Namespace) -> None:
+    from placement_rl.emulate.cluster import resolve_emulation_topology
+    from placement_rl.execute import ExecutionError, RunOptions, execute
+    from placement_rl.execute.runtime import DEFAULT_LR
+    from placement_rl.explain import explain_plan
+    from placement_rl.sim.trace import write_chrome_trace
+
+    for path, flag in ((args.trace, "--trace"), (args.sim_trace, "--sim-trace")):
+        if path is not None:
+            output_file(path, flag)  # before the run, not after it
+    source = model_source(args.model, args.batch_size)
+    topology = resolve_emulation_topology(args.topology)
+    graph = source.graph()
+    cost = cost_model(args, topology)
+    plan = plan_for(args.plan, graph, topology)
+    options = RunOptions(
+        iterations=args.iterations,
+        warmup=args.warmup,
+        backend=args.backend,
+        seed=args.seed,
+        lr=DEFAULT_LR if args.lr is None else args.lr,
+        threads=args.threads,
+    )
+    launcher = None
+    if args.launcher == "ray":
+        from placement_rl.rl.execute import ray_train_launcher
+
+        # joins or starts Ray (ensure_ray) once the plan is lowered and checked
+        launcher = ray_train_launcher(args.storage_path)
+    elif args.storage_path is not None:
+        raise ValueError(f"--storage-path {args.storage_path!r} applies to --launcher ray, not {args.launcher!r}")
+    try:
+        report = execute(source, topology, plan, graph=graph, options=options, cost_model=cost, launcher=launcher)
+    except ExecutionError as exc:  # not bad input: the run itself failed
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    title = f"{graph.name} / {plan.name} on {topology.name}"
+    if args.trace is not None:
+        write_chrome_trace(report.measured(), args.trace, title=f"measured: {title}")
+    if args.sim_trace is not None:
+        write_chrome_trace(report.program.simulated, args.sim_trace, title=f"simulated: {title}")
+    words = explain_plan(graph, topology, plan, report.program.simulated)
+    if args.json:
+        print_json({**report.to_dict(), "topology": topology.name, "explanation": words})
+        return
+    print(f"{title}, {args.launcher} launcher, backend {options.backend}:")
+    for line in words:
+        print(f"  {line}")
+    print()
+    d = report.to_dict()
+    error = d["error"]
+    print_table(
+        ["measured ms", "simulated ms", "replayed ms", "simulated vs measured", "loss"],
+        [
+            [
+                f"{d['measured_ms']:,.2f}",
+                f"{d['simulated_ms']:,.2f}",
+                f"{d['replayed_ms']:,.2f}",
+                "-" if error is None else f"{error:+.0%}",
+                f"{d['loss']:.6g}",
+            ]
+        ],
+    )
+    print()
+    print_table(
+        ["rank", "device", "median ms", "sent bytes", "simulated sent bytes"],
+        [
+            [
+                r.rank,
+                r.device,
+                f"{r.median_iteration_s * 1e3:,.2f}",
+                f"{sent:,}",
+                f"{int(sim):,}",
+            ]
+            for r, sent, sim in zip(report.results, d["sent_bytes"], d["simulated_sent_bytes"], strict=True)
+        ],
+    )
+    print()
+    print(
+        f"measured: median of {options.iterations} iteration(s) after {options.warmup} warm-up; replayed: the plan "
+        "simulated with the measured compute times (what still differs is the network and overlap model's)"
+    )
+    for path, what in ((args.trace, "measured"), (args.sim_trace, "simulated")):
+        if path is not None:
+            print(f"wrote the {what} Chrome trace to {path}")
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "execute",
+        parents=[json_parser(), cost_parser()],
+        help="run a plan for real on worker processes and compare the measurement with the simulator",
+        description=__doc__,
+    )
+    p.add_argument("--model", required=True, help="zoo model (see 'placement-rl models') or package.module:factory")
+    p.add_argument(
+        "--topology",
+        required=True,
+        help="MxG[@NIC_GBIT] (M machines x G devices, one NIC each, default 25 Gb/s), a preset, random:SEED or a "
+        "topology .json; its devices are what the plan names, one worker each",
+    )
+    p.add_argument(
+        "--plan",
+        default="data_parallel",
+        help="a plan .json for the model, or a baseline: data_parallel (dp), single_device (single), expert, "
+        "layerwise (default data_parallel)",
+    )
+    p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the model's)")
+    p.add_argument("--iterations", type=positive_int, default=3, help="measured iterations (default 3)")
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="unmeasured iterations first (default 1)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="torch.distributed backend: gloo on CPUs (default) or nccl, one GPU per worker",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray: Ray Train workers on the local Ray or the RAY_ADDRESS cluster (default); local: processes here",
+    )
+    p.add_argument(
+        "--storage-path",
+        default=None,
+        help="where Ray Train keeps the run and rank 0's results (default: a temporary folder here, removed "
+        "afterwards); on a Ray cluster of several machines a folder they all share, or an s3:// URI",
+    )
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the weights and the batch (default 0)")
+    p.add_argument("--lr", type=_positive, default=None, help="SGD learning rate (default 0.01)")
+    p.add_argument("--threads", type=positive_int, default=1, help="compute threads (and CPUs) per worker (default 1)")
+    p.add_argument("--trace", default=None, help="write the measured iteration as a Chrome trace (JSON)")
+    p.add_argument("--sim-trace", default=None, help="write the simulated iteration as a Chrome trace (JSON)")
+    p.set_defaults(func=cmd_execute)
