@@ -6,6 +6,7 @@
 * :mod:`.search`: ``search mcmc``, ``frontier``
 * :mod:`.rl`: ``train``, ``tune``, ``evaluate``
 * :mod:`.emulate`: ``emulate`` (an emulated cluster against the network models)
+* :mod:`.fidelity`: ``fidelity`` (executed plans against the simulator)
 
 Every command prints a human-readable table by default and JSON with ``--json``. Bad input (an
 unknown model, topology or option, a malformed file) prints one ``error:`` line naming the bad value
@@ -19,7 +20,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from placement_rl.cli import compare, describe, emulate, plan, rl, search
+from placement_rl.cli import compare, describe, emulate, fidelity, plan, rl, search
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="placement-rl", description="Place and shard deep-learning training graphs on GPU clusters."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for family in (plan, compare, search, describe, rl, emulate):
+    for family in (plan, compare, search, describe, rl, emulate, fidelity):
         family.add_commands(sub)
     return parser
 

@@ -7,9 +7,10 @@ Run as::
 
 ``SPEC.json`` is written by the launcher itself (never a file a user gave; it is parsed as JSON, nothing
 is unpickled). Common keys: ``mode`` (``"program"`` or ``"ping_pong"``), ``world_size``, ``master_addr``,
-``master_port``, ``ifname`` (the interface gloo uses; ``null`` for the default), ``timeout_s`` and
-``out_dir``. The worker joins a gloo group at ``tcp://master_addr:master_port`` and writes
-``out_dir/rank<RANK>.json``:
+``master_port``, ``ifname`` (the interface gloo uses; ``null`` for the default), ``timeout_s``,
+``out_dir`` and ``realtime_priority`` (``SCHED_RR`` priority of the worker's threads, 0 to leave them as
+they are: other work on the machine then delays the worker's compute and wake-ups). The worker joins a
+gloo group at ``tcp://master_addr:master_port`` and writes ``out_dir/rank<RANK>.json``:
 
 * ``program``: the spec holds the model (``{"spec", "batch_size", "options"}``), the plan, the topology
   and the cost model (:func:`cost_model_to_dict`) as JSON, the run options and ``digest``, the
@@ -152,7 +153,7 @@ def _ping_pong(spec: dict[str, Any], rank: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     spec_path, rank, parent = argv[1], int(argv[2]), int(argv[3])
-    from placement_rl.emulate.worker import _die_with_parent
+    from placement_rl.emulate.worker import _die_with_parent, _realtime
 
     _die_with_parent(parent)
     spec = json.loads(Path(spec_path).read_text())
@@ -169,6 +170,7 @@ def main(argv: list[str]) -> int:
         world_size=spec["world_size"],
         timeout=datetime.timedelta(seconds=spec["timeout_s"]),
     )
+    _realtime(int(spec.get("realtime_priority", 0)))  # gloo's threads exist now; later ones inherit it
     try:
         if spec["mode"] == "program":
             out = _run_program(spec, rank)
