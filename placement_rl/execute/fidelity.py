@@ -38,10 +38,13 @@ from typing import Any
 import numpy as np
 
 from placement_rl.execute import ExecutionReport, RunOptions, execute
+from placement_rl.execute.lower import lower
 from placement_rl.execute.processes import ProcessLauncher, local_spawner
 from placement_rl.execute.report import measured_compute_s
 from placement_rl.execute.runtime import ModelSource
+from placement_rl.graph import OpGraph
 from placement_rl.plan import constructors
+from placement_rl.profiling import UNMEASURED_OPS, profile_models
 from placement_rl.sim.cost import CostModel, ProfileEntry, ProfileTable
 from placement_rl.topology import DeviceTopology, Link
 from placement_rl.topology.core import Device
@@ -69,6 +72,7 @@ ROW_KEYS: tuple[str, ...] = (
     "status",
     "measured_ms",
     "simulated_ms",
+    "profile_only_ms",  # simulated with the profile alone (no executor overheads, see Overheads)
     "replayed_ms",
     "error",
     "replay_error",
@@ -152,8 +156,10 @@ class LinkFit:
 
 
 def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
-    """Fit ``latency + bytes / bandwidth`` to the per-size medians of ``samples`` (least squares weighted by
-    ``1 / time``, so small messages set the latency and large ones the bandwidth).
+    """Fit ``latency + bytes / bandwidth`` to the per-size medians of ``samples``: the bandwidth is the
+    least-squares slope over the larger half of the sizes (at least two), the latency what remains of the
+    smallest message's time. Small and middle-sized messages would bias the slope: a shaped link lets a
+    burst of its token bucket through at once (:func:`placement_rl.emulate.cluster.shaping_commands`).
 
     Raises:
         ValueError: for fewer than two sizes, or times that do not grow with the size.
@@ -165,10 +171,12 @@ def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
         raise ValueError(f"fit_link: need messages of at least two sizes, got {sorted(by_size)}")
     sizes = np.array(sorted(by_size))
     times = np.array([statistics.median(by_size[s]) for s in sizes])
-    slope, intercept = np.polyfit(sizes, times, 1, w=1.0 / times)
+    large = max(2, len(sizes) // 2)
+    slope, _ = np.polyfit(sizes[-large:], times[-large:], 1)
     if not slope > 0:
         raise ValueError(f"fit_link: message times do not grow with size ({dict(zip(sizes, times, strict=True))})")
-    return LinkFit(max(0.0, float(intercept)), float(1.0 / slope), tuple((float(s), float(t)) for s, t in samples))
+    latency = max(0.0, float(times[0] - sizes[0] * slope))
+    return LinkFit(latency, float(1.0 / slope), tuple((float(s), float(t)) for s, t in samples))
 
 
 # -------------------------------------------------------------------------------------- the devices
@@ -296,8 +304,6 @@ def _threads(n: int) -> Iterator[None]:
 def profile_cases(cases: Sequence[FidelityCase], workers: int, repeats: int = 5) -> ProfileTable:
     """Every distinct model of ``cases`` profiled with one thread at its batch and its ``workers``-way
     sample split (where that divides it), under :data:`CPU_DEVICE_TYPE`; the first measurement of a key wins."""
-    from placement_rl.profiling import profile_models
-
     entries: dict[Any, ProfileEntry] = {}
     device = ""
     seen: set[tuple[str, int, tuple[tuple[str, Any], ...]]] = set()
@@ -324,6 +330,95 @@ def profile_cases(cases: Sequence[FidelityCase], workers: int, repeats: int = 5)
     return ProfileTable(entries, device)
 
 
+# ----------------------------------------------------------------------------------- the overheads
+@dataclass(frozen=True)
+class Overheads:
+    """What the executor spends per compute task beyond the op's own time (seconds): calling the op's fx
+    node on its own autograd island, assembling its inputs, handing its gradients on, the bookkeeping.
+    A profile measures the op alone (:mod:`placement_rl.profiling`), so :func:`with_overheads` adds these.
+
+    Attributes:
+        forward_s: per forward task.
+        backward_s: per backward task.
+    """
+
+    forward_s: float
+    backward_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"forward_s": self.forward_s, "backward_s": self.backward_s}
+
+
+#: The calibration run of :func:`calibrate_overheads`: a tiny batch, so the executor's own costs dominate.
+CALIBRATION = FidelityCase("lenet", 8, "single_device")
+
+
+def calibrate_overheads(
+    launcher: ProcessLauncher,
+    topology: DeviceTopology,
+    *,
+    iterations: int = 5,
+    profile_repeats: int = 5,
+    realtime_priority: int = 10,
+) -> Overheads:
+    """Measure :class:`Overheads` on :data:`CALIBRATION` (profiled, then executed on one worker of ``topology``).
+
+    Per forward (backward) task: the median over tasks of the measured time minus the profiled one, plus
+    half of what each iteration spends outside compute tasks, per task.
+    """
+    case = CALIBRATION
+    with realtime(realtime_priority):
+        profile = profile_cases([case], 1, profile_repeats)
+    cost_model = CostModel(profile=profile)
+    graph = case.source.graph()
+    plan = constructors.single_device(graph, topology)
+    options = RunOptions(iterations=iterations, warmup=1, threads=1)
+    report = execute(
+        case.source,
+        topology,
+        plan,
+        graph=graph,
+        options=options,
+        cost_model=cost_model,
+        launcher=launcher.bind(topology, plan, cost_model),
+    )
+    fwd, bwd = measured_compute_s(report.program, report.results, options.warmup)
+    table = report.program.simulated.tasks
+    F = len(fwd)
+    simulated = (table.end_s - table.start_s)[: 2 * F]
+    (rank,) = [r for r in report.results if any(it.events for it in r.iterations)][:1]
+    outside = statistics.median(
+        it.time_s - sum(e.end_s - e.start_s for e in it.events if e.kind.startswith("compute_"))
+        for it in rank.iterations[options.warmup :]
+    )
+    per_task = outside / (2 * F)
+    return Overheads(
+        max(0.0, float(np.median(fwd - simulated[:F])) + per_task),
+        max(0.0, float(np.median(bwd - simulated[F:])) + per_task),
+    )
+
+
+def with_overheads(
+    profile: ProfileTable, graphs: Sequence[OpGraph], workers: int, overheads: Overheads
+) -> ProfileTable:
+    """``profile`` with ``overheads`` added to every entry, and entries of the overheads alone for the ops
+    of ``graphs`` no profile measures (inputs and views, which the executor runs too), at their full output
+    shape and its ``workers``-way sample split."""
+    f, b = overheads.forward_s, overheads.backward_s
+    entries = {k: ProfileEntry(e.forward_s + f, e.backward_s + b) for k, e in profile.entries.items()}
+    for graph in graphs:
+        for op in graph.ops:
+            if op.op_type not in UNMEASURED_OPS or not op.output_shapes:
+                continue
+            shape = tuple(op.output_shapes[0])
+            shapes = {shape}
+            if shape and workers > 1 and shape[0] % workers == 0:
+                shapes.add((shape[0] // workers, *shape[1:]))
+            for s in shapes:
+                entries.setdefault((CPU_DEVICE_TYPE, op.op_type, s, op.param_bytes), ProfileEntry(f, b))
+    return ProfileTable(entries, profile.device)
+
+
 # ----------------------------------------------------------------------------------------- the run
 @dataclass
 class FidelityReport:
@@ -334,6 +429,7 @@ class FidelityReport:
         workers: the number of workers.
         link: the fitted link (between ranks 0 and ``workers - 1``).
         topology: the topology simulated.
+        overheads: the executor's per-task overheads added to the profile.
         rows: one per case (the rows of ``results.jsonl``).
         out_dir: where the files went.
     """
@@ -342,31 +438,42 @@ class FidelityReport:
     workers: int
     link: LinkFit
     topology: DeviceTopology
+    overheads: Overheads = Overheads(0.0, 0.0)
     rows: list[dict[str, Any]] = field(default_factory=list)
     out_dir: Path | None = None
 
     def summary(self) -> dict[str, Any]:
         """Spearman rank correlation of simulated and measured times over the measured cases, median and
-        worst ``|simulated / measured - 1|`` (and the same for the replay); ``None`` where undefined."""
+        worst ``|simulated / measured - 1|``, and the same for the replay (``replay_`` keys) and the
+        simulation with the profile alone (``profile_only_`` keys); ``None`` where undefined."""
         ok = [r for r in self.rows if r["status"] == "ok"]
         out: dict[str, Any] = {"cases": len(self.rows), "measured": len(ok)}
-        for key, label in (("error", ""), ("replay_error", "replay_")):
-            errors = [abs(r[key]) for r in ok]
-            worst = max(ok, key=lambda r: abs(r[key]), default=None)
+        for key, label in (("simulated_ms", ""), ("replayed_ms", "replay_"), ("profile_only_ms", "profile_only_")):
+            errors = [abs(r[key] / r["measured_ms"] - 1) for r in ok]
+            worst = int(np.argmax(errors)) if errors else None
             out[f"{label}median_abs_error"] = statistics.median(errors) if errors else None
             out[f"{label}worst_abs_error"] = max(errors) if errors else None
-            out[f"{label}worst_case"] = worst["case"] if worst else None
-        out["spearman"] = _spearman([r["simulated_ms"] for r in ok], [r["measured_ms"] for r in ok])
-        out["replay_spearman"] = _spearman([r["replayed_ms"] for r in ok], [r["measured_ms"] for r in ok])
+            out[f"{label}worst_case"] = ok[worst]["case"] if worst is not None else None
+            out[f"{label}spearman"] = _spearman([r[key] for r in ok], [r["measured_ms"] for r in ok])
         return out
 
     def table(self) -> tuple[list[str], list[list[str]]]:
         """Headers and cells: one row per case, milliseconds and signed errors."""
-        headers = ["case", "batch", "measured ms", "simulated ms", "replayed ms", "error", "replay error", "status"]
+        headers = [
+            "case",
+            "batch",
+            "measured ms",
+            "simulated ms",
+            "profile-only ms",
+            "replayed ms",
+            "error",
+            "replay error",
+            "status",
+        ]
         cells = []
         for r in self.rows:
             if r["status"] != "ok":
-                cells.append([r["case"], str(r["batch_size"]), "-", "-", "-", "-", "-", r["status"][:60]])
+                cells.append([r["case"], str(r["batch_size"]), *["-"] * 6, r["status"][:60]])
                 continue
             cells.append(
                 [
@@ -374,6 +481,7 @@ class FidelityReport:
                     str(r["batch_size"]),
                     f"{r['measured_ms']:.2f}",
                     f"{r['simulated_ms']:.2f}",
+                    f"{r['profile_only_ms']:.2f}",
                     f"{r['replayed_ms']:.2f}",
                     f"{r['error']:+.1%}",
                     f"{r['replay_error']:+.1%}",
@@ -387,7 +495,8 @@ class FidelityReport:
         headers, cells = self.table()
         out = [
             f"cluster {self.cluster}: {self.workers} workers; link {self.link.bandwidth_bytes_per_s / 1e6:,.1f} MB/s, "
-            f"latency {self.link.latency_s * 1e6:,.0f} us",
+            f"latency {self.link.latency_s * 1e6:,.0f} us; executor overheads per task "
+            f"{self.overheads.forward_s * 1e6:,.0f} us forward, {self.overheads.backward_s * 1e6:,.0f} us backward",
             "| " + " | ".join(headers) + " |",
             "|" + "|".join("---" for _ in headers) + "|",
             *("| " + " | ".join(c) + " |" for c in cells),
@@ -404,10 +513,12 @@ class FidelityReport:
             f"simulated vs measured over {s['measured']} of {s['cases']} cases: Spearman {num(s['spearman'])}, "
             f"median |error| {pct(s['median_abs_error'])}, worst {pct(s['worst_abs_error'])} ({s['worst_case']})"
         )
-        out.append(
-            f"replayed vs measured: Spearman {num(s['replay_spearman'])}, median |error| "
-            f"{pct(s['replay_median_abs_error'])}, worst {pct(s['replay_worst_abs_error'])} ({s['replay_worst_case']})"
-        )
+        for label, what in (("profile_only_", "profile only"), ("replay_", "replayed")):
+            out.append(
+                f"{what} vs measured: Spearman {num(s[label + 'spearman'])}, median |error| "
+                f"{pct(s[label + 'median_abs_error'])}, worst {pct(s[label + 'worst_abs_error'])} "
+                f"({s[label + 'worst_case']})"
+            )
         return out
 
 
@@ -420,8 +531,11 @@ def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if math.isnan(value) else value
 
 
-def case_row(cluster: str, case: FidelityCase, report: ExecutionReport, wall_s: float) -> dict[str, Any]:
-    """The ``results.jsonl`` row of one executed case (keys :data:`ROW_KEYS`)."""
+def case_row(
+    cluster: str, case: FidelityCase, report: ExecutionReport, profile_only_s: float, wall_s: float
+) -> dict[str, Any]:
+    """The ``results.jsonl`` row of one executed case (keys :data:`ROW_KEYS`); ``profile_only_s`` is the plan
+    simulated with the profile alone."""
     d = report.to_dict()
     warm = report.options.warmup
     overhead = []  # per rank, the median time outside its compute spans (waits, assembly, update)
@@ -453,6 +567,7 @@ def case_row(cluster: str, case: FidelityCase, report: ExecutionReport, wall_s: 
         "status": "ok",
         "measured_ms": d["measured_ms"],
         "simulated_ms": d["simulated_ms"],
+        "profile_only_ms": profile_only_s * 1e3,
         "replayed_ms": d["replayed_ms"],
         "error": d["error"],
         "replay_error": (report.replayed_s - measured) / measured,
@@ -495,6 +610,7 @@ def run_fidelity(
     ping_repeats: int = 5,
     cost_model: CostModel | None = None,
     realtime_priority: int = 10,
+    calibrate: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> FidelityReport:
     """Profile, measure the link, then execute and simulate every case (module docstring).
@@ -511,6 +627,8 @@ def run_fidelity(
         cost_model: the other cost model settings (network model, buckets); its profile is replaced.
         realtime_priority: ``SCHED_RR`` priority of the profiling thread and of every worker (0: none), so
             that other work on the machine delays neither (needs root; silently not applied otherwise).
+        calibrate: measure the executor's per-task :class:`Overheads` (:func:`calibrate_overheads`) and add
+            them to the profile; else the profile alone.
         log: receives progress lines.
 
     Raises:
@@ -567,30 +685,43 @@ def run_fidelity(
                 memory_bandwidth_bytes_per_s=bandwidth,
                 name=cluster,
             )
-        report = FidelityReport(cluster, world, link, topology, out_dir=folder)
+        graphs: dict[tuple[str, int, tuple[tuple[str, Any], ...]], OpGraph] = {}
+        for case in cases:
+            key = (case.model, case.batch_size, case.options)
+            if key not in graphs:
+                graphs[key] = case.source.graph()
+        overheads = Overheads(0.0, 0.0)
+        if calibrate:
+            overheads = calibrate_overheads(
+                launcher, topology, profile_repeats=profile_repeats, realtime_priority=realtime_priority
+            )
+            say(
+                f"executor overheads per task: forward {overheads.forward_s * 1e6:,.0f} us, "
+                f"backward {overheads.backward_s * 1e6:,.0f} us"
+            )
+        calibrated = dataclasses.replace(base, profile=with_overheads(profile, list(graphs.values()), world, overheads))
+        report = FidelityReport(cluster, world, link, topology, overheads, out_dir=folder)
         if folder is not None:
             (folder / "link.json").write_text(json.dumps(link.to_dict(), indent=1))
+            (folder / "overheads.json").write_text(json.dumps(overheads.to_dict(), indent=1))
             topology.to_json(folder / "topology.json")
             profile.to_json(folder / "profile.json")
-        graphs: dict[tuple[str, int, tuple[tuple[str, Any], ...]], Any] = {}
         for case in cases:
             t0 = time.perf_counter()
             try:
-                key = (case.model, case.batch_size, case.options)
-                if key not in graphs:
-                    graphs[key] = case.source.graph()
-                graph = graphs[key]
+                graph = graphs[(case.model, case.batch_size, case.options)]
                 plan = getattr(constructors, case.plan)(graph, topology)
+                profile_only = lower(graph, topology, plan, base).simulated.makespan_s
                 executed = execute(
                     case.source,
                     topology,
                     plan,
                     graph=graph,
                     options=options,
-                    cost_model=base,
-                    launcher=launcher.bind(topology, plan, base),
+                    cost_model=calibrated,
+                    launcher=launcher.bind(topology, plan, calibrated),
                 )
-                row = case_row(cluster, case, executed, time.perf_counter() - t0)
+                row = case_row(cluster, case, executed, profile_only, time.perf_counter() - t0)
                 say(
                     f"{case.name}: measured {row['measured_ms']:.2f} ms, simulated {row['simulated_ms']:.2f} ms "
                     f"({row['error']:+.1%}), replayed {row['replayed_ms']:.2f} ms ({row['replay_error']:+.1%})"
