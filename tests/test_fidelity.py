@@ -126,12 +126,12 @@ def test_fidelity_runs_cases_on_local_workers(tmp_path: Path) -> None:
     report = run_fidelity(cases, cluster="local", iterations=1, out_dir=tmp_path, profile_repeats=1, ping_repeats=1)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["case"] for r in rows] == ["lenet/single_device", "lenet/data_parallel"]
-    for row in rows:
+    for row, workers in zip(rows, (1, 2), strict=True):  # the devices the plan uses
         assert set(row) == set(ROW_KEYS)
-        assert row["status"] == "ok" and row["cluster"] == "local" and row["workers"] == 2
+        assert row["status"] == "ok" and row["cluster"] == "local" and row["workers"] == workers
         assert row["measured_ms"] > 0 and row["simulated_ms"] > 0 and row["replayed_ms"] > 0
         assert row["simulated_ms"] >= row["profile_only_ms"] > 0  # plus the executor's overheads
-        assert len(row["iteration_ms"]) == 1 and len(row["overhead_ms"]) == 2
+        assert len(row["iteration_ms"]) == 1 and len(row["overhead_ms"]) == workers
     assert rows[1]["sent_bytes"][0] > 0  # data parallel all-reduces its gradients
     assert report.rows == rows
     assert report.link.bandwidth_bytes_per_s > 0
@@ -166,3 +166,12 @@ def test_fidelity_on_an_emulated_cluster(tmp_path: Path) -> None:
     assert row["status"] == "ok" and row["measured_ms"] > 0
     # the shaped link: about 1 Gbit/s, not loopback's rate
     assert 0.3e9 / 8 < report.link.bandwidth_bytes_per_s < 1.5e9 / 8
+
+
+def test_cli_refuses_bad_clusters_and_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    from placement_rl.cli import main
+
+    assert main(["fidelity", "--cluster", "emulated:2"]) == 2
+    assert "expected 'local' or 'emulated:MxG@NIC'" in capsys.readouterr().err
+    assert main(["fidelity", "--cases", "lenet/nope"]) == 2
+    assert "unknown cases ['lenet/nope']" in capsys.readouterr().err

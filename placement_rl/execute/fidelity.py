@@ -68,7 +68,7 @@ ROW_KEYS: tuple[str, ...] = (
     "model",
     "batch_size",
     "plan",
-    "workers",
+    "workers",  # the devices the plan uses
     "status",
     "measured_ms",
     "simulated_ms",
