@@ -101,11 +101,11 @@ def test_with_overheads_adds_to_every_entry_and_covers_views() -> None:
 
     graph = ModelSource("lenet", 8).graph()
     profile = ProfileTable({(CPU_DEVICE_TYPE, "relu", (8, 120), 0): ProfileEntry(1e-5, 2e-5)})
-    table = with_overheads(profile, [graph], 2, Overheads(1e-4, 3e-4))
+    table = with_overheads(profile, [graph], 2, Overheads(1e-4, 3e-4, 1e-5, 2e-6))
     assert table.lookup(CPU_DEVICE_TYPE, "relu", (8, 120), 0) == ProfileEntry(1e-5 + 1e-4, 2e-5 + 3e-4)
     flatten = next(op for op in graph.ops if op.op_type == "flatten")
     for shape in (flatten.output_shapes[0], (4, *flatten.output_shapes[0][1:])):
-        assert table.lookup(CPU_DEVICE_TYPE, "flatten", shape, 0) == ProfileEntry(1e-4, 3e-4)
+        assert table.lookup(CPU_DEVICE_TYPE, "flatten", shape, 0) == ProfileEntry(1e-5, 2e-6)
 
 
 def test_worker_json_round_trips() -> None:

@@ -338,15 +338,19 @@ class Overheads:
     A profile measures the op alone (:mod:`placement_rl.profiling`), so :func:`with_overheads` adds these.
 
     Attributes:
-        forward_s: per forward task.
-        backward_s: per backward task.
+        forward_s: per forward task of an op the profile measures (one with work).
+        backward_s: per backward task of such an op.
+        view_forward_s: per forward task of an op no profile measures (inputs and views), its whole time.
+        view_backward_s: per backward task of such an op.
     """
 
     forward_s: float
     backward_s: float
+    view_forward_s: float = 0.0
+    view_backward_s: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {"forward_s": self.forward_s, "backward_s": self.backward_s}
+        return dataclasses.asdict(self)
 
 
 #: The calibration run of :func:`calibrate_overheads`: a tiny batch, so the executor's own costs dominate.
@@ -363,8 +367,9 @@ def calibrate_overheads(
 ) -> Overheads:
     """Measure :class:`Overheads` on :data:`CALIBRATION` (profiled, then executed on one worker of ``topology``).
 
-    Per forward (backward) task: the median over tasks of the measured time minus the profiled one, plus
-    half of what each iteration spends outside compute tasks, per task.
+    Ops no profile measures (inputs, views): the median measured forward and backward task. Ops it
+    measures: the median over their tasks of the measured minus the profiled time, plus half of what an
+    iteration spends outside compute tasks (assembling inputs and gradients, the update), per such task.
     """
     case = CALIBRATION
     with realtime(realtime_priority):
@@ -386,26 +391,32 @@ def calibrate_overheads(
     table = report.program.simulated.tasks
     F = len(fwd)
     simulated = (table.end_s - table.start_s)[: 2 * F]
+    op_type = {op.name: op.op_type for op in graph.ops}
+    unmeasured = np.array([op_type[op] in UNMEASURED_OPS for op, _ in report.program.task_order])
     (rank,) = [r for r in report.results if any(it.events for it in r.iterations)][:1]
     outside = statistics.median(
         it.time_s - sum(e.end_s - e.start_s for e in it.events if e.kind.startswith("compute_"))
         for it in rank.iterations[options.warmup :]
     )
-    per_task = outside / (2 * F)
+    measured = ~unmeasured
+    per_task = outside / (2 * max(1, int(measured.sum())))
     return Overheads(
-        max(0.0, float(np.median(fwd - simulated[:F])) + per_task),
-        max(0.0, float(np.median(bwd - simulated[F:])) + per_task),
+        max(0.0, float(np.median((fwd - simulated[:F])[measured])) + per_task),
+        max(0.0, float(np.median((bwd - simulated[F:])[measured])) + per_task),
+        float(np.median(fwd[unmeasured])) if unmeasured.any() else 0.0,
+        float(np.median(bwd[unmeasured])) if unmeasured.any() else 0.0,
     )
 
 
 def with_overheads(
     profile: ProfileTable, graphs: Sequence[OpGraph], workers: int, overheads: Overheads
 ) -> ProfileTable:
-    """``profile`` with ``overheads`` added to every entry, and entries of the overheads alone for the ops
-    of ``graphs`` no profile measures (inputs and views, which the executor runs too), at their full output
-    shape and its ``workers``-way sample split."""
+    """``profile`` with the overheads of measured ops added to every entry, and entries of the view
+    overheads for the ops of ``graphs`` no profile measures (inputs and views, which the executor runs
+    too), at their full output shape and its ``workers``-way sample split."""
     f, b = overheads.forward_s, overheads.backward_s
     entries = {k: ProfileEntry(e.forward_s + f, e.backward_s + b) for k, e in profile.entries.items()}
+    view = ProfileEntry(overheads.view_forward_s, overheads.view_backward_s)
     for graph in graphs:
         for op in graph.ops:
             if op.op_type not in UNMEASURED_OPS or not op.output_shapes:
@@ -415,7 +426,7 @@ def with_overheads(
             if shape and workers > 1 and shape[0] % workers == 0:
                 shapes.add((shape[0] // workers, *shape[1:]))
             for s in shapes:
-                entries.setdefault((CPU_DEVICE_TYPE, op.op_type, s, op.param_bytes), ProfileEntry(f, b))
+                entries.setdefault((CPU_DEVICE_TYPE, op.op_type, s, op.param_bytes), view)
     return ProfileTable(entries, profile.device)
 
 
@@ -696,8 +707,9 @@ def run_fidelity(
                 launcher, topology, profile_repeats=profile_repeats, realtime_priority=realtime_priority
             )
             say(
-                f"executor overheads per task: forward {overheads.forward_s * 1e6:,.0f} us, "
-                f"backward {overheads.backward_s * 1e6:,.0f} us"
+                f"executor overheads per task: forward {overheads.forward_s * 1e6:,.0f} us, backward "
+                f"{overheads.backward_s * 1e6:,.0f} us; views {overheads.view_forward_s * 1e6:,.0f} us, "
+                f"{overheads.view_backward_s * 1e6:,.0f} us"
             )
         calibrated = dataclasses.replace(base, profile=with_overheads(profile, list(graphs.values()), world, overheads))
         report = FidelityReport(cluster, world, link, topology, overheads, out_dir=folder)
