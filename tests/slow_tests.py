@@ -93,4 +93,8 @@ SLOW: dict[str, tuple[str, ...]] = {
         "dense (needs heuristics)-ldp",  # 9 s
         "dense (needs heuristics)-elimination",  # 8 s
     ),
+    # real workers: the profile, a ping-pong, a calibration run and two executed plans, each run a pair of
+    # fresh interpreters that import torch and trace the model
+    "tests/test_fidelity.py::test_fidelity_runs_cases_on_local_workers": (),  # 28-31 s under load
+    "tests/test_fidelity.py::test_fidelity_on_an_emulated_cluster": (),  # 20 s (root; skipped elsewhere)
 }
