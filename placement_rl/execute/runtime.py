@@ -248,6 +248,7 @@ class Worker:
         self.ops = {op.name: op for op in graph.ops}
         self.my_tasks = [s for s in program.tasks.values() if s.rank == rank]
         self.owner = _owners(graph)
+        self.needs_grad = _needs_gradient(graph)
         self.dtypes = self._output_dtypes(examples)
         materialize(self.gm, source, seed, device, self._paths())
         self.gm.train()
@@ -412,7 +413,7 @@ class Worker:
                 data = first if piece is inp.pieces[0] else self._piece(inp, piece)
                 value[_slices(piece.box, inp.box)] += data
         leaf = value.detach()
-        if leaf.is_floating_point():
+        if leaf.is_floating_point() and self.needs_grad[inp.src_op]:
             leaf.requires_grad_(True)
         return leaf
 
@@ -552,7 +553,7 @@ class Worker:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self.events.append(Event("compute_backward", ref, begin, self._now()))
         for inp, leaf in zip(spec.inputs, self.leaves[key], strict=True):
-            if not leaf.is_floating_point():
+            if not leaf.requires_grad:  # no gradient flows back (zeros keep each gradient transfer matched)
                 continue
             g = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
             for piece in inp.pieces:
@@ -735,6 +736,16 @@ def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
     except AttributeError:
         return False
     return True
+
+
+def _needs_gradient(graph: OpGraph) -> dict[str, bool]:
+    """op name -> whether its output depends on a parameter (only then does training need its gradient;
+    the batch and what is computed from it alone need none)."""
+    needs = {op.name: op.param_bytes > 0 or op.param_key is not None for op in graph.ops}
+    predecessors = graph.predecessors
+    for i, op in enumerate(graph.ops):  # topological order: every producer first
+        needs[op.name] = needs[op.name] or any(needs[graph.ops[j].name] for j in predecessors[i])
+    return needs
 
 
 def _owners(graph: OpGraph) -> dict[str, str]:
