@@ -769,8 +769,13 @@ def _shard(p: torch.Tensor, op_type: str, name: str, ref: ShardRef) -> torch.Ten
 def _add_region(
     current: torch.Tensor | None, like: torch.Tensor, region: tuple[slice, ...], value: torch.Tensor
 ) -> torch.Tensor:
+    """``current`` (zeros shaped like ``like`` when ``None``) with ``value`` added at ``region``."""
     if current is None:
+        if value.shape == like.shape:  # the whole tensor: no copy (the sender keeps no reference)
+            return value
         current = torch.zeros_like(like)
+    elif current is value or current._base is not None:  # never add into a tensor shared with another
+        current = current.clone()
     current[region] += value
     return current
 
