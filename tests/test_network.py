@@ -468,3 +468,27 @@ def test_pairwise_model_refuses_topologies_past_its_limit() -> None:
     ctx = SimContext(graph, topo, CostModel(network="flow"))
     result = ctx.simulate(Plan("fc", {"fc": OpConfig.make(["g0", "g9"], {"sample": 2})}))
     assert result.makespan_s > 0 and ctx.network.sources_built == 2
+
+
+def test_a_measured_all_reduce_curve_caps_the_ring_under_flow() -> None:
+    """A comm table's ``all_reduce/<kind>`` bandwidth ``B`` makes a ring over 2 devices alone take
+    ``2 (n - 1) (S / n) / B = S / B`` (no latency here), as the circuit model's formula says."""
+    from placement_rl.execute.fidelity import cpu_cluster
+    from placement_rl.plan import constructors
+    from placement_rl.sim.cost import CommTable
+    from placement_rl.zoo import load
+
+    graph = load("lenet", batch_size=8)
+    topology = cpu_cluster(1, 2, intra_bytes_per_s=1e12)
+    measured = 50e6  # far below the links' 1e12 B/s
+    cost = CostModel(comm_table=CommTable({"all_reduce/pcie": [(1.0, measured), (1e9, measured)]}))
+    result = simulate(graph, topology, constructors.data_parallel(graph, topology), cost)
+    table = result.tasks
+    rings = np.flatnonzero(table.kind == TASK_KINDS.index("all_reduce"))
+    assert rings.size == 1  # lenet's gradients fill one bucket
+    gradient_bytes = sum(op.param_bytes for op in graph.ops)
+    duration = float(table.end_s[rings[0]] - table.start_s[rings[0]])
+    assert duration == pytest.approx(gradient_bytes / measured, rel=1e-6)
+    free = simulate(graph, topology, constructors.data_parallel(graph, topology), CostModel())
+    ring = np.flatnonzero(free.tasks.kind == TASK_KINDS.index("all_reduce"))[0]
+    assert free.tasks.end_s[ring] - free.tasks.start_s[ring] < duration / 100

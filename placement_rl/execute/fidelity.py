@@ -7,7 +7,8 @@
    and at the batch of a ``W``-way sample split, the shapes the plans run.
 2. **Links**: two workers bounce messages of several sizes (:meth:`ProcessLauncher.ping_pong`: over
    loopback, or through the shaped veths of the emulated cluster) and :func:`fit_link` fits
-   ``one_way_s = latency_s + bytes / bandwidth``.
+   ``one_way_s = latency_s + bytes / bandwidth``; every worker all-reduces messages of the same sizes
+   and :func:`all_reduce_table` turns their times into the cost model's comm table.
 3. **Topology** (:func:`cpu_cluster`): ``W`` CPU devices (this machine's memory; the peak FLOP/s and
    memory bandwidth of a one-thread measurement, used only for ops without a profile entry) on machine
    switches joined by links of the measured bandwidth and latency.
@@ -45,7 +46,7 @@ from placement_rl.execute.runtime import ModelSource
 from placement_rl.graph import OpGraph
 from placement_rl.plan import constructors
 from placement_rl.profiling import UNMEASURED_OPS, profile_models
-from placement_rl.sim.cost import CostModel, ProfileEntry, ProfileTable
+from placement_rl.sim.cost import CommTable, CostModel, ProfileEntry, ProfileTable
 from placement_rl.topology import DeviceTopology, Link
 from placement_rl.topology.core import Device
 
@@ -177,6 +178,26 @@ def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
         raise ValueError(f"fit_link: message times do not grow with size ({dict(zip(sizes, times, strict=True))})")
     latency = max(0.0, float(times[0] - sizes[0] * slope))
     return LinkFit(latency, float(1.0 / slope), tuple((float(s), float(t)) for s, t in samples))
+
+
+def _medians(samples: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    by_size: dict[float, list[float]] = {}
+    for size, t in samples:
+        by_size.setdefault(size, []).append(t)
+    return [(size, statistics.median(ts)) for size, ts in sorted(by_size.items())]
+
+
+def all_reduce_table(samples: Sequence[tuple[float, float]], workers: int, latency_s: float, kind: str) -> CommTable:
+    """The comm table of measured all-reduces: ``all_reduce/<kind>`` bandwidths such that the simulator's
+    ring, ``2 (n - 1) (latency + S / n / bandwidth)``, takes the measured median time at each size (gloo's
+    all-reduce has a fixed cost of about a millisecond on this machine that the link's latency does not
+    explain)."""
+    n = workers
+    curve = []
+    for size, t in _medians(samples):
+        per_step = t / (2 * (n - 1)) - latency_s
+        curve.append((size, (size / n) / max(per_step, 1e-7)))  # at least 0.1 us per ring step
+    return CommTable({f"all_reduce/{kind}": curve})
 
 
 # -------------------------------------------------------------------------------------- the devices
@@ -696,6 +717,14 @@ def run_fidelity(
                 memory_bandwidth_bytes_per_s=bandwidth,
                 name=cluster,
             )
+        reduces = launcher.all_reduce_times(world, PING_SIZES, repeats=ping_repeats)
+        kind = "ethernet" if machines > 1 else "pcie"
+        comm = all_reduce_table(reduces, world, link.latency_s, kind)
+        base = dataclasses.replace(base, comm_table=comm)
+        say(
+            "all-reduce over every worker: "
+            + ", ".join(f"{size / 2**10:,.0f} KiB {t * 1e3:.2f} ms" for size, t in _medians(reduces))
+        )
         graphs: dict[tuple[str, int, tuple[tuple[str, Any], ...]], OpGraph] = {}
         for case in cases:
             key = (case.model, case.batch_size, case.options)
@@ -715,6 +744,7 @@ def run_fidelity(
         report = FidelityReport(cluster, world, link, topology, overheads, out_dir=folder)
         if folder is not None:
             (folder / "link.json").write_text(json.dumps(link.to_dict(), indent=1))
+            (folder / "comm_table.json").write_text(json.dumps(comm.to_dict(), indent=1))
             (folder / "overheads.json").write_text(json.dumps(overheads.to_dict(), indent=1))
             topology.to_json(folder / "topology.json")
             profile.to_json(folder / "profile.json")

@@ -151,6 +151,22 @@ def _ping_pong(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     return {"rank": rank, "samples": samples}
 
 
+def _all_reduce(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    samples: list[list[float]] = []
+    for size in spec["sizes"]:
+        buf = torch.zeros(max(1, int(size) // 4), dtype=torch.float32)
+        for k in range(spec["warmup"] + spec["repeats"]):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(buf, async_op=True).wait()  # as the executor runs its buckets
+            if rank == 0 and k >= spec["warmup"]:
+                samples.append([float(buf.numel() * 4), time.perf_counter() - start])
+    return {"rank": rank, "samples": samples}
+
+
 def main(argv: list[str]) -> int:
     spec_path, rank, parent = argv[1], int(argv[2]), int(argv[3])
     from placement_rl.emulate.worker import _die_with_parent, _realtime
@@ -176,8 +192,10 @@ def main(argv: list[str]) -> int:
             out = _run_program(spec, rank)
         elif spec["mode"] == "ping_pong":
             out = _ping_pong(spec, rank)
+        elif spec["mode"] == "all_reduce":
+            out = _all_reduce(spec, rank)
         else:
-            raise ValueError(f"mode {spec['mode']!r}; expected 'program' or 'ping_pong'")
+            raise ValueError(f"mode {spec['mode']!r}; expected 'program', 'ping_pong' or 'all_reduce'")
     finally:
         dist.destroy_process_group()
     path = Path(spec["out_dir"]) / f"rank{rank}.json"

@@ -177,3 +177,12 @@ class ProcessLauncher:
         spec = {"mode": "ping_pong", "peer": peer, "sizes": list(sizes), "repeats": repeats, "warmup": warmup}
         out = self.launch(world_size, spec)
         return [(float(s), float(t)) for s, t in out[0]["samples"]]
+
+    def all_reduce_times(
+        self, world_size: int, sizes: Sequence[int], repeats: int = 5, warmup: int = 2
+    ) -> list[tuple[float, float]]:
+        """``(bytes, seconds)`` of gloo all-reduces of every worker, ``repeats`` per size after ``warmup``
+        untimed ones, each started after a barrier (rank 0's clock)."""
+        spec = {"mode": "all_reduce", "sizes": list(sizes), "repeats": repeats, "warmup": warmup}
+        out = self.launch(world_size, spec)
+        return [(float(s), float(t)) for s, t in out[0]["samples"]]

@@ -303,7 +303,8 @@ class CostModel:
             master weights and optimizer state, and the compute dtype (``fp32`` by default).
         profile: measured op times overriding the roofline estimate.
         comm_table: measured bandwidths overriding the link bandwidth (under ``flow``: capping each
-            transfer's rate).
+            transfer's rate, and each flow of an all-reduce at its ``all_reduce/<kind>`` curve, so that a
+            ring alone takes ``2 (n - 1) (latency + S / n / bandwidth)`` as under ``circuit``).
         network: how transfers share links, a name of :data:`placement_rl.sim.network.NETWORK_MODELS`:
             ``flow`` (max-min fair flows, the default), ``circuit`` (a transfer holds its whole route)
             or ``pairwise`` (a dedicated connection per device pair, FlexFlow's A2).

@@ -416,12 +416,22 @@ class _GroupTables:
         new_dir_ptr, dir_idx = _take_ragged(dir_ptr, flows)
         per_task = _per_task(phase_ptr, flow_ptr)
         flow_bytes = fraction[flows] * np.repeat(num_bytes, per_task)
+        cap = np.full(flows.shape[0], np.inf)
+        if self._ctx.cost.comm_table is not None and B:  # a measured all-reduce curve caps every flow of it
+            kinds = self.fixed("route").kind
+            measured = np.array(
+                [
+                    self._ctx.cost.effective_bandwidth(f"all_reduce/{kinds[g]}", np.inf, b)
+                    for g, b in zip(groups.tolist(), num_bytes.tolist(), strict=True)
+                ]
+            )
+            cap = np.repeat(measured, per_task)
         fl = _Flows(
             phase_ptr,
             phase_lat[phases],
             flow_ptr,
             flow_bytes,
-            np.full(flows.shape[0], np.inf),
+            cap,
             new_dir_ptr,
             dirs[dir_idx],
             np.repeat(np.arange(B), per_task),
