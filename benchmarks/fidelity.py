@@ -7,7 +7,7 @@ Usage (a few minutes; the emulated cluster needs root, ``ip`` and ``tc``)::
 
 Profiles the ops of every model with one thread, fits the link between two workers to a ping-pong
 (loopback, or the shaped veths of the emulated cluster), builds a topology of CPU devices joined by the
-measured link, then executes each case (model x plan, :data:`DEFAULT_CASES`) on one-thread gloo workers
+measured link, then executes each case (model x plan, the defaults) on one-thread gloo workers
 and simulates it with the profiled cost model (see :mod:`placement_rl.execute.fidelity`). Each case's row
 is appended to ``OUT/results.jsonl`` as soon as it is measured. Prints one Markdown table (measured,
 simulated and replayed milliseconds, the errors ``simulated / measured - 1``), the Spearman rank correlation
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from placement_rl.execute.fidelity import DEFAULT_CASES, run_fidelity
+from placement_rl.execute.fidelity import run_fidelity, select_cases
 
 GOAL = {"median": 0.10, "worst": 0.30, "spearman": 0.9}
 
@@ -38,13 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", default=None, help="comma-separated case names (model/plan) of the defaults")
     parser.add_argument("--out", default=None, help="folder of results.jsonl etc. (default fidelity-<cluster>)")
     args = parser.parse_args(argv)
-    cases = list(DEFAULT_CASES)
-    if args.cases:
-        wanted = args.cases.split(",")
-        unknown = sorted(set(wanted) - {c.name for c in cases})
-        if unknown:
-            parser.error(f"unknown cases {unknown}; the defaults are {[c.name for c in cases]}")
-        cases = [c for c in cases if c.name in wanted]
+    try:
+        cases = select_cases(args.cases.split(",") if args.cases else None)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = args.out or "fidelity-" + args.cluster.replace(":", "-").replace("@", "-")
     report = run_fidelity(
         cases,

@@ -12,15 +12,10 @@ from placement_rl.cli.common import json_parser, name_list, non_negative_int, po
 
 
 def cmd_fidelity(args: argparse.Namespace) -> None:
-    from placement_rl.execute.fidelity import DEFAULT_CASES, parse_cluster, run_fidelity
+    from placement_rl.execute.fidelity import parse_cluster, run_fidelity, select_cases
 
     parse_cluster(args.cluster)  # a bad spec is an error before anything runs
-    cases = list(DEFAULT_CASES)
-    if args.cases:
-        unknown = sorted(set(args.cases) - {c.name for c in cases})
-        if unknown:
-            raise ValueError(f"unknown cases {unknown}; expected some of {[c.name for c in cases]}")
-        cases = [c for c in cases if c.name in args.cases]
+    cases = select_cases(args.cases)
     report = run_fidelity(
         cases,
         cluster=args.cluster,

@@ -156,6 +156,21 @@ class LinkFit:
         }
 
 
+def select_cases(names: Sequence[str] | None) -> list[FidelityCase]:
+    """The default cases named ``model/plan`` in ``names`` (all of them for ``None`` or empty).
+
+    Raises:
+        ValueError: naming the unknown cases and listing the defaults.
+    """
+    cases = list(DEFAULT_CASES)
+    if not names:
+        return cases
+    unknown = sorted(set(names) - {c.name for c in cases})
+    if unknown:
+        raise ValueError(f"unknown cases {unknown}; expected some of {[c.name for c in cases]}")
+    return [c for c in cases if c.name in names]
+
+
 def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
     """Fit ``latency + bytes / bandwidth`` to the per-size medians of ``samples``: the bandwidth is the
     least-squares slope over the larger half of the sizes (at least two), the latency what remains of the

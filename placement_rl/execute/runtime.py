@@ -49,6 +49,7 @@ from torch.utils._pytree import tree_map
 from placement_rl.execute.lower import Box, InputSpec, NotExecutableError, Program, ShardRef, TaskSpec
 from placement_rl.graph import OpGraph
 from placement_rl.graph.importer import from_torch
+from placement_rl.profiling import _flat_tensors as _flat
 
 #: Default learning rate of the SGD step each iteration ends with.
 DEFAULT_LR = 0.01
@@ -694,14 +695,6 @@ def _hkey(ref: ShardRef) -> tuple[str, int]:
 
 def _zero(spec: TaskSpec) -> Box:
     return tuple((0, 0) for _ in spec.output_boxes[0])
-
-
-def _flat(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _flat(v)]
-    return []
 
 
 def _run(gm: fx.GraphModule, node: fx.Node, bound: Any) -> Any:
