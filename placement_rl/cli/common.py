@@ -56,6 +56,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number above 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
+    return value
+
+
 def byte_size(text: str) -> float:
     """A memory size: GiB as a plain number (``16``) or with a unit (``16GiB``, ``512MiB``, ``8GB``)."""
     import math

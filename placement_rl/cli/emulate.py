@@ -9,21 +9,14 @@ import sys
 from typing import Any
 
 from placement_rl.cli.common import (
-    finite_float,
     json_parser,
     name_list,
     non_negative_int,
+    positive_float,
     positive_int,
     print_json,
     print_table,
 )
-
-
-def _positive(text: str) -> float:
-    value = finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return value
 
 
 def cmd_emulate(args: argparse.Namespace) -> None:
@@ -98,13 +91,17 @@ def add_commands(sub: Any) -> None:
         "25 Gb/s), a preset, random:SEED or a topology .json (default 2x2)",
     )
     p.add_argument("--patterns", type=name_list, default=None, help="comma-separated pattern names (default: all)")
-    p.add_argument("--message-mib", type=_positive, default=4.0, help="point-to-point message size (default 4)")
-    p.add_argument("--compute-ms", type=_positive, default=100.0, help="a forward step's compute (default 100)")
+    p.add_argument("--message-mib", type=positive_float, default=4.0, help="point-to-point message size (default 4)")
+    p.add_argument("--compute-ms", type=positive_float, default=100.0, help="a forward step's compute (default 100)")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs per pattern (default 3)")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs per pattern first (default 1)")
-    p.add_argument("--bottleneck-mbit", type=_positive, default=100.0, help="the slowest link's rate (default 100)")
-    p.add_argument("--min-mbit", type=_positive, default=50.0, help="the slowest rate a link may get (default 50)")
-    p.add_argument("--max-mbit", type=_positive, default=800.0, help="the fastest rate a link may get (default 800)")
+    p.add_argument(
+        "--bottleneck-mbit", type=positive_float, default=100.0, help="the slowest link's rate (default 100)"
+    )
+    p.add_argument("--min-mbit", type=positive_float, default=50.0, help="the slowest rate a link may get (default 50)")
+    p.add_argument(
+        "--max-mbit", type=positive_float, default=800.0, help="the fastest rate a link may get (default 800)"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the scale, the links and the simulated patterns only")
     p.add_argument(
         "--cleanup",

@@ -14,22 +14,15 @@ from typing import Any
 from placement_rl.cli.common import (
     cost_model,
     cost_parser,
-    finite_float,
     json_parser,
     non_negative_int,
     plan_for,
+    positive_float,
     positive_int,
     print_json,
     print_table,
 )
 from placement_rl.paths import output_file
-
-
-def _positive(text: str) -> float:
-    value = finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return value
 
 
 def model_source(spec: str, batch_size: int | None) -> Any:
@@ -177,7 +170,7 @@ def add_commands(sub: Any) -> None:
         "afterwards); on a Ray cluster of several machines a folder they all share, or an s3:// URI",
     )
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the weights and the batch (default 0)")
-    p.add_argument("--lr", type=_positive, default=None, help="SGD learning rate (default 0.01)")
+    p.add_argument("--lr", type=positive_float, default=None, help="SGD learning rate (default 0.01)")
     p.add_argument("--threads", type=positive_int, default=1, help="compute threads (and CPUs) per worker (default 1)")
     p.add_argument("--trace", default=None, help="write the measured iteration as a Chrome trace (JSON)")
     p.add_argument("--sim-trace", default=None, help="write the simulated iteration as a Chrome trace (JSON)")
