@@ -135,8 +135,10 @@ def test_fidelity_runs_cases_on_local_workers(tmp_path: Path) -> None:
     assert rows[1]["sent_bytes"][0] > 0  # data parallel all-reduces its gradients
     assert report.rows == rows
     assert report.link.bandwidth_bytes_per_s > 0
-    for name in ("link.json", "overheads.json", "topology.json", "profile.json"):
+    for name in ("link.json", "overheads.json", "topology.json", "profile.json", "comm_table.json"):
         assert (tmp_path / name).is_file()
+    curves = json.loads((tmp_path / "comm_table.json").read_text())["curves"]
+    assert len(curves["all_reduce/pcie"]) == 5  # gloo's all-reduce measured at every message size
     text = "\n".join(report.lines())
     assert "| lenet/data_parallel | 8 |" in text and "Spearman" in text
 
@@ -161,6 +163,7 @@ def test_fidelity_on_an_emulated_cluster(tmp_path: Path) -> None:
         out_dir=tmp_path,
         profile_repeats=1,
         ping_repeats=1,
+        calibrate=False,  # the local test covers the calibration
     )
     (row,) = report.rows
     assert row["status"] == "ok" and row["measured_ms"] > 0
