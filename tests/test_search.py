@@ -55,7 +55,7 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
 @pytest.mark.parametrize(
     ("model", "options", "preset", "groups", "proposals"),
     [
-        ("inception_v3", {}, "tensoropt", 0, 500),
+        ("inception_v3", {}, "tensoropt", 0, 250),
         ("rnnlm", {"steps": 6}, "tag-testbed", 0, 500),
         ("transformer", {}, "h100-2x8", 60, 400),
         ("lenet", {}, "trinity", 0, 600),
