@@ -173,7 +173,8 @@ def select_cases(names: Sequence[str] | None) -> list[FidelityCase]:
 
 def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
     """Fit ``latency + bytes / bandwidth`` to the per-size medians of ``samples``: the bandwidth is the
-    least-squares slope over the larger half of the sizes (at least two), the latency what remains of the
+    least-squares slope over the larger half of the sizes (at least two; one more size, then every size,
+    when a noisy measurement makes that slope not positive), the latency what remains of the
     smallest message's time. Small and middle-sized messages would bias the slope: a shaped link lets a
     burst of its token bucket through at once (:func:`placement_rl.emulate.cluster.shaping_commands`).
 
@@ -187,8 +188,11 @@ def fit_link(samples: Sequence[tuple[float, float]]) -> LinkFit:
         raise ValueError(f"fit_link: need messages of at least two sizes, got {sorted(by_size)}")
     sizes = np.array(sorted(by_size))
     times = np.array([statistics.median(by_size[s]) for s in sizes])
-    large = max(2, len(sizes) // 2)
-    slope, _ = np.polyfit(sizes[-large:], times[-large:], 1)
+    slope = 0.0
+    for large in (max(2, len(sizes) // 2), len(sizes) // 2 + 1, len(sizes)):  # widened when noise bends it
+        slope, _ = np.polyfit(sizes[-large:], times[-large:], 1)
+        if slope > 0:
+            break
     if not slope > 0:
         raise ValueError(f"fit_link: message times do not grow with size ({dict(zip(sizes, times, strict=True))})")
     latency = max(0.0, float(times[0] - sizes[0] * slope))
