@@ -71,7 +71,6 @@ def measured_result(program: Program, results: Sequence[WorkerResult], iteration
         start[task] = begin if np.isnan(start[task]) else min(start[task], begin)
         end[task] = finish if np.isnan(end[task]) else max(end[task], finish)
 
-    first_sync = 2 * F + 2 * C
     bucket_task = {b.bucket: -1 for b in program.buckets}
     ps_task: dict[int, int] = {}
     for rank_list in program.instructions:
@@ -94,7 +93,6 @@ def measured_result(program: Program, results: Sequence[WorkerResult], iteration
             widen(bucket_task[ev.ref], ev.start_s, ev.end_s)
         elif kind in ("push", "push_done", "pull", "pull_done"):
             widen(ps_task[ev.ref], ev.start_s, ev.end_s if kind.endswith("_done") else ev.start_s)
-    del first_sync
     missing = np.isnan(start)
     start[missing] = 0.0
     end[missing] = 0.0
