@@ -20,6 +20,29 @@ field                 dtype, shape                          contents
                                                             when ``node2vec_dim > 0``; any sign)
 ===================== ===================================== =========================================
 
+With the TAG action space (``action_space="tag"``) the observation also has TAG's Table 1 fields
+over ``K = max_device_groups`` device groups and ``S = max_subsets`` device-group subsets (the
+action ``a = s * 4 + o`` puts the current group on subset ``s`` with option ``o``):
+
+===================== ===================================== =========================================
+field                 dtype, shape                          contents
+===================== ===================================== =========================================
+``node_option``       float32 ``(max_nodes, 4)``            one-hot of each group's replication option
+                                                            in the completed partial plan (TAG's rule)
+``node_placement``    float32 ``(max_nodes, K)``            1 for each device group a group's plan uses
+``group_features``    float32 ``(K, GROUP_DIM)``            per device group, :data:`GROUP_FEATURES`
+``group_mask``        int8 ``(K,)``                         1 for real device groups
+``group_bandwidth``   float32 ``(K, K)``                    slowest route between the two groups, GB/s
+``slice_placement``   float32 ``(S, K)``                    1 for each device group of subset ``s``
+``slice_mask``        int8 ``(S,)``                         1 for real subsets
+``progress``          float32 ``(1,)``                      fraction of the groups decided
+===================== ===================================== =========================================
+
+Device-group features: ``gpu_count``, ``memory_per_gpu_gib``, ``intra_bandwidth_gbs`` (slowest
+route inside the group; 0 for one GPU), ``peak_tflops`` (per GPU), ``peak_memory_fraction``
+(simulated peak memory of the completed partial plan over capacity, the group's fullest GPU) and
+``idle_fraction`` (share of the simulated iteration the group's GPUs do not compute).
+
 Node features, in order: ``compute_ms`` (forward + backward on the topology's fastest device),
 ``param_mib``, ``output_mib``, the op-type histogram (fraction of the group's member ops in each
 of :data:`OP_FAMILIES`, by the op taxonomy of :mod:`placement_rl.ops`), ``decided``, ``current``
@@ -89,6 +112,21 @@ DEV_COL_IDLE_FRACTION = DEVICE_COL["idle_fraction"]
 
 MIB, GIB = 2.0**20, 2.0**30
 
+#: TAG's device-group node features (Table 1), in column order (``group_features``).
+GROUP_FEATURES: tuple[str, ...] = (
+    "gpu_count",
+    "memory_per_gpu_gib",
+    "intra_bandwidth_gbs",
+    "peak_tflops",
+    "peak_memory_fraction",
+    "idle_fraction",
+)
+GROUP_DIM = len(GROUP_FEATURES)
+#: Column of each device-group feature in ``group_features``, by name.
+GROUP_COL: dict[str, int] = {name: i for i, name in enumerate(GROUP_FEATURES)}
+#: Columns of ``node_option``: TAG's replication options (:data:`placement_rl.plan.TAG_OPTIONS` order).
+NUM_TAG_OPTIONS = 4
+
 
 def op_family(op_type: str) -> int:
     """Index in :data:`OP_FAMILIES` of ``op_type``'s family in the op taxonomy.
@@ -108,6 +146,9 @@ class Layout:
     max_devices: int
     num_actions: int
     structure_dim: int = 0
+    #: TAG fields (``action_space="tag"``): device groups ``K`` and device-group subsets ``S``; 0: none.
+    max_device_groups: int = 0
+    max_subsets: int = 0
 
     def space(self) -> gym.spaces.Dict:
         n, e, d = self.max_nodes, self.max_edges, self.max_devices
@@ -132,6 +173,20 @@ class Layout:
         }
         if self.structure_dim:
             spaces["node_structure"] = gym.spaces.Box(-np.inf, np.inf, (n, self.structure_dim), f32)
+        if self.max_device_groups:
+            k, s = self.max_device_groups, self.max_subsets
+            spaces.update(
+                {
+                    "node_option": box((n, NUM_TAG_OPTIONS)),
+                    "node_placement": box((n, k)),
+                    "group_features": box((k, GROUP_DIM)),
+                    "group_mask": mask((k,)),
+                    "group_bandwidth": box((k, k)),
+                    "slice_placement": box((s, k)),
+                    "slice_mask": mask((s,)),
+                    "progress": box((1,)),
+                }
+            )
         return gym.spaces.Dict(spaces)
 
 
