@@ -256,7 +256,12 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
         self.cost = self.config.cost_model or DEFAULT_COST_MODEL
         self.layout = Layout(
-            self.config.nodes, self.config.edges, self.config.max_devices, self._num_actions(), self.config.node2vec_dim
+            self.config.nodes,
+            self.config.edges,
+            self.config.max_devices,
+            self._num_actions(),
+            self.config.node2vec_dim,
+            **self._extra_layout(),
         )
         self.observation_space = self.layout.space()
         self.action_space = self._make_action_space()
@@ -274,6 +279,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
 
     def _make_action_space(self) -> gym.Space[Any]:
         raise NotImplementedError
+
+    def _extra_layout(self) -> dict[str, int]:
+        """Extra :class:`Layout` maxima of the subclass's observation (TAG's device groups)."""
+        return {}
 
     def _action_mask(self) -> np.ndarray:
         raise NotImplementedError
@@ -445,7 +454,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         result = data.fine_ctx.simulate(plan, validate=False)
         self._done = True
         reward = self.reward_fn(
-            Outcome(previous_partial_s, self._partial_s, data.baseline_partial[0], result, data.baseline)
+            Outcome(previous_partial_s, self._partial_s, self._partial_baseline_s(), result, data.baseline)
         )
         speedup = data.baseline.makespan_s / result.makespan_s if result.makespan_s > 0 else float("inf")
         info = {
@@ -459,10 +468,15 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         }
         return reward, info
 
+    def _partial_baseline_s(self) -> float:
+        """The makespan partial plans are compared with: data parallelism as partial plans are simulated."""
+        assert self.data is not None
+        return self.data.baseline_partial[0]
+
     def _step_reward(self, previous_partial_s: float) -> float:
         assert self.data is not None
         return self.reward_fn(
-            Outcome(previous_partial_s, self._partial_s, self.data.baseline_partial[0], None, self.data.baseline)
+            Outcome(previous_partial_s, self._partial_s, self._partial_baseline_s(), None, self.data.baseline)
         )
 
     # ------------------------------------------------------------ snapshots

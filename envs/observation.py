@@ -68,6 +68,7 @@ import numpy as np
 
 from placement_rl.graph import OpGraph
 from placement_rl.ops import OBSERVATION_FAMILIES, observation_family
+from placement_rl.search.tag import TagEval, TagProblem, group_compute_s
 from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
@@ -190,26 +191,6 @@ class Layout:
         return gym.spaces.Dict(spaces)
 
 
-def group_compute_s(groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel) -> np.ndarray:
-    """(G,) forward + backward seconds of each group on the topology's fastest device."""
-    dev = max(topology.devices, key=lambda d: (d.peak_flops, d.memory_bytes))
-
-    def op_s(op_name: str) -> float:
-        op = fine.op(op_name)
-        fwd, bwd = cost.task_times_s(
-            op,
-            1.0,
-            op.output_shapes[0],
-            op.param_bytes,
-            dev.device_type,
-            dev.peak_flops,
-            dev.memory_bandwidth_bytes_per_s,
-        )
-        return fwd + bwd
-
-    return np.array([sum(op_s(m) for m in (g.members or (g.name,))) for g in groups.ops])
-
-
 def static_arrays(
     groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel, layout: Layout
 ) -> dict[str, np.ndarray]:
@@ -274,3 +255,73 @@ def static_arrays(
         structure[:G] = node2vec_embedding(G, edge_index[:, : len(tensors)], dim=layout.structure_dim, seed=0)
         arrays["node_structure"] = structure
     return arrays
+
+
+def tag_static_arrays(problem: TagProblem, layout: Layout) -> dict[str, np.ndarray]:
+    """The TAG fields that do not change during an episode (device groups, subsets), padded.
+
+    Raises:
+        ValueError: if the instance has more device groups or subsets than ``layout`` allows.
+    """
+    K, S = len(problem.device_groups), len(problem.subsets)
+    if K > layout.max_device_groups:
+        raise ValueError(
+            f"topology {problem.topology.name!r} has {K} device groups (by {problem.device_grouping}); the env "
+            f"config allows at most {layout.max_device_groups} (raise max_device_groups)"
+        )
+    topology = problem.topology
+    index = {d.name: i for i, d in enumerate(topology.devices)}
+    bw = topology.bandwidth_matrix() / 1e9
+    group = np.zeros((layout.max_device_groups, GROUP_DIM), np.float32)
+    between = np.zeros((layout.max_device_groups, layout.max_device_groups), np.float32)
+    for k, dg in enumerate(problem.device_groups):
+        ids = [index[n] for n in dg.devices]
+        inner = bw[np.ix_(ids, ids)]
+        off = inner[~np.eye(len(ids), dtype=bool)]
+        group[k, GROUP_COL["gpu_count"]] = len(ids)
+        group[k, GROUP_COL["memory_per_gpu_gib"]] = min(topology.devices[i].memory_bytes for i in ids) / GIB
+        group[k, GROUP_COL["intra_bandwidth_gbs"]] = float(off.min()) if off.size else 0.0
+        group[k, GROUP_COL["peak_tflops"]] = np.mean([topology.devices[i].peak_flops for i in ids]) / 1e12
+        for j, other in enumerate(problem.device_groups):
+            if j != k:
+                between[k, j] = float(bw[np.ix_(ids, [index[n] for n in other.devices])].min())
+    group_mask = np.zeros(layout.max_device_groups, np.int8)
+    group_mask[:K] = 1
+    placement = np.zeros((layout.max_subsets, layout.max_device_groups), np.float32)
+    for s_, subset in enumerate(problem.subsets):
+        placement[s_, list(subset)] = 1.0
+    slice_mask = np.zeros(layout.max_subsets, np.int8)
+    slice_mask[:S] = 1
+    return {
+        "group_features": group,
+        "group_mask": group_mask,
+        "group_bandwidth": between,
+        "slice_placement": placement,
+        "slice_mask": slice_mask,
+    }
+
+
+def tag_dynamic_arrays(
+    obs: dict[str, np.ndarray], problem: TagProblem, decisions: tuple[int, ...], evaluation: TagEval, layout: Layout
+) -> None:
+    """Fill the TAG fields that follow the search state into ``obs`` (a copy of the static arrays):
+    each group's completed option and placement, the device groups' simulated peak memory and idle
+    share, and the search progress."""
+    G = problem.num_groups
+    choices = problem.complete(decisions)
+    option = np.zeros((layout.max_nodes, NUM_TAG_OPTIONS), np.float32)
+    placement = np.zeros((layout.max_nodes, layout.max_device_groups), np.float32)
+    slices = obs["slice_placement"]
+    for g, (s_, o, _) in enumerate(choices):
+        option[g, o] = 1.0
+        placement[g] = slices[s_]
+    obs["node_option"], obs["node_placement"] = option, placement
+    group = obs["group_features"]
+    index = {d.name: i for i, d in enumerate(problem.topology.devices)}
+    busy, peak, cap = evaluation.device_busy_s, evaluation.peak_memory_bytes, problem.capacity_bytes
+    for k, dg in enumerate(problem.device_groups):
+        ids = [index[n] for n in dg.devices]
+        group[k, GROUP_COL["peak_memory_fraction"]] = float((peak[ids] / cap[ids]).max())
+        if evaluation.makespan_s > 0:
+            group[k, GROUP_COL["idle_fraction"]] = float(np.clip(1.0 - busy[ids].mean() / evaluation.makespan_s, 0, 1))
+    obs["progress"] = np.array([len(decisions) / max(G, 1)], np.float32)

@@ -8,10 +8,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, tag_group_config, tag_strategy
+from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan
+from placement_rl.search.tag import TagEval, TagProblem
 
-from ..base import PlanEnv, allowed_actions, bytes_on_devices
-from ..observation import COL_COMPUTE_MS
+from ..base import InstanceData, PlanEnv, allowed_actions, bytes_on_devices
+from ..generator import Instance
+from ..observation import COL_COMPUTE_MS, tag_dynamic_arrays, tag_static_arrays
 from .types import PlacementConfig
 
 
@@ -33,9 +35,14 @@ class PlacementEnv(PlanEnv):
     Action Space:
         * sequential, ``action_space="device"``: ``Discrete(max_devices)``, the device of the current
           group (the whole group on it).
-        * sequential, ``action_space="tag"``: ``Discrete(max_machines * 4)``, ``machine * 4 + option``
-          with ``max_machines = max_devices`` and options ``all_reduce``, ``parameter_server``,
-          ``duplicate``, ``model_parallel`` (:func:`placement_rl.plan.tag_group_config`).
+        * sequential, ``action_space="tag"``: ``Discrete(max_subsets * 4)``, ``subset * 4 + option``:
+          the current group on a non-empty subset of TAG's device groups (machines, or GPU types
+          with ``device_grouping="gpu_type"``) with one of the options ``all_reduce``,
+          ``parameter_server``, ``duplicate``, ``model_parallel``. Subsets ``0 .. K-1`` are the
+          single device groups, so ``k * 4 + option`` is "device group k"; the rest follow the
+          rule of :func:`placement_rl.search.tag.device_subsets`. Model parallelism splits the
+          group over the subset's GPUs in partial plans too. :meth:`tag_problem` is the
+          instance's :class:`~placement_rl.search.tag.TagProblem`.
         * one-shot: ``MultiDiscrete([k] * max_nodes + [max_devices] * k)``: the group of every op
           slot, then the device of every group.
 
@@ -45,7 +52,9 @@ class PlacementEnv(PlanEnv):
         raises ``ValueError`` naming it; floats are never truncated.
 
     Observation Space:
-        The padded ``Dict`` of :mod:`placement_rl.envs.observation` (node = op group). In one-shot
+        The padded ``Dict`` of :mod:`placement_rl.envs.observation` (node = op group), with TAG's
+        Table 1 fields (device groups, subsets, options, progress) under ``action_space="tag"``.
+        In one-shot
         mode the node rows are the ops to partition. ``action_mask`` has one entry per action
         (sequential) or the concatenated per-slot masks (one-shot: op slots past the graph allow
         only group 0; group slots allow the real devices). Masking by memory (sequential): an
@@ -105,7 +114,7 @@ class PlacementEnv(PlanEnv):
 
     config_class = PlacementConfig
     config: PlacementConfig
-    EPISODE_STATE = (*PlanEnv.EPISODE_STATE, "_t", "_order", "_decided", "_used", "_rule", "_decisions", "_ps_turn")
+    EPISODE_STATE = (*PlanEnv.EPISODE_STATE, "_t", "_order", "_decided", "_used", "_rule", "_actions")
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
@@ -114,12 +123,107 @@ class PlacementEnv(PlanEnv):
         self._decided = np.zeros(0)
         self._used = np.zeros(0)
         self._rule: tuple[Any, ...] | None = None
-        self._decisions: dict[str, Any] = {}
-        self._ps_turn: dict[str, int] = {}
+        self._actions: tuple[int, ...] = ()  # tag: the actions taken, in decision order
 
     # ----------------------------------------------------------------- spaces
     def _num_actions(self) -> int:
         return self.config.num_actions
+
+    def _extra_layout(self) -> dict[str, int]:
+        if self.config.action_space != "tag":
+            return {}
+        return {"max_device_groups": self.config.max_device_groups, "max_subsets": self.config.max_subsets}
+
+    def _instance_data(self, instance: Instance) -> InstanceData:
+        data = super()._instance_data(instance)
+        if self.config.action_space == "tag" and "tag" not in data.extra:
+            problem = TagProblem(
+                instance.graph,
+                instance.groups,
+                instance.topology,
+                self.cost,
+                device_grouping=self.config.device_grouping,
+                max_subsets=self.config.max_subsets,
+                fine_ctx=data.fine_ctx,
+            )
+            data.static.update(tag_static_arrays(problem, self.layout))
+            data.extra["tag"] = problem
+        return data
+
+    def _partial_baseline_s(self) -> float:
+        # TAG's partial plans are simulated on the original ops, like data parallelism's baseline.
+        if self.config.action_space == "tag":
+            assert self.data is not None
+            return self.data.baseline.makespan_s
+        return super()._partial_baseline_s()
+
+    def tag_problem(self) -> TagProblem:
+        """The running instance's TAG search space and evaluator (``action_space="tag"``).
+
+        Raises:
+            RuntimeError: before ``reset()`` or with another action space.
+        """
+        if self.config.action_space != "tag" or self.data is None:
+            raise RuntimeError("tag_problem() needs action_space='tag' and a reset() episode")
+        problem: TagProblem = self.data.extra["tag"]
+        return problem
+
+    def evaluate(self, decisions: Any) -> TagEval:
+        """The completed plan of ``decisions`` (actions in decision order; undecided groups by TAG's
+        rule) simulated on the original op graph, without changing the episode: the pure path a
+        tree search uses instead of copying the env. ``action_space="tag"`` only.
+
+        Raises:
+            RuntimeError: before ``reset()`` or with another action space.
+            ValueError: for too many decisions or an action outside the action space.
+        """
+        problem = self.tag_problem()
+        return problem.evaluate(self._check_tag_actions(problem, decisions))
+
+    def observe(self, decisions: Any) -> dict[str, np.ndarray]:
+        """The observation the env would show after ``decisions`` (from the episode's start), without
+        changing the episode. ``action_space="tag"`` only (a tree search asks its prior with it).
+
+        Raises:
+            RuntimeError: before ``reset()`` or with another action space.
+            ValueError: for too many decisions or an action outside the action space.
+        """
+        problem = self.tag_problem()
+        decisions = self._check_tag_actions(problem, decisions)
+        return self._tag_observation(problem, decisions, problem.evaluate(decisions), set_mask=False)
+
+    def _check_tag_actions(self, problem: TagProblem, decisions: Any) -> tuple[int, ...]:
+        out = []
+        for k, a in enumerate(decisions):
+            if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+                raise ValueError(f"decision {k} = {a!r}; expected an integer action")
+            if not 0 <= int(a) < problem.num_actions:
+                raise ValueError(
+                    f"decision {k} = {int(a)}; the instance has {len(problem.subsets)} device-group subsets, "
+                    f"actions 0..{problem.num_actions - 1}"
+                )
+            out.append(int(a))
+        return problem.check_actions(out)
+
+    def _tag_observation(
+        self, problem: TagProblem, decisions: tuple[int, ...], evaluation: TagEval, *, set_mask: bool = True
+    ) -> dict[str, np.ndarray]:
+        G = problem.num_groups
+        decided = np.zeros(G)
+        decided[problem.order[: len(decisions)]] = 1.0
+        current = int(problem.order[len(decisions)]) if len(decisions) < G else -1
+        used = problem.used(decisions)
+        feedback = (evaluation.makespan_s, evaluation.group_finish_s, evaluation.group_idle_s, evaluation.device_busy_s)
+        if set_mask:
+            obs = self._observation(feedback, decided, current, used)
+        else:
+            saved = self._last_mask
+            obs = self._observation(feedback, decided, current, used)
+            mask = np.zeros(self.layout.num_actions, np.int8)
+            mask[: problem.num_actions] = problem.action_mask(decisions, used)
+            obs["action_mask"], self._last_mask = mask, saved
+        tag_dynamic_arrays(obs, problem, decisions, evaluation, self.layout)
+        return obs
 
     def _make_action_space(self) -> gym.Space[Any]:
         cfg = self.config
@@ -139,8 +243,15 @@ class PlacementEnv(PlanEnv):
         self._decided = np.zeros(G)
         self._used = np.zeros(data.instance.topology.num_devices)
         self._rule = None
-        self._decisions = {}
-        self._ps_turn = dict.fromkeys(data.instance.topology.machines(), 0)
+        self._actions = ()
+        if self.config.action_space == "tag":
+            problem = self.tag_problem()
+            evaluation = problem.evaluate(())
+            self._partial_s = evaluation.makespan_s
+            return self._tag_observation(problem, (), evaluation), {
+                "instance": data.instance.name,
+                "partial_makespan_s": self._partial_s,
+            }
         obs = self._observation(data.baseline_partial, self._decided, self._current(), self._used)
         return obs, {"instance": data.instance.name, "partial_makespan_s": self._partial_s}
 
@@ -151,6 +262,9 @@ class PlacementEnv(PlanEnv):
 
     def _state_observation(self) -> dict[str, np.ndarray]:
         assert self.data is not None
+        if self.config.action_space == "tag":
+            problem = self.tag_problem()
+            return self._tag_observation(problem, self._actions, problem.evaluate(self._actions))
         # Before the first decision the partial plan is data parallelism, whose feedback is cached.
         feedback = self._feedback() if self.config.mode == "sequential" and self._t > 0 else self.data.baseline_partial
         return self._observation(feedback, self._decided, self._current(), self._used)
@@ -168,18 +282,13 @@ class PlacementEnv(PlanEnv):
             )
         data = self.data
         assert data is not None
+        if self.config.action_space == "tag":
+            return self._step_tag(action)
         groups, topology = data.instance.groups, data.instance.topology
         g = self._current()
-        if self.config.action_space == "device":
-            device = topology.devices[action].name
-            cfg = OpConfig.make(device)
-            self._decisions[groups.ops[g].name] = device
-            rule: tuple[Any, ...] = ("device", device)
-        else:
-            machine, option = self._tag_action(action)
-            cfg = self._tag_config(g, machine, option)
-            self._decisions[groups.ops[g].name] = (machine, option)
-            rule = ("tag", machine, option)
+        device = topology.devices[action].name
+        cfg = OpConfig.make(device)
+        rule: tuple[Any, ...] = ("device", device)
         if self._rule is None:  # the first (most expensive) group sets the rule for the undecided
             self._rule = rule
             self._set_all([self._rule_config(i) if i != g else cfg for i in range(groups.num_ops)])
@@ -199,6 +308,25 @@ class PlacementEnv(PlanEnv):
         else:
             reward = self._step_reward(previous)
         return self._observation(feedback, self._decided, self._current(), self._used), reward, terminated, False, info
+
+    def _step_tag(self, action: int) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        problem = self.tag_problem()
+        g = self._current()
+        self._actions = (*self._actions, action)
+        self._used = problem.used(self._actions)
+        self._decided[g] = 1.0
+        self._t += 1
+        previous = self._partial_s
+        evaluation = problem.evaluate(self._actions)
+        self._partial_s = evaluation.makespan_s
+        info: dict[str, Any] = {"partial_makespan_s": self._partial_s, "invalid_action": False}
+        terminated = self._t == problem.num_groups
+        if terminated:
+            reward, final = self._finish(problem.plan(self._actions, name="placement"), previous)
+            info.update(final)
+        else:
+            reward = self._step_reward(previous)
+        return self._tag_observation(problem, self._actions, evaluation), reward, terminated, False, info
 
     def _step_one_shot(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         data = self.data
@@ -250,20 +378,14 @@ class PlacementEnv(PlanEnv):
         padded = self._padding_reason(action)
         if padded:
             raise ValueError(padded)
+        if self.config.action_space == "tag":
+            return self.tag_problem().evaluate((*self._actions, action)).makespan_s
         g = self._current()
         groups = self.data.instance.groups
-        if self.config.action_space == "device":
-            cfg = OpConfig.make(self.data.instance.topology.devices[action].name)
-        else:
-            machine, option = self._tag_action(action)
-            turn = dict(self._ps_turn)
-            cfg = self._tag_config(g, machine, option)
-            self._ps_turn = turn
+        cfg = OpConfig.make(self.data.instance.topology.devices[action].name)
         if self._rule is None:
             saved = self._rule
-            self._rule = (
-                ("device", cfg.devices[0]) if self.config.action_space == "device" else ("tag", machine, option)
-            )
+            self._rule = ("device", cfg.devices[0])
             configs = [self._rule_config(i) if i != g else cfg for i in range(groups.num_ops)]
             self._rule = saved
             return self._preview_all(configs)
@@ -279,40 +401,24 @@ class PlacementEnv(PlanEnv):
             if action < D:
                 return None
             return f"action {action} names device {action}; topology {topology.name!r} has devices 0..{D - 1}"
-        M = len(topology.machines())
-        machine, option = divmod(action, len(TAG_OPTIONS))
-        if machine < M:
+        problem = self.tag_problem()
+        S = len(problem.subsets)
+        subset, option = divmod(action, len(TAG_OPTIONS))
+        if subset < S:
             return None
         return (
-            f"action {action} names machine {machine} (option {TAG_OPTIONS[option]!r}); topology {topology.name!r} "
-            f"has machines 0..{M - 1}"
+            f"action {action} names device-group subset {subset} (option {TAG_OPTIONS[option]!r}); topology "
+            f"{topology.name!r} has {len(problem.device_groups)} device groups (by {problem.device_grouping}) and "
+            f"subsets 0..{S - 1}"
         )
 
-    def _tag_action(self, action: int) -> tuple[str, str]:
-        machines = list(self.data.instance.topology.machines()) if self.data else []
-        m, o = divmod(action, len(TAG_OPTIONS))
-        return machines[m], TAG_OPTIONS[o]
-
-    def _tag_config(self, index: int, machine: str, option: str) -> OpConfig:
-        assert self.data is not None
-        devs = [d.name for d in self.data.instance.topology.machines()[machine]]
-        cfg = tag_group_config(self.data.instance.groups.ops[index], devs, option, self._ps_turn[machine])
-        if option == "parameter_server":
-            self._ps_turn[machine] += 1
-        return cfg
-
     def _rule_config(self, index: int) -> OpConfig:
-        assert self._rule is not None and self.data is not None
-        if self._rule[0] == "device":
-            return OpConfig.make(self._rule[1])
-        devs = [d.name for d in self.data.instance.topology.machines()[self._rule[1]]]
-        return tag_group_config(self.data.instance.groups.ops[index], devs, self._rule[2], 0)
+        assert self._rule is not None
+        return OpConfig.make(self._rule[1])
 
     def _final_plan(self) -> Plan:
         assert self.data is not None
         inst = self.data.instance
-        if self.config.action_space == "tag" and inst.groups is not inst.graph:
-            return tag_strategy(inst.groups, inst.graph, inst.topology, self._decisions)
         plan = Plan(
             inst.groups.name,
             {op.name: c for op, c in zip(inst.groups.ops, self._configs, strict=True)},
@@ -334,30 +440,11 @@ class PlacementEnv(PlanEnv):
         return found
 
     def _need(self, index: int, action: int) -> np.ndarray:
-        """(D,) bytes group ``index`` adds to each device under ``action`` (the memory estimate)."""
-        data = self.data
-        assert data is not None
-        D = data.instance.topology.num_devices
-        if self.config.action_space == "device":
-            need = np.zeros(D)
-            need[action] = self._single_need()[index]
-            return need
-        cache = data.extra.setdefault("tag_need", {})
-        key = (index, action)
-        found = cache.get(key)
-        if found is None:
-            machine, option = self._tag_action(action)
-            devs = [d.name for d in data.instance.topology.machines()[machine]]
-            if option == "model_parallel":
-                found = np.zeros(D)
-                for name in devs:
-                    found[data.instance.topology.device_index(name)] = self._single_need()[index] / len(devs)
-            else:
-                found = bytes_on_devices(
-                    data, index, tag_group_config(data.instance.groups.ops[index], devs, option, 0)
-                )
-            cache[key] = found
-        return found  # type: ignore[no-any-return]
+        """(D,) bytes group ``index`` adds to each device when placed whole on device ``action``."""
+        assert self.data is not None
+        need = np.zeros(self.data.instance.topology.num_devices)
+        need[action] = self._single_need()[index]
+        return need
 
     def _action_mask(self) -> np.ndarray:
         data = self.data
@@ -377,18 +464,18 @@ class PlacementEnv(PlanEnv):
             return np.concatenate([ops.ravel(), devices.ravel()])
         g = self._current()
         capacity = np.array([d.memory_bytes for d in topology.devices], dtype=np.float64)
-        if cfg.action_space == "device":
-            valid = np.arange(D)
-        else:
-            valid = np.arange(len(topology.machines()) * len(TAG_OPTIONS))
+        if cfg.action_space == "tag":
+            problem = self.tag_problem()
+            if g < 0:
+                mask[: problem.num_actions] = 1
+            else:
+                mask[: problem.num_actions] = problem.action_mask(self._actions, self._used)
+            return mask
+        valid = np.arange(D)
         if g < 0:
             mask[valid] = 1
             return mask
-        if cfg.action_space == "device":
-            mask[:D] = self._used + self._single_need()[g] <= capacity
-        else:
-            for a in valid.tolist():
-                mask[a] = bool((self._used + self._need(g, a) <= capacity).all())
+        mask[:D] = self._used + self._single_need()[g] <= capacity
         if not mask.any():  # nothing fits: allow every real action; the final plan reports OOM
             mask[valid] = 1
         return mask

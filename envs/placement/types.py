@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from placement_rl.config import choice, integer, option
 from placement_rl.errors import SchemaError
 from placement_rl.plan import TAG_OPTIONS
+from placement_rl.search.tag import DEFAULT_MAX_SUBSETS, DEVICE_GROUPINGS
 
 from ..base import MAX_ACTIONS, MAX_NODES, EnvConfig
 
@@ -15,6 +16,8 @@ MODES: tuple[str, ...] = ("sequential", "one_shot")
 ACTION_SPACES: tuple[str, ...] = ("device", "tag")
 #: The most groups ``k`` of the one-shot partition (:attr:`PlacementConfig.one_shot_groups`).
 MAX_ONE_SHOT_GROUPS = 1_024
+#: The most device groups and device-group subsets of the TAG action space.
+MAX_DEVICE_GROUPS, MAX_SUBSETS = 256, 4_096
 
 
 @dataclass(frozen=True)
@@ -24,8 +27,16 @@ class PlacementConfig(EnvConfig):
     Attributes:
         mode: ``sequential`` (TAG: one step per op group) or ``one_shot`` (Trinity / Hierarchical:
             one step assigns every op to a group and every group to a device).
-        action_space: ``device`` (a device per group) or ``tag`` (a machine x TAG replication option
-            per group); sequential mode only (``tag`` with ``one_shot`` is refused).
+        action_space: ``device`` (a device per group) or ``tag`` (a subset of device groups x a TAG
+            replication option per group, :mod:`placement_rl.search.tag`); sequential mode only
+            (``tag`` with ``one_shot`` is refused).
+        device_grouping: ``tag``: TAG's device groups are the topology's ``machine`` s or its
+            ``gpu_type`` s.
+        max_device_groups: ``tag``: device-group rows of the observation (at most
+            :data:`MAX_DEVICE_GROUPS`); an instance with more is refused at reset.
+        max_subsets: ``tag``: device-group subsets in the action space (capped by the rule of
+            :func:`placement_rl.search.tag.device_subsets`; at least the instance's device groups);
+            the action space is ``Discrete(max_subsets * 4)``. At most :data:`MAX_SUBSETS`.
         one_shot_ops: one-shot mode: graphs with more ops are METIS-coarsened to this many op
             groups first (smaller graphs use their raw ops); also the observation's node rows. At
             most :data:`~placement_rl.envs.base.MAX_NODES`.
@@ -38,6 +49,9 @@ class PlacementConfig(EnvConfig):
     action_space: str = option("device", rule=choice(ACTION_SPACES))
     one_shot_ops: int = option(512, rule=integer(low=1, high=MAX_NODES))
     one_shot_groups: int = option(16, rule=integer(low=1, high=MAX_ONE_SHOT_GROUPS))
+    device_grouping: str = option("machine", rule=choice(DEVICE_GROUPINGS))
+    max_device_groups: int = option(16, rule=integer(low=1, high=MAX_DEVICE_GROUPS))
+    max_subsets: int = option(DEFAULT_MAX_SUBSETS, rule=integer(low=1, high=MAX_SUBSETS))
 
     def validate(self, where: str) -> None:
         """Rules that tie fields together: ``tag`` is sequential only; the one-shot mask's size."""
@@ -59,7 +73,7 @@ class PlacementConfig(EnvConfig):
         """Entries of the action mask: one per action (sequential) or per slot and choice (one-shot)."""
         if self.mode == "one_shot":
             return self.nodes * self.one_shot_groups + self.one_shot_groups * self.max_devices
-        return self.max_devices * (len(TAG_OPTIONS) if self.action_space == "tag" else 1)
+        return self.max_subsets * len(TAG_OPTIONS) if self.action_space == "tag" else self.max_devices
 
     @property
     def nodes(self) -> int:

@@ -20,6 +20,7 @@ from placement_rl.plan.core import (
     Plan,
     SyncMode,
     TagOption,
+    member_config,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "data_parallel_per_tensor",
     "expert",
     "layerwise",
+    "member_config",
     "single_device",
     "subset_data_parallel",
     "tag_group_config",

@@ -192,14 +192,8 @@ class Plan:
         configs: dict[str, OpConfig] = {}
         for group in coarse.ops:
             cfg = self[group.name]
-            sample = cfg.degree_map.get("sample", 1)
             for member in group.members:
-                op = fine.op(member)
-                dim = op.sample_dim
-                if sample > 1 and dim is not None and dim.size % sample == 0:
-                    configs[member] = OpConfig.make(cfg.devices, {dim.name: sample}, cfg.sync, cfg.ps_device)
-                else:
-                    configs[member] = OpConfig.make(cfg.devices, {}, cfg.sync, cfg.ps_device)
+                configs[member] = member_config(fine.op(member), cfg)
         for member, cfg in (overrides or {}).items():
             fine.op(member)
             configs[member] = cfg
@@ -239,6 +233,17 @@ class Plan:
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> Plan:
         return cls.from_dict(read_json(path))
+
+
+def member_config(op: Op, group_cfg: OpConfig) -> OpConfig:
+    """The configuration a member op inherits from its group's (:meth:`Plan.expand`): the group's
+    sample degree ``d`` when ``d`` divides the op's sample dimension, else replicas on all of the
+    group's devices; same devices, sync mode and parameter server."""
+    sample = group_cfg.degree_map.get("sample", 1)
+    dim = op.sample_dim
+    if sample > 1 and dim is not None and dim.size % sample == 0:
+        return OpConfig.make(group_cfg.devices, {dim.name: sample}, group_cfg.sync, group_cfg.ps_device)
+    return OpConfig.make(group_cfg.devices, {}, group_cfg.sync, group_cfg.ps_device)
 
 
 def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:

@@ -265,20 +265,8 @@ class DeltaSimulator:
             first outgoing transfer starts (0 when it sends nothing); and the compute seconds per
             device.
         """
-        ctx, tasks = self.ctx, self._tasks
         _, start, end = self._times
-        F, C, N = tasks.F, tasks.C, ctx.graph.num_ops
-        task_op = tasks.op[:F]
-        fwd_end = np.zeros(N)
-        np.maximum.at(fwd_end, task_op, end[:F])
-        first_send = np.full(N, np.inf)
-        if C:
-            np.minimum.at(first_send, task_op[tasks.c_src], start[2 * F : 2 * F + C])
-        idle = np.where(np.isfinite(first_send), np.maximum(first_send - fwd_end, 0.0), 0.0)
-        duration = end - start
-        busy = np.bincount(tasks.task_dev, weights=duration[:F] + duration[F : 2 * F], minlength=ctx.num_devices)
-        makespan = float(end.max()) if end.size else 0.0
-        return makespan, fwd_end, idle, busy
+        return runtime_feedback(self.ctx, self._tasks, start, end)
 
     def plan(self, name: str = "plan") -> Plan:
         """The current plan."""
@@ -298,6 +286,30 @@ class DeltaSimulator:
         makespan = float(end.max()) if end.size else 0.0
         peak = ctx.peak_memory(ops, tasks, start, end, only_over=True).astype(np.int64)
         return oom_cost(makespan, peak, self._capacity, self.oom_penalty), (ready, start, end)
+
+
+def runtime_feedback(
+    ctx: SimContext, tasks: _Tasks, start: np.ndarray, end: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Runtime feedback of a scheduled task graph: see :meth:`DeltaSimulator.feedback`.
+
+    Args:
+        ctx: the context that assembled ``tasks``.
+        tasks: the assembled task graph.
+        start, end: (T,) the schedule's task start and end times, s.
+    """
+    F, C, N = tasks.F, tasks.C, ctx.graph.num_ops
+    task_op = tasks.op[:F]
+    fwd_end = np.zeros(N)
+    np.maximum.at(fwd_end, task_op, end[:F])
+    first_send = np.full(N, np.inf)
+    if C:
+        np.minimum.at(first_send, task_op[tasks.c_src], start[2 * F : 2 * F + C])
+    idle = np.where(np.isfinite(first_send), np.maximum(first_send - fwd_end, 0.0), 0.0)
+    duration = end - start
+    busy = np.bincount(tasks.task_dev, weights=duration[:F] + duration[F : 2 * F], minlength=ctx.num_devices)
+    makespan = float(end.max()) if end.size else 0.0
+    return makespan, fwd_end, idle, busy
 
 
 def _remap(old_ptr: np.ndarray, new_ptr: np.ndarray, changed: Sequence[int]) -> np.ndarray:

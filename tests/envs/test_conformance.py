@@ -128,12 +128,12 @@ def test_check_env_on_padded_spaces(mode: str) -> None:
 #: Configs whose action space holds only legal actions, for ``invalid_action="raise"`` (where a
 #: masked action raises, so the checker's samples must all be legal): the maxima are set to the
 #: instance: 4 devices of trinity; for the TAG space a topology of 2 machines x 1 GPU (random:126),
-#: so every machine x option action is real; lenet's 15 ops as the one-shot node rows; 4
+#: whose 3 device-group subsets x 4 options are every action; lenet's 15 ops as the one-shot node rows; 4
 #: configurations per group (each of lenet's groups has at least 4 on trinity). Tiny lenet fits
 #: everywhere, so nothing is masked by memory either (asserted below).
 TIGHT: dict[str, dict[str, Any]] = {
     "placement-device": {"generator": small(), "max_groups": 8, "max_devices": 4},
-    "placement-tag": {"generator": small(topology="random:126"), "max_groups": 8, "max_devices": 2},
+    "placement-tag": {"generator": small(topology="random:126"), "max_groups": 8, "max_devices": 2, "max_subsets": 3},
     "placement-one_shot": {"generator": small(), "max_nodes": 15, "max_devices": 4, "one_shot_groups": 4},
     "sharding": {"generator": small(), "max_groups": 8, "max_configs": 4},
 }

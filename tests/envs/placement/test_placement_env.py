@@ -163,7 +163,7 @@ def test_masked_tag_action_raises() -> None:
     env = make(action_space="tag", invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert allowed(obs) == [0, 1, 2, 3]  # trinity is one machine: machine 0 x 4 options
-    expected = r"action 5 is masked for group \d+: action 5 names machine 1 \(option 'parameter_server'\); topology"
+    expected = r"action 5 is masked for group \d+: action 5 names device-group subset 1 \(option 'parameter_server'\)"
     with pytest.raises(ValueError, match=expected):
         env.step(5)
 
@@ -279,12 +279,12 @@ def test_padded_devices_always_masked() -> None:
             agent = RandomAgent(seed)
             obs, _ = env.reset(seed=seed)
             topo = env.unwrapped.data.instance.topology
-            real = topo.num_devices if action_space == "device" else len(topo.machines()) * per_device
+            real = topo.num_devices if action_space == "device" else len(env.unwrapped.tag_problem().subsets) * 4
             sizes.add(real)
             done = False
             while not done:
                 mask = obs["action_mask"]
-                assert mask.shape == (64 * per_device,)
+                assert mask.shape == (64 * per_device,)  # max_devices and max_subsets are both 64
                 assert not mask[real:].any(), (action_space, topo.name, np.flatnonzero(mask[real:]) + real)
                 assert mask[:real].any()
                 obs, _, done, _, _ = env.step(agent.act(env, obs))
