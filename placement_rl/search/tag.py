@@ -38,18 +38,33 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from placement_rl.graph import OpGraph
-from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan, data_parallel, layerwise, member_config, tag_group_config
+from placement_rl.plan import (
+    TAG_OPTIONS,
+    OpConfig,
+    Plan,
+    data_parallel,
+    data_parallel_per_tensor,
+    layerwise,
+    member_config,
+    tag_group_config,
+)
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import runtime_feedback
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL, EdgeArrays, OpArrays, SimContext, _CompiledOp
 from placement_rl.topology import DeviceTopology
 
+#: The data-parallel references speedups are taken against: bucketed (PyTorch DDP) or per tensor
+#: (the papers' DP-NCCL, TAG's baseline).
+REFERENCES: dict[str, Callable[[OpGraph, DeviceTopology], Plan]] = {
+    "data_parallel": data_parallel,
+    "data_parallel_per_tensor": data_parallel_per_tensor,
+}
 #: How devices are grouped into TAG's device groups.
 DEVICE_GROUPINGS: tuple[str, ...] = ("machine", "gpu_type")
 #: Default cap on the device-group subsets of the action space.
@@ -191,6 +206,8 @@ class TagProblem:
         max_subsets: the cap on device-group subsets.
         fine_ctx: a :class:`SimContext` of ``graph`` to share (built when None).
         seed: METIS seed of the model-parallel splits.
+        reference: the data parallelism speedups and leaf values are taken against
+            (:data:`REFERENCES`: bucketed, or per tensor as TAG's DP-NCCL).
 
     Attributes:
         device_groups: the ``K`` device groups.
@@ -198,7 +215,7 @@ class TagProblem:
         num_actions: ``S * 4``.
         order: (G,) group indices in decision order (descending compute time).
         compute_s: (G,) each group's forward + backward seconds on the fastest device.
-        baseline: data parallelism's simulation on ``graph`` (the reference of every speedup).
+        baseline: the reference data parallelism's simulation on ``graph`` (of every speedup).
         baseline_s: the search baseline's makespan (data parallelism, or the layer-wise model-
             parallel plan when data parallelism does not fit).
     """
@@ -214,7 +231,11 @@ class TagProblem:
         max_subsets: int = DEFAULT_MAX_SUBSETS,
         fine_ctx: SimContext | None = None,
         seed: int = 0,
+        reference: str = "data_parallel",
     ) -> None:
+        if reference not in REFERENCES:
+            raise ValueError(f"reference {reference!r}; expected one of {list(REFERENCES)}")
+        self.reference = reference
         self.graph, self.groups, self.topology = graph, groups, topology
         self.cost = cost or DEFAULT_COST_MODEL
         self.device_grouping = device_grouping
@@ -238,7 +259,7 @@ class TagProblem:
         self._evals: OrderedDict[tuple[Choice, ...], TagEval] = OrderedDict()
         self._need: dict[tuple[int, int], np.ndarray] = {}
         self.capacity_bytes = np.array([d.memory_bytes for d in topology.devices], dtype=np.float64)
-        self.baseline = self.ctx.simulate(data_parallel(graph, topology), validate=False)
+        self.baseline = self.ctx.simulate(REFERENCES[reference](graph, topology), validate=False)
         self.baseline_s = self.baseline.makespan_s
         if self.baseline.oom:
             self.baseline_s = self.ctx.simulate(layerwise(graph, topology), validate=False).makespan_s
