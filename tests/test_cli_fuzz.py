@@ -285,7 +285,7 @@ def _training_cases() -> list[Any]:
     root = Path(__file__).resolve().parents[1] / "tune_configs"
     rng = random.Random(7)
     cases = []
-    for name in ("trinity_ppo.yaml", "trinity_sweep.yaml"):
+    for name in ("trinity_ppo.yaml", "trinity_sweep.yaml", "tag_mcts.yaml", "tag_sweep.yaml"):
         doc = yaml.safe_load((root / name).read_text(encoding="utf-8"))
         numeric = [p for p in _numeric(doc) if "search" not in map(str, p)]
         for path in rng.sample(numeric, min(len(numeric), 4)):
