@@ -17,10 +17,10 @@ replication options ``o`` of :data:`placement_rl.plan.TAG_OPTIONS`:
 
 **Subsets.** With ``K`` device groups there are ``2**K - 1`` subsets; the space keeps at most
 ``max_subsets`` of them by one rule (:func:`device_subsets`): every single group first (subset
-``k`` is group ``k``, so action ``k * 4 + o`` is "group k, option o"), then the ``j`` fastest groups
-for ``j = 2 .. K`` (by total peak FLOP/s: the data-parallel choices), then the remaining subsets by
-size and in lexicographic order until the cap. With the default cap of 64 every subset of up to 6
-groups is kept.
+``k`` is group ``k``, so action ``k * 4 + o`` is "group k, option o"), then all groups together
+(data parallelism's placement), then the ``j`` fastest groups for ``j = 2 .. K - 1`` (by total
+peak FLOP/s: the other data-parallel choices), then the remaining subsets by size and in
+lexicographic order until the cap. With the default cap of 64 every subset of up to 6 groups is kept.
 
 **Decisions and the completion rule.** Groups are decided in descending compute time
 (:attr:`TagProblem.order`). A partial list of decisions is completed by TAG's rule: every undecided
@@ -106,22 +106,25 @@ def device_subsets(
     """The device-group subsets of the action space, by the rule of the module docstring.
 
     Returns:
-        Tuples of group indices (each sorted): the ``K`` singletons first, then the fastest-``j``
-        prefixes, then the rest by size and lexicographic order, at most ``max_subsets`` in all.
+        Tuples of group indices (each sorted): the ``K`` singletons first, then all groups, then
+        the fastest-``j`` prefixes, then the rest by size and lexicographic order, at most
+        ``max_subsets`` in all.
 
     Raises:
-        ValueError: if ``max_subsets`` is smaller than the number of device groups.
+        ValueError: if ``max_subsets`` is smaller than ``K`` (+ 1 for all groups when ``K > 1``).
     """
     K = len(groups)
-    if max_subsets < K:
+    least = K + (K > 1)
+    if max_subsets < least:
         raise ValueError(
             f"max_subsets = {max_subsets}, but {topology.name!r} has {K} device groups; every single group "
-            f"must be an action (raise max_subsets to at least {K})"
+            f"and all of them together must be actions (raise max_subsets to at least {least})"
         )
     flops = [sum(topology.device(n).peak_flops for n in g.devices) for g in groups]
     ranked = sorted(range(K), key=lambda k: (-flops[k], k))
     chosen: dict[tuple[int, ...], None] = {(k,): None for k in range(K)}
-    for j in range(2, K + 1):
+    chosen.setdefault(tuple(range(K)), None)
+    for j in range(2, K):
         chosen.setdefault(tuple(sorted(ranked[:j])), None)
     for size in range(2, K + 1):
         if len(chosen) >= max_subsets:
@@ -265,6 +268,29 @@ class TagProblem:
             self.baseline_s = self.ctx.simulate(layerwise(graph, topology), validate=False).makespan_s
         self.evaluations = 0  # simulations run (cache misses)
 
+    @classmethod
+    def for_graph(
+        cls,
+        graph: OpGraph,
+        topology: DeviceTopology,
+        cost: CostModel | None = None,
+        *,
+        max_groups: int = 60,
+        balance_factor: float = 2.0,
+        seed: int = 0,
+        **options: object,
+    ) -> TagProblem:
+        """The problem of ``graph`` coarsened by METIS into at most ``max_groups`` op groups (TAG: 60,
+        balance 2; the graph itself when it has no more ops); ``options`` as the constructor's."""
+        from placement_rl.graph.coarsen import coarsen
+
+        groups = (
+            graph
+            if graph.num_ops <= max_groups
+            else coarsen(graph, max_groups, balance_factor=balance_factor, seed=seed)
+        )
+        return cls(graph, groups, topology, cost, seed=seed, **options)  # type: ignore[arg-type]
+
     # ----------------------------------------------------------------- actions
     @property
     def num_groups(self) -> int:
@@ -303,7 +329,7 @@ class TagProblem:
     def complete(self, decisions: Sequence[int]) -> tuple[Choice, ...]:
         """Every group's (subset, option, server turn), in group index order, by TAG's rule."""
         G = self.num_groups
-        if not decisions:  # data parallelism: every device group (always a subset, see device_subsets)
+        if not decisions:  # data parallelism: all device groups (always kept, see device_subsets)
             return ((self.subsets.index(tuple(range(len(self.device_groups)))), 0, 0),) * G
         out: list[Choice | None] = [None] * G
         turns: dict[int, int] = {}
