@@ -65,7 +65,7 @@ def rows_for(label: str, model: str, plan: Plan, ctx: SimContext, paper: tuple[f
     paper_speedup = "" if paper is None else f"{(paper[0] / paper[1] - 1) * 100:.1f}%"
     return [
         f"| {model} | {label} | {before.makespan_s * 1e3:.1f} | {after.makespan_s * 1e3:.1f} | {speedup * 100:.1f}% "
-        f"| {used}/{len(choices)} | {before.comm_bytes / 2**20:.1f} | {after.comm_bytes / 2**20:.1f} "
+        f"| {used}/{len(choices)} | {before.comm_bytes / 2**20:.3f} | {after.comm_bytes / 2**20:.3f} "
         f"| {paper_cells[0]} | {paper_cells[1]} | {paper_speedup} |"
     ]
 
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "| model | plan | without SFB (ms) | with SFB (ms) | speedup | SFB gradients | MiB without | MiB with "
         "| paper without (ms) | paper with (ms) | paper speedup |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model in models:
         graph = zoo.load(model, batch_size=BATCH_SIZE)
         ctx = SimContext(graph, topo, cost)

@@ -258,7 +258,7 @@ def apply_sfb(
         sync = "sfb" if ch.uses_sfb else ("all_reduce" if cfg.sync == "sfb" else cfg.sync)
         configs[ch.op] = OpConfig(
             cfg.devices, cfg.degrees, sync, cfg.ps_device if sync == "parameter_server" else None, ch.duplicated
-        )  # type: ignore[arg-type]
+        )
     sfb_ops = [ch.op for ch in choices if ch.uses_sfb]
     out = Plan(graph.name, configs, name=f"{plan.name}+sfb", metadata={**plan.metadata, "sfb_ops": sfb_ops})
     out.validate(graph, topology)
