@@ -208,6 +208,7 @@ class TagProblem:
         device_grouping: ``machine`` or ``gpu_type``.
         max_subsets: the cap on device-group subsets.
         fine_ctx: a :class:`SimContext` of ``graph`` to share (built when None).
+        group_ctx: a :class:`SimContext` of ``groups`` to share (the memory estimates; built on first use).
         seed: METIS seed of the model-parallel splits.
         reference: the data parallelism speedups and leaf values are taken against
             (:data:`REFERENCES`: bucketed, or per tensor as TAG's DP-NCCL).
@@ -233,6 +234,7 @@ class TagProblem:
         device_grouping: str = "machine",
         max_subsets: int = DEFAULT_MAX_SUBSETS,
         fine_ctx: SimContext | None = None,
+        group_ctx: SimContext | None = None,
         seed: int = 0,
         reference: str = "data_parallel",
     ) -> None:
@@ -247,6 +249,7 @@ class TagProblem:
         self.num_actions = len(self.subsets) * NUM_OPTIONS
         self.seed = seed
         self.ctx = fine_ctx or SimContext(graph, topology, self.cost)
+        self._group_ctx = group_ctx
         self.compute_s = group_compute_s(groups, graph, topology, self.cost)
         self.order = np.argsort(-self.compute_s, kind="stable")
         self._op_index = {op.name: i for i, op in enumerate(graph.ops)}
@@ -438,21 +441,35 @@ class TagProblem:
 
     # ------------------------------------------------------------------ memory
     def need(self, g: int, action: int) -> np.ndarray:
-        """(D,) bytes group ``g`` puts on each device under ``action``: its members' static state
-        (parameters, gradients, optimizer state) plus forward activations, all live at once (the
-        memory estimate that masks actions)."""
+        """(D,) bytes group ``g`` puts on each device under ``action``: the static state
+        (parameters, gradients, optimizer state) plus forward activations of the group compiled as
+        one op, all live at once; under ``model_parallel`` its one-GPU need spread evenly over the
+        subset's GPUs (the memory estimate that masks actions; the simulation decides OOM)."""
         key = (g, int(action))
         found = self._need.get(key)
         if found is None:
             s, o = divmod(int(action), NUM_OPTIONS)
-            D = self.topology.num_devices
-            found = np.zeros(D)
-            for c in self._compiled_members(g, (s, o, 0)):
-                found += np.bincount(c.devices, weights=c.activation_bytes, minlength=D)
-                if c.static_devices.size:
-                    found += np.bincount(c.static_devices, weights=c.static_bytes, minlength=D)
+            devs = self._subset_devices[s]
+            if TAG_OPTIONS[o] == "model_parallel":
+                found = np.zeros(self.topology.num_devices)
+                found[[self._device_index[n] for n in devs]] = self._group_bytes(g, OpConfig.make(devs[0])).sum() / len(
+                    devs
+                )
+            else:
+                found = self._group_bytes(g, self.group_config(g, (s, o, 0)))
             self._need[key] = found
         return found
+
+    def _group_bytes(self, g: int, cfg: OpConfig) -> np.ndarray:
+        """(D,) static plus activation bytes of group ``g`` compiled as one op under ``cfg``."""
+        if self._group_ctx is None:
+            self._group_ctx = SimContext(self.groups, self.topology, self.cost)
+        c = self._group_ctx.compile_uncached(g, cfg)
+        D = self.topology.num_devices
+        found = np.bincount(c.devices, weights=c.activation_bytes, minlength=D)
+        if c.static_devices.size:
+            found = found + np.bincount(c.static_devices, weights=c.static_bytes, minlength=D)
+        return found.astype(np.float64)
 
     def used(self, decisions: Sequence[int]) -> np.ndarray:
         """(D,) the memory estimate of the decided groups."""
