@@ -29,6 +29,8 @@ _SPENT_ON = {
     "all_reduce": "gradient synchronization",
     "ps_push": "gradient synchronization",
     "ps_pull": "gradient synchronization",
+    "sfb_broadcast": "gradient synchronization",
+    "sfb_gradient": "gradient synchronization",
 }
 _GIB = float(2**30)
 
@@ -90,6 +92,9 @@ def _describe_config(cfg: OpConfig, graph: OpGraph, op_name: str) -> str:
     if op.param_bytes and n > 1:
         sync = {
             "all_reduce": "gradients all-reduced",
+            "all_reduce_per_tensor": "gradients all-reduced tensor by tensor",
+            "sfb": "sufficient factors broadcast, gradients rebuilt on every replica"
+            + (f" (also recomputing {', '.join(cfg.sfb_duplicate)})" if cfg.sfb_duplicate else ""),
             "parameter_server": f"gradients through a parameter server on {cfg.ps_device or cfg.devices[0]}",
             "duplicate": "duplicated: no gradient exchange",
         }[cfg.sync]

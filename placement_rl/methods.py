@@ -13,6 +13,7 @@ name                          what it is
 ``layerwise``                 contiguous stages balanced by compute
 ``subset_data_parallel``      the fastest data parallelism over one machine, one device type, or all
 ``mcmc``                      FlexFlow's MCMC with delta simulation (:func:`placement_rl.search.mcmc`)
+``mcts``                      TAG's tree search with a uniform prior (pure MCTS, :mod:`placement_rl.search.mcts`)
 ``ft``                        TensorOpt's FT over 1, 2, 4, ... devices, the simulator's pick
 ``exhaustive``                branch and bound over the whole SOAP space (small spaces only)
 ============================  ======================================================================
@@ -449,6 +450,57 @@ register_method(
         "FlexFlow's MCMC search with delta simulation",
         ("budget", "chains", "seed", "beta", "initial", "task_map", "delta"),
         _check_mcmc,
+    )
+)
+
+
+MCTS_OPTIONS = ("budget", "max_groups", "device_grouping", "max_subsets", "c_puct", "leaf_batch", "reference")
+
+
+def _mcts(problem: Problem) -> Found:
+    """TAG's MCTS with the uniform prior over TAG's space (op groups x device-group subsets x
+    options); the best leaf seen. The learned prior joins as the ``tag`` agent."""
+    from placement_rl.progress import step_progress
+    from placement_rl.search import Budget
+    from placement_rl.search.mcts import MCTSConfig, mcts_search
+    from placement_rl.search.tag import TagProblem
+
+    opts = dict(problem.options)
+    budget = Budget.parse(opts.pop("budget", "10s"))
+    config = MCTSConfig(c_puct=opts.pop("c_puct", None), leaf_batch=int(opts.pop("leaf_batch", 8)))
+    tag = TagProblem.for_graph(problem.graph, problem.topology, problem.cost_model, **opts)
+    total = budget.proposals or 0
+    with step_progress(total, "MCTS", problem.progress and total > 0) as report:
+        found = mcts_search(tag, iterations=budget.proposals, time_s=budget.seconds, config=config, progress=report)
+    anytime = [(t, tag.baseline.makespan_s / s if s > 0 else math.inf) for t, _, s in found.anytime]
+    anytime.append((found.elapsed_s, anytime[-1][1]))
+    return Found(tag.plan(found.decisions, name="mcts"), tuple(anytime))
+
+
+def _check_mcts(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    from placement_rl.search.tag import DEVICE_GROUPINGS, REFERENCES
+
+    _check_mcmc({k: v for k, v in options.items() if k == "budget"}, graph, topology)
+    for key in ("max_groups", "max_subsets", "leaf_batch"):
+        value = options.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} = {value!r}; expected an integer >= 1")
+    c = options.get("c_puct")
+    if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0):
+        raise ValueError(f"c_puct = {c!r}; expected a finite number > 0 (or null for TAG's sqrt(children / 10))")
+    if options.get("device_grouping", "machine") not in DEVICE_GROUPINGS:
+        raise ValueError(f"device_grouping = {options['device_grouping']!r}; expected one of {list(DEVICE_GROUPINGS)}")
+    if options.get("reference", "data_parallel") not in REFERENCES:
+        raise ValueError(f"reference = {options['reference']!r}; expected one of {list(REFERENCES)}")
+
+
+register_method(
+    Method(
+        "mcts",
+        _mcts,
+        "TAG's Monte-Carlo tree search with a uniform prior (op groups on device-group subsets x options)",
+        MCTS_OPTIONS,
+        _check_mcts,
     )
 )
 

@@ -161,7 +161,7 @@ class TagGNNConfig:
     """Sizes of :class:`TagGNN` (the ``model_config`` keys of :class:`TagRLModule`, plus ``preset``).
 
     Attributes:
-        hidden: embedding width ``H`` of every node, edge and layer (the paper's ``f``).
+        hidden: embedding width ``H`` of the node embeddings, messages and the decoder (the paper's ``f``).
         heads: attention heads; ``hidden`` must be a multiple.
         layers: message-passing layers (the paper: 4).
         relation_aggr: ``gamma`` (sum of relation outputs weighted by ``gamma_same`` within a node
@@ -353,7 +353,8 @@ class HeteroEdgeGATLayer(nn.Module):
 
     All relations run as one set of tensor ops (the node halves of ``W_r`` and ``Q_r`` of one node
     type are one ``Linear``; one gather, one segment softmax and one scatter for all edges), which is
-    what makes small batches fast; a per-relation ``MessagePassing`` loop costs 5 x more Python.
+    what makes small batches fast (a per-relation ``MessagePassing.propagate`` is 5 calls of about
+    20 small ops each, per layer).
     The edge half of ``W_r`` (:attr:`edge_weight`) is applied by :class:`TagGNN` to all layers at once.
 
     Shapes:
@@ -381,8 +382,9 @@ class HeteroEdgeGATLayer(nn.Module):
         H, heads, C = self.hidden, self.heads, self.channels
         source = torch.cat([self.src_lin[t](h[t]).reshape(-1, H) for t in NODE_TYPES])
         query = torch.cat([self.dst_lin[t](h[t]).reshape(-1, H) for t in NODE_TYPES])
-        m = (source.index_select(0, g.src_row) + edge_term).view(-1, heads, C)
-        act = F.leaky_relu(m + query.index_select(0, g.dst_row).view(-1, heads, C), 0.2)
+        # In place where autograd allows: the per-edge tensors (M, H) are the bulk of the work.
+        m = source.index_select(0, g.src_row).add_(edge_term).view(-1, heads, C)
+        act = F.leaky_relu_(query.index_select(0, g.dst_row).view(-1, heads, C).add_(m), 0.2)
         logits = (act * self.att.index_select(0, g.rel_id)).sum(-1)  # (M, heads)
         alpha = segment_softmax(logits, g.dst_row, num_nodes=g.num_segments) * edge_scale.unsqueeze(-1)
         values = (F.leaky_relu(m, 0.2) * alpha.unsqueeze(-1)).view(-1, H)
@@ -680,9 +682,18 @@ def synthetic_observation(
 
 
 def benchmark(
-    presets: Sequence[str] = ("default", "paper"), batches: Sequence[int] = (1, 8), repeats: int = 20
+    presets: Sequence[str] = ("default", "paper"),
+    batches: Sequence[int] = (1, 8, 16),
+    repeats: int = 20,
+    backward: bool = False,
 ) -> list[dict[str, Any]]:
-    """Parameter counts and the median ms per no-grad call on 60 groups x 16 device groups x 64 subsets."""
+    """Parameter counts and ms per call on 60 op groups x 16 device groups x 64 subsets (synthetic).
+
+    Each row: ``preset``, ``params``, ``mb_float32``, ``batch``, ``edges`` (graph edges of all
+    relations in the batch), ``wall_ms`` / ``cpu_ms`` (median wall and this thread's CPU time of a
+    no-grad call; on a shared machine ``cpu_ms`` is the steadier) and ``wall_min_ms``; with
+    ``backward``, ``train_ms`` (median wall of ``cross_entropy`` forward + backward).
+    """
     rng = np.random.default_rng(0)
     pool = [synthetic_observation(rng) for _ in range(max(batches))]
     rows = []
@@ -692,35 +703,51 @@ def benchmark(
         params = count_parameters(gnn)
         for b in batches:
             obs = stack_observations(pool[:b])
-            times = []
+            wall, cpu = [], []
             with torch.no_grad():
                 for _ in range(repeats + 3):
-                    start = time.perf_counter()
+                    start, start_cpu = time.perf_counter(), time.thread_time()
                     gnn(obs)
-                    times.append(time.perf_counter() - start)
-            rows.append(
-                {
-                    "preset": preset,
-                    "params": params,
-                    "mb_float32": params * 4 / 2**20,
-                    "batch": b,
-                    "ms_per_call": float(np.median(times[3:])) * 1e3,
-                }
-            )
+                    cpu.append(time.thread_time() - start_cpu)
+                    wall.append(time.perf_counter() - start)
+            row = {
+                "preset": preset,
+                "params": params,
+                "mb_float32": params * 4 / 2**20,
+                "batch": b,
+                "edges": int(sum(build_graph(obs).sizes)),
+                "wall_ms": float(np.median(wall[3:])) * 1e3,
+                "wall_min_ms": float(np.min(wall[3:])) * 1e3,
+                "cpu_ms": float(np.median(cpu[3:])) * 1e3,
+            }
+            if backward:
+                pi = obs["action_mask"].float() / obs["action_mask"].float().sum(-1, keepdim=True)
+                train = []
+                for _ in range(max(repeats // 4, 3)):
+                    start = time.perf_counter()
+                    cross_entropy(gnn, obs, pi).backward()
+                    train.append(time.perf_counter() - start)
+                row["train_ms"] = float(np.median(train)) * 1e3
+            rows.append(row)
     return rows
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    """``python -m placement_rl.policies.tag``: the benchmark of :func:`benchmark`, one line per row."""
+    parser = argparse.ArgumentParser(description="Parameter counts and ms per call of TAG's GNN prior.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--presets", nargs="+", default=["default", "paper"], choices=sorted(PRESETS))
+    parser.add_argument("--backward", action="store_true", help="also time cross_entropy forward + backward")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    for row in benchmark(batches=args.batches, repeats=args.repeats):
+    for row in benchmark(args.presets, args.batches, args.repeats, args.backward):
+        train = f"  train {row['train_ms']:7.1f} ms" if "train_ms" in row else ""
         print(
-            f"{row['preset']:>8}  params {row['params']:>10,d} ({row['mb_float32']:.2f} MB float32)  "
-            f"B={row['batch']:<3d} {row['ms_per_call']:8.2f} ms/call"
+            f"{row['preset']:>8}  params {row['params']:>10,d} ({row['mb_float32']:5.2f} MB float32)  "
+            f"B={row['batch']:<3d} edges {row['edges']:>6d}  wall {row['wall_ms']:7.1f} ms "
+            f"(min {row['wall_min_ms']:6.1f})  cpu {row['cpu_ms']:7.1f} ms{train}"
         )
 
 

@@ -191,3 +191,15 @@ def test_trinity_table(ray_local: object, run: Run, tiny_yaml: Path, tmp_path: P
     for row in rows:
         _speedups(row)
     assert _number(next(r for r in rows if r["method"] == "data parallel")["vs DP"]) == 1.0
+
+
+@pytest.mark.slow
+def test_sfb(run: Run) -> None:
+    rows = _table(run("sfb", "--models", "lenet", "--plan-method", "data_parallel", "--bandwidth-gbps", "1"))
+    assert [(r["model"], r["plan"]) for r in rows] == [("lenet", "DP-NCCL"), ("lenet", "data_parallel")]
+    for row in rows:
+        used, total = (int(x) for x in row["SFB gradients"].split("/"))
+        assert 0 < used <= total == 5  # lenet's 2 convolutions and 3 linear layers; the linear ones pay at 1 Gb/s
+        assert 0 < _number(row["with SFB (ms)"]) < _number(row["without SFB (ms)"])
+        assert 0 < _number(row["MiB with"]) < _number(row["MiB without"])
+        assert row["paper without (ms)"] == ""  # lenet is not in TAG's Table 5

@@ -183,16 +183,27 @@ def test_adam_on_cross_entropy_lowers_it() -> None:
     pi = torch.from_numpy(pi / pi.sum(1, keepdims=True))
     optimizer = torch.optim.Adam(gnn.parameters(), lr=3e-3)
     losses = []
-    for _ in range(30):
+    for step in range(30):
         loss = cross_entropy(gnn, batch, pi)
         optimizer.zero_grad()
         loss.backward()
+        if step == 0:  # every weight but the value head's gets a gradient (all relations are used)
+            missing = [n for n, p in gnn.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+            assert all(n.startswith("value_mlp.") for n in missing), missing
         optimizer.step()
         losses.append(loss.item())
     assert np.isfinite(losses).all()
     assert losses[-1] < losses[0] - 0.1
     entropy = float(-(pi * torch.log(pi.clamp(min=1e-30))).sum(1).mean())
     assert losses[-1] >= entropy - 1e-4  # cross-entropy is bounded by the target's entropy
+
+
+def test_an_empty_observation_gives_finite_uniform_logits() -> None:
+    """RLlib builds dummy batches of zeros: no nodes, no groups, no valid action."""
+    empty = {k: np.zeros_like(v) for k, v in _obs(0).items()}
+    logits, values = _gnn()(stack_observations([empty, _obs(1)]))
+    assert (logits[0] == MASK_LOGIT).all() and torch.isfinite(values).all()
+    torch.testing.assert_close(logits[1], _gnn()(stack_observations([_obs(1)]))[0][0])
 
 
 def test_state_dict_round_trip_gives_identical_outputs() -> None:

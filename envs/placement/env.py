@@ -145,6 +145,7 @@ class PlacementEnv(PlanEnv):
                 device_grouping=self.config.device_grouping,
                 max_subsets=self.config.max_subsets,
                 fine_ctx=data.fine_ctx,
+                group_ctx=data.group_ctx,
             )
             data.static.update(tag_static_arrays(problem, self.layout))
             data.extra["tag"] = problem

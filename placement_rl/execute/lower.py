@@ -208,7 +208,7 @@ class Holding:
     """A parameter shard one worker holds and how it is synchronized."""
 
     shard: ShardRef
-    mode: str  # all_reduce, all_reduce_per_tensor, parameter_server, duplicate
+    mode: str  # all_reduce, all_reduce_per_tensor, parameter_server, duplicate (sfb is refused)
     holders: tuple[int, ...]  # ranks holding it, in the simulator's group order
     server_rank: int  # parameter server's rank, or -1
 
@@ -562,6 +562,12 @@ def _check_executable(graph: OpGraph, plan: Plan, ops: Sequence[_CompiledOp], ct
     """Refuse configurations with no implementation, naming the op and the configuration."""
     for j, op in enumerate(graph.ops):
         cfg = plan[op.name]
+        if cfg.sync == "sfb":
+            raise NotExecutableError(
+                f"op {op.name!r} ({op.op_type}): sync 'sfb' (sufficient factor broadcasting); the executor "
+                "synchronizes gradients by all-reduce or parameter server only (simulate the plan instead, or "
+                "give the op sync 'all_reduce')"
+            )
         degrees = cfg.degree_map
         for dim in op.parallel_dims:
             deg = degrees.get(dim.name, 1)

@@ -256,6 +256,22 @@ class OpGraph:
         return tuple(tuple(sorted(s)) for s in succs)
 
     @cached_property
+    def in_tensors(self) -> tuple[tuple[int, ...], ...]:
+        """For each op index, the indices (into ``tensors``) of the tensors it reads, in tensor order."""
+        ins: list[list[int]] = [[] for _ in self.ops]
+        for e, t in enumerate(self.tensors):
+            ins[self._index[t.dst]].append(e)
+        return tuple(tuple(x) for x in ins)
+
+    @cached_property
+    def out_tensors(self) -> tuple[tuple[int, ...], ...]:
+        """For each op index, the indices (into ``tensors``) of the tensors it produces, in tensor order."""
+        outs: list[list[int]] = [[] for _ in self.ops]
+        for e, t in enumerate(self.tensors):
+            outs[self._index[t.src]].append(e)
+        return tuple(tuple(x) for x in outs)
+
+    @cached_property
     def arrays(self) -> GraphArrays:
         """Dense numpy views (see :class:`GraphArrays`)."""
         return GraphArrays(

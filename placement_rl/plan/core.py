@@ -18,7 +18,14 @@ replication options (sec. 4.1):
   gradient alone, as FlexFlow's and TAG's DP-NCCL), through a
   ``parameter_server`` (``ps_device``, default the first task's device) or not at all,
   ``duplicate``, which is only valid when every replica computes identical gradients, i.e. when no
-  sample or attribute degree exceeds 1.
+  sample or attribute degree exceeds 1, or by ``sfb`` (TAG sec. 4.2.3, sufficient factor
+  broadcasting): every replica broadcasts the *sufficient factors* of its share of the batch (for a
+  linear layer its input activation and output gradient) to the other replicas, and each replica
+  rebuilds the whole gradient locally. ``sfb`` needs an op with its own parameters split along its
+  sample dimension only, one task per device; ``sfb_duplicate`` names further training-graph nodes
+  (``forward:<op>``, ``backward:<op>``, see :mod:`placement_rl.sim.sfb`) that every replica
+  recomputes for the whole batch, so that their inputs are broadcast instead
+  (:func:`placement_rl.search.sfb.apply_sfb` chooses them).
 
 This expresses Trinity's single-device group placement (``devices=("m0/gpu1",)``), data parallelism
 (``{"sample": n}`` over ``n`` devices), FlexFlow's SOAP configurations, and TAG's four options
@@ -42,8 +49,10 @@ from placement_rl.graph import Op, OpGraph
 from placement_rl.io import check_header, check_keys, read_json, write_json
 from placement_rl.topology import DeviceTopology
 
-SyncMode = Literal["all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate"]
-SYNC_MODES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
+SyncMode = Literal["all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate", "sfb"]
+SYNC_MODES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate", "sfb")
+#: The node kinds ``OpConfig.sfb_duplicate`` may name: ``forward:<op>`` and ``backward:<op>``.
+SFB_NODE_KINDS: tuple[str, ...] = ("forward", "backward")
 TagOption = Literal["all_reduce", "parameter_server", "duplicate", "model_parallel"]
 TAG_OPTIONS: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate", "model_parallel")
 
@@ -63,12 +72,17 @@ class OpConfig:
         sync: how replicated parameter gradients are combined.
         ps_device: the parameter server's device when ``sync == "parameter_server"`` (default: the
             first task's device).
+        sfb_duplicate: with ``sync == "sfb"``, the training-graph nodes (``forward:<op>``,
+            ``backward:<op>``) every replica also recomputes for the whole batch, besides the weight
+            gradient; empty: only the weight gradient (the factors are the op's own input and output
+            gradient).
     """
 
     devices: tuple[str, ...]
     degrees: tuple[tuple[str, int], ...] = ()
     sync: SyncMode = "all_reduce"
     ps_device: str | None = None
+    sfb_duplicate: tuple[str, ...] = ()
 
     @classmethod
     def make(
@@ -77,11 +91,12 @@ class OpConfig:
         degrees: Mapping[str, int] | None = None,
         sync: SyncMode = "all_reduce",
         ps_device: str | None = None,
+        sfb_duplicate: Sequence[str] = (),
     ) -> OpConfig:
         """Build a config from a device list (or one device) and a ``{dim name: degree}`` mapping."""
         devs = (devices,) if isinstance(devices, str) else tuple(devices)
         degs = tuple(sorted((k, int(v)) for k, v in (degrees or {}).items() if v != 1))
-        return cls(devs, degs, sync, ps_device)
+        return cls(devs, degs, sync, ps_device, tuple(sfb_duplicate))
 
     @property
     def degree_map(self) -> dict[str, int]:
@@ -103,11 +118,13 @@ class OpConfig:
             d["sync"] = self.sync
         if self.ps_device is not None:
             d["ps_device"] = self.ps_device
+        if self.sfb_duplicate:
+            d["sfb_duplicate"] = list(self.sfb_duplicate)
         return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> OpConfig:
-        check_keys(d, where, {"devices"}, {"degrees", "sync", "ps_device"})
+        check_keys(d, where, {"devices"}, {"degrees", "sync", "ps_device", "sfb_duplicate"})
         devices = d["devices"]
         if not isinstance(devices, list) or not all(isinstance(x, str) for x in devices):
             raise SchemaError(f"{where}.devices: expected a list of device names, got {devices!r}")
@@ -119,7 +136,13 @@ class OpConfig:
         ps = d.get("ps_device")
         if ps is not None and not isinstance(ps, str):
             raise SchemaError(f"{where}.ps_device: expected a device name or null, got {ps!r}")
-        return cls.make(devices, degrees, d.get("sync", "all_reduce"), ps)
+        sync = d.get("sync", "all_reduce")
+        if sync not in SYNC_MODES:
+            raise SchemaError(f"{where}.sync: unknown sync mode {sync!r}; expected one of {list(SYNC_MODES)}")
+        dup = d.get("sfb_duplicate", [])
+        if not isinstance(dup, list) or not all(isinstance(x, str) for x in dup):
+            raise SchemaError(f"{where}.sfb_duplicate: expected a list of node names, got {dup!r}")
+        return cls.make(devices, degrees, sync, ps, dup)
 
 
 @dataclass(frozen=True)
@@ -156,7 +179,10 @@ class Plan:
             ValueError: naming the op and the bad value: a missing or unknown op, an unknown device,
                 an unknown parallel dimension, a degree that is < 1 or does not divide the
                 dimension, a device count that is not a multiple of the partition count, a
-                ``duplicate`` sync with sample/attribute splits, or a misplaced ``ps_device``.
+                ``duplicate`` sync with sample/attribute splits, a misplaced ``ps_device``, or an ``sfb``
+                sync on an op without its own parameters, with a split other than along the sample
+                dimension, with several tasks on a device, or duplicating a node whose op is not
+                configured alike.
         """
         missing = [op.name for op in graph.ops if op.name not in self.configs]
         if missing:
@@ -171,6 +197,8 @@ class Plan:
                     f"op (plan {self.name!r}, graph {graph.name!r})", op_name, [o.name for o in graph.ops]
                 )
             _validate_config(graph.op(op_name), cfg, valid_devices)
+            if cfg.sync == "sfb":
+                _validate_sfb(graph, self, op_name, cfg)
 
     # -------------------------------------------------------------- expansion
     def expand(self, coarse: OpGraph, fine: OpGraph, overrides: Mapping[str, OpConfig] | None = None) -> Plan:
@@ -241,9 +269,12 @@ def member_config(op: Op, group_cfg: OpConfig) -> OpConfig:
     group's devices; same devices, sync mode and parameter server."""
     sample = group_cfg.degree_map.get("sample", 1)
     dim = op.sample_dim
-    if sample > 1 and dim is not None and dim.size % sample == 0:
-        return OpConfig.make(group_cfg.devices, {dim.name: sample}, group_cfg.sync, group_cfg.ps_device)
-    return OpConfig.make(group_cfg.devices, {}, group_cfg.sync, group_cfg.ps_device)
+    split = sample > 1 and dim is not None and dim.size % sample == 0
+    # a group's sfb carries over to members it can hold for (own parameters, batch split)
+    sync = group_cfg.sync if group_cfg.sync != "sfb" or (split and op.param_bytes > 0) else "all_reduce"
+    if split and dim is not None:
+        return OpConfig.make(group_cfg.devices, {dim.name: sample}, sync, group_cfg.ps_device)
+    return OpConfig.make(group_cfg.devices, {}, sync, group_cfg.ps_device)
 
 
 def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
@@ -255,6 +286,10 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
             raise UnknownNameError(f"device (in the configuration of {where})", dev, valid_devices)
     if cfg.sync not in SYNC_MODES:
         raise ValueError(f"{where}: sync mode {cfg.sync!r}; expected one of {list(SYNC_MODES)}")
+    if cfg.sfb_duplicate and cfg.sync != "sfb":
+        raise ValueError(
+            f"{where}: sfb_duplicate {list(cfg.sfb_duplicate)} given with sync {cfg.sync!r}; it needs 'sfb'"
+        )
     if cfg.ps_device is not None and cfg.sync != "parameter_server":
         raise ValueError(
             f"{where}: ps_device {cfg.ps_device!r} given with sync {cfg.sync!r}; it needs 'parameter_server'"
@@ -277,3 +312,42 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
             f"{where}: {len(cfg.devices)} device(s) for {cfg.num_partitions} partitions; expected a multiple "
             f"(degrees {cfg.degree_map})"
         )
+
+
+def _validate_sfb(graph: OpGraph, plan: Plan, op_name: str, cfg: OpConfig) -> None:
+    """``sfb``: own parameters, a sample split only, one task per device, duplicated nodes configured alike."""
+    op = graph.op(op_name)
+    where = f"op {op_name!r}"
+    if op.param_bytes <= 0:
+        raise ValueError(f"{where}: sync 'sfb' on an op without parameters; sfb synchronizes a parameter gradient")
+    if op.param_key is not None and sum(o.param_key == op.param_key for o in graph.ops) > 1:
+        raise ValueError(
+            f"{where}: sync 'sfb' on parameters shared with other ops (param_key {op.param_key!r}); "
+            "sfb needs an op with its own parameters"
+        )
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    bad = [name for name, degree in cfg.degrees if degree > 1 and kinds.get(name) != "sample"]
+    if bad:
+        raise ValueError(
+            f"{where}: sync 'sfb' with degrees {cfg.degree_map}; sfb needs a split along the sample dimension "
+            f"only ({bad[0]!r} is not one)"
+        )
+    if cfg.replicas != 1 or len(set(cfg.devices)) != len(cfg.devices):
+        raise ValueError(
+            f"{where}: sync 'sfb' over devices {list(cfg.devices)} with {cfg.num_partitions} partition(s); sfb "
+            "needs one batch share per device (one task per device)"
+        )
+    for node in cfg.sfb_duplicate:
+        kind, _, other = node.partition(":")
+        if kind not in SFB_NODE_KINDS or other not in graph:
+            raise ValueError(
+                f"{where}: sfb_duplicate node {node!r}; expected 'forward:<op>' or 'backward:<op>' naming an op "
+                f"of graph {graph.name!r}"
+            )
+        theirs = plan[other]
+        if theirs.devices != cfg.devices or theirs.num_partitions != cfg.num_partitions:
+            raise ValueError(
+                f"{where}: sfb_duplicate node {node!r}: op {other!r} runs on {list(theirs.devices)} with "
+                f"{theirs.num_partitions} partition(s), op {op_name!r} on {list(cfg.devices)}; a duplicated node "
+                "must be configured like the op"
+            )

@@ -189,11 +189,12 @@ class MCTS:
         time_s: float | None = None,
         *,
         until_beats_dp: bool = False,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> SearchResult:
         """Search for ``iterations`` leaf evaluations and/or ``time_s`` seconds (whichever ends first;
         at least one must be given), or until a leaf beats data parallelism with ``until_beats_dp``.
-        ``progress(n)`` is called with the iterations of each batch. Returns :meth:`result`."""
+        ``progress(done, total)`` is called after each batch (``total`` 0 for a time budget).
+        Returns :meth:`result`."""
         if iterations is None and time_s is None:
             raise ValueError("run() needs iterations or time_s")
         G, vl = self.problem.num_groups, self.config.virtual_loss
@@ -236,7 +237,7 @@ class MCTS:
                     self.first_beat_dp = self.iterations
             done += batch
             if progress is not None:
-                progress(batch)
+                progress(done, iterations or 0)
         self.elapsed_s += time.perf_counter() - start
         return self.result()
 
@@ -278,7 +279,7 @@ class MCTS:
         """
         if len(self.root.decisions) >= self.problem.num_groups:
             raise ValueError("every group is decided; nothing to commit")
-        if not self.root.valid[action]:
+        if not 0 <= action < self.A or not self.root.valid[action]:
             raise ValueError(f"action {action} is not valid at the root (memory mask)")
         self.root = self._child(self.root, int(action))
         self._expand([self.root])
@@ -292,7 +293,7 @@ def mcts_search(
     prior: PriorFn | None = None,
     config: MCTSConfig | None = None,
     until_beats_dp: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SearchResult:
     """One tree search from the empty plan (see :class:`MCTS`); the best plan seen."""
     tree = MCTS(problem, prior, config)

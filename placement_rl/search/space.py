@@ -12,8 +12,10 @@ The set is capped and documented:
   number of devices) and each dimension kind is allowed by ``dim_kinds``;
 * views: every ``(start, stride)`` with ``start + stride * (P - 1) < D`` and ``stride <= D // P``
   (stride 1 only when ``P == 1``);
-* gradient synchronization is the ring all-reduce (parameter servers and duplication are TAG's
-  options, not FlexFlow's).
+* gradient synchronization is the ring all-reduce (parameter servers, duplication and sufficient
+  factor broadcasting, ``sfb``, are TAG's options, not FlexFlow's; a plan using them may start a
+  search, whose proposals are all-reduce configurations: :func:`placement_rl.search.sfb.apply_sfb`
+  turns a found plan's gradients to ``sfb`` where it pays).
 
 ``random_config`` samples a degree combination uniformly, then a view uniformly; ``configs``
 enumerates the whole set in a fixed order (for exhaustive search).

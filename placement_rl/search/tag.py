@@ -17,10 +17,10 @@ replication options ``o`` of :data:`placement_rl.plan.TAG_OPTIONS`:
 
 **Subsets.** With ``K`` device groups there are ``2**K - 1`` subsets; the space keeps at most
 ``max_subsets`` of them by one rule (:func:`device_subsets`): every single group first (subset
-``k`` is group ``k``, so action ``k * 4 + o`` is "group k, option o"), then the ``j`` fastest groups
-for ``j = 2 .. K`` (by total peak FLOP/s: the data-parallel choices), then the remaining subsets by
-size and in lexicographic order until the cap. With the default cap of 64 every subset of up to 6
-groups is kept.
+``k`` is group ``k``, so action ``k * 4 + o`` is "group k, option o"), then all groups together
+(data parallelism's placement), then the ``j`` fastest groups for ``j = 2 .. K - 1`` (by total
+peak FLOP/s: the other data-parallel choices), then the remaining subsets by size and in
+lexicographic order until the cap. With the default cap of 64 every subset of up to 6 groups is kept.
 
 **Decisions and the completion rule.** Groups are decided in descending compute time
 (:attr:`TagProblem.order`). A partial list of decisions is completed by TAG's rule: every undecided
@@ -106,22 +106,25 @@ def device_subsets(
     """The device-group subsets of the action space, by the rule of the module docstring.
 
     Returns:
-        Tuples of group indices (each sorted): the ``K`` singletons first, then the fastest-``j``
-        prefixes, then the rest by size and lexicographic order, at most ``max_subsets`` in all.
+        Tuples of group indices (each sorted): the ``K`` singletons first, then all groups, then
+        the fastest-``j`` prefixes, then the rest by size and lexicographic order, at most
+        ``max_subsets`` in all.
 
     Raises:
-        ValueError: if ``max_subsets`` is smaller than the number of device groups.
+        ValueError: if ``max_subsets`` is smaller than ``K`` (+ 1 for all groups when ``K > 1``).
     """
     K = len(groups)
-    if max_subsets < K:
+    least = K + (K > 1)
+    if max_subsets < least:
         raise ValueError(
             f"max_subsets = {max_subsets}, but {topology.name!r} has {K} device groups; every single group "
-            f"must be an action (raise max_subsets to at least {K})"
+            f"and all of them together must be actions (raise max_subsets to at least {least})"
         )
     flops = [sum(topology.device(n).peak_flops for n in g.devices) for g in groups]
     ranked = sorted(range(K), key=lambda k: (-flops[k], k))
     chosen: dict[tuple[int, ...], None] = {(k,): None for k in range(K)}
-    for j in range(2, K + 1):
+    chosen.setdefault(tuple(range(K)), None)
+    for j in range(2, K):
         chosen.setdefault(tuple(sorted(ranked[:j])), None)
     for size in range(2, K + 1):
         if len(chosen) >= max_subsets:
@@ -205,6 +208,7 @@ class TagProblem:
         device_grouping: ``machine`` or ``gpu_type``.
         max_subsets: the cap on device-group subsets.
         fine_ctx: a :class:`SimContext` of ``graph`` to share (built when None).
+        group_ctx: a :class:`SimContext` of ``groups`` to share (the memory estimates; built on first use).
         seed: METIS seed of the model-parallel splits.
         reference: the data parallelism speedups and leaf values are taken against
             (:data:`REFERENCES`: bucketed, or per tensor as TAG's DP-NCCL).
@@ -230,6 +234,7 @@ class TagProblem:
         device_grouping: str = "machine",
         max_subsets: int = DEFAULT_MAX_SUBSETS,
         fine_ctx: SimContext | None = None,
+        group_ctx: SimContext | None = None,
         seed: int = 0,
         reference: str = "data_parallel",
     ) -> None:
@@ -244,6 +249,7 @@ class TagProblem:
         self.num_actions = len(self.subsets) * NUM_OPTIONS
         self.seed = seed
         self.ctx = fine_ctx or SimContext(graph, topology, self.cost)
+        self._group_ctx = group_ctx
         self.compute_s = group_compute_s(groups, graph, topology, self.cost)
         self.order = np.argsort(-self.compute_s, kind="stable")
         self._op_index = {op.name: i for i, op in enumerate(graph.ops)}
@@ -264,6 +270,29 @@ class TagProblem:
         if self.baseline.oom:
             self.baseline_s = self.ctx.simulate(layerwise(graph, topology), validate=False).makespan_s
         self.evaluations = 0  # simulations run (cache misses)
+
+    @classmethod
+    def for_graph(
+        cls,
+        graph: OpGraph,
+        topology: DeviceTopology,
+        cost: CostModel | None = None,
+        *,
+        max_groups: int = 60,
+        balance_factor: float = 2.0,
+        seed: int = 0,
+        **options: object,
+    ) -> TagProblem:
+        """The problem of ``graph`` coarsened by METIS into at most ``max_groups`` op groups (TAG: 60,
+        balance 2; the graph itself when it has no more ops); ``options`` as the constructor's."""
+        from placement_rl.graph.coarsen import coarsen
+
+        groups = (
+            graph
+            if graph.num_ops <= max_groups
+            else coarsen(graph, max_groups, balance_factor=balance_factor, seed=seed)
+        )
+        return cls(graph, groups, topology, cost, seed=seed, **options)  # type: ignore[arg-type]
 
     # ----------------------------------------------------------------- actions
     @property
@@ -303,7 +332,7 @@ class TagProblem:
     def complete(self, decisions: Sequence[int]) -> tuple[Choice, ...]:
         """Every group's (subset, option, server turn), in group index order, by TAG's rule."""
         G = self.num_groups
-        if not decisions:  # data parallelism: every device group (always a subset, see device_subsets)
+        if not decisions:  # data parallelism: all device groups (always kept, see device_subsets)
             return ((self.subsets.index(tuple(range(len(self.device_groups)))), 0, 0),) * G
         out: list[Choice | None] = [None] * G
         turns: dict[int, int] = {}
@@ -412,21 +441,35 @@ class TagProblem:
 
     # ------------------------------------------------------------------ memory
     def need(self, g: int, action: int) -> np.ndarray:
-        """(D,) bytes group ``g`` puts on each device under ``action``: its members' static state
-        (parameters, gradients, optimizer state) plus forward activations, all live at once (the
-        memory estimate that masks actions)."""
+        """(D,) bytes group ``g`` puts on each device under ``action``: the static state
+        (parameters, gradients, optimizer state) plus forward activations of the group compiled as
+        one op, all live at once; under ``model_parallel`` its one-GPU need spread evenly over the
+        subset's GPUs (the memory estimate that masks actions; the simulation decides OOM)."""
         key = (g, int(action))
         found = self._need.get(key)
         if found is None:
             s, o = divmod(int(action), NUM_OPTIONS)
-            D = self.topology.num_devices
-            found = np.zeros(D)
-            for c in self._compiled_members(g, (s, o, 0)):
-                found += np.bincount(c.devices, weights=c.activation_bytes, minlength=D)
-                if c.static_devices.size:
-                    found += np.bincount(c.static_devices, weights=c.static_bytes, minlength=D)
+            devs = self._subset_devices[s]
+            if TAG_OPTIONS[o] == "model_parallel":
+                found = np.zeros(self.topology.num_devices)
+                found[[self._device_index[n] for n in devs]] = self._group_bytes(g, OpConfig.make(devs[0])).sum() / len(
+                    devs
+                )
+            else:
+                found = self._group_bytes(g, self.group_config(g, (s, o, 0)))
             self._need[key] = found
         return found
+
+    def _group_bytes(self, g: int, cfg: OpConfig) -> np.ndarray:
+        """(D,) static plus activation bytes of group ``g`` compiled as one op under ``cfg``."""
+        if self._group_ctx is None:
+            self._group_ctx = SimContext(self.groups, self.topology, self.cost)
+        c = self._group_ctx.compile_uncached(g, cfg)
+        D = self.topology.num_devices
+        found = np.bincount(c.devices, weights=c.activation_bytes, minlength=D)
+        if c.static_devices.size:
+            found = found + np.bincount(c.static_devices, weights=c.static_bytes, minlength=D)
+        return found.astype(np.float64)
 
     def used(self, decisions: Sequence[int]) -> np.ndarray:
         """(D,) the memory estimate of the decided groups."""

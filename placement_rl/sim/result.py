@@ -16,8 +16,10 @@ TASK_KINDS: tuple[str, ...] = (
     "all_reduce",  # all-reduce of a bucket of replicated parameter shards' gradients
     "ps_push",  # gradient pushed to a parameter server
     "ps_pull",  # updated parameters pulled from a parameter server
+    "sfb_broadcast",  # one replica's sufficient factors sent to another replica (sync ``sfb``)
+    "sfb_gradient",  # compute: a replica rebuilding the whole gradient from every replica's factors
 )
-COMPUTE_KINDS = (0, 1)
+COMPUTE_KINDS = (0, 1, 8)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ simulation itself always completes).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +75,15 @@ from placement_rl.graph import Op, OpGraph
 from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim import network as _network
+from placement_rl.sim import sfb as _sfb
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
-_FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _ALL_REDUCE, _PS_PUSH, _PS_PULL = range(len(TASK_KINDS))
+_FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _ALL_REDUCE, _PS_PUSH, _PS_PULL, _SFB_BROADCAST, _SFB_GRADIENT = range(
+    len(TASK_KINDS)
+)
 
 DEFAULT_COST_MODEL = CostModel()
 
@@ -103,11 +107,13 @@ class _CompiledOp:
     activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    # Parameter-server synchronization tasks (owners of parameters only), as a template with local ids.
-    sync_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,) push or pull
+    # Parameter-server and SFB synchronization tasks (owners of parameters only), as a template with
+    # local ids; an ``sfb_gradient`` task computes on device ``sync_pair // D`` for ``sync_seconds``.
+    sync_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,) push, pull, sfb
     sync_pair: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (S,) flat device pair
     sync_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,)
     sync_after_backward: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (S,)
+    sync_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (S,) compute (``sfb_gradient``)
     sync_dep_u: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # push -> pull, local ids
     sync_dep_v: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # All-reduced shards (owners only), bucketed across ops at assembly: (A,) each.
@@ -457,10 +463,14 @@ def _reptr(ptr: np.ndarray, i: int, length: int) -> np.ndarray:
 _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer that splits them
     "task": ("devices", "forward_s", "backward_s", "activation_bytes"),
     "static": ("static_devices", "static_bytes"),
-    "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward"),
+    "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward", "sync_seconds"),
     "pull": ("sync_dep_u", "sync_dep_v"),
     "allreduce": ("ar_group", "ar_bytes", "ar_shard", "ar_alone"),
 }
+
+
+_ALL_OP_FIELDS: tuple[str, ...] = tuple(f for fields in _OP_FIELDS.values() for f in fields)
+_get_op_fields = operator.attrgetter(*_ALL_OP_FIELDS)
 
 
 @dataclass
@@ -475,15 +485,15 @@ class OpArrays:
 
     @classmethod
     def from_ops(cls, ops: Sequence[_CompiledOp]) -> OpArrays:
+        rows = list(map(_get_op_fields, ops))  # one tuple of field arrays per op (C speed, no getattr loop)
+        columns = dict(zip(_ALL_OP_FIELDS, zip(*rows, strict=True), strict=True)) if rows else {}
+        if not rows:
+            return cls({g: np.zeros(1, np.int64) for g in _OP_FIELDS}, {f: np.zeros(0) for f in _ALL_OP_FIELDS})
         ptr: dict[str, np.ndarray] = {}
-        data: dict[str, np.ndarray] = {}
         for group, fields in _OP_FIELDS.items():
-            ptr[group] = np.concatenate(([0], np.cumsum([getattr(c, fields[0]).shape[0] for c in ops]))).astype(
-                np.int64
-            )
-            for f in fields:
-                data[f] = np.concatenate([getattr(c, f) for c in ops])
-        return cls(ptr, data)
+            lengths = np.fromiter((a.shape[0] for a in columns[fields[0]]), np.int64, len(ops))
+            ptr[group] = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        return cls(ptr, {f: np.concatenate(column) for f, column in columns.items()})
 
     def replace(self, i: int, c: _CompiledOp) -> OpArrays:
         """Op ``i``'s slices replaced by those of ``c``."""
@@ -699,7 +709,9 @@ class SimContext:
         compiled.sync_mode = cfg.sync
         compiled.ps_device = self._device_index[cfg.ps_device] if cfg.ps_device else int(devices[0])
         key = self._op_key[index]
-        if key is not None and self._owner[key] == index and op.param_bytes > 0:
+        if cfg.sync == "sfb" and key is not None and self._owner[key] == index and op.param_bytes > 0:
+            self._set_sync(compiled, self._sfb_template(op, cfg, compiled))
+        elif key is not None and self._owner[key] == index and op.param_bytes > 0:
             groups = [
                 tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard, strict=True) if sh == k))
                 for k in range(shards)
@@ -710,12 +722,63 @@ class SimContext:
             )
         return compiled
 
+    def _sfb_template(self, op: Op, cfg: OpConfig, compiled: _CompiledOp) -> dict[str, np.ndarray]:
+        """Static memory and SFB tasks (local ids) of an op with sync ``sfb`` (:mod:`placement_rl.sim.sfb`).
+
+        Each of the ``n`` replicas (one per device, ``1 / n`` of the batch each) sends its share of the
+        cut (the sufficient factors) to every other replica once its backward is done: ``n (n - 1)``
+        ``sfb_broadcast`` tasks. Each replica then rebuilds the whole gradient: one ``sfb_gradient``
+        task on its device, after the broadcasts it receives, computing the other ``n - 1`` shares of
+        the weight gradient and of the duplicated nodes (its own share was computed in backward).
+        """
+        devices = compiled.devices.tolist()
+        template = self._sync_template([tuple(devices)], self.cost.gradient_bytes(op), "duplicate", -1)
+        n, D = len(devices), self.num_devices
+        if n < 2:
+            return template
+        factor_bytes = float(sum(self.e_bytes[e] for _, e in _sfb.sfb_cut(self.graph, op.name, cfg.sfb_duplicate)))
+        factor_bytes /= compiled.partitions
+        nodes = [_sfb.node_name(_sfb.WEIGHT_GRADIENT, op.name), *cfg.sfb_duplicate]
+        kind: list[int] = []
+        pairs: list[int] = []
+        seconds: list[float] = []
+        dep_u: list[int] = []
+        dep_v: list[int] = []
+        into: dict[int, list[int]] = {r: [] for r in range(n)}
+        for s, src in enumerate(devices):
+            for r, dst in enumerate(devices):
+                if r != s:
+                    into[r].append(len(kind))
+                    kind.append(_SFB_BROADCAST)
+                    pairs.append(src * D + dst)
+                    seconds.append(0.0)
+        for r, dev in enumerate(devices):
+            device = self.topology.devices[dev]
+            own = sum(_sfb.node_seconds(self.cost, self.graph, node, n, device) for node in nodes)
+            dep_u.extend(into[r])
+            dep_v.extend([len(kind)] * len(into[r]))
+            kind.append(_SFB_GRADIENT)
+            pairs.append(dev * D + dev)
+            seconds.append((n - 1) * own)
+        broadcast = np.array(kind) == _SFB_BROADCAST
+        template.update(
+            sync_kind=np.array(kind, dtype=np.int64),
+            sync_pair=np.array(pairs, dtype=np.int64),
+            sync_bytes=np.where(broadcast, factor_bytes, 0.0),
+            sync_after_backward=np.ones(len(kind), np.bool_),
+            sync_seconds=np.array(seconds, dtype=np.float64),
+            sync_dep_u=np.array(dep_u, dtype=np.int64),
+            sync_dep_v=np.array(dep_v, dtype=np.int64),
+        )
+        return template
+
     def _sync_template(
         self, groups: Sequence[tuple[int, ...]], shard_bytes: float, mode: str, ps: int
     ) -> dict[str, np.ndarray]:
         """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``.
 
         ``shard_bytes`` is one shard's gradient bytes; its whole state is ``state_bytes_per_gradient_byte`` times that.
+        ``sfb`` here (parameters shared by several ops, which validation refuses) falls back to ``all_reduce``.
         """
         D = self.num_devices
         static_dev: list[int] = []
@@ -729,7 +792,7 @@ class SimContext:
             static_dev.extend(group)
             if len(group) < 2 or mode == "duplicate":
                 continue
-            if mode in ("all_reduce", "all_reduce_per_tensor"):  # bucketed when the task graph is assembled
+            if mode in ("all_reduce", "all_reduce_per_tensor", "sfb"):  # bucketed when the task graph is assembled
                 ar_group.append(self.group_id(group))
                 continue
             workers = [d for d in group if d != ps]
@@ -751,6 +814,7 @@ class SimContext:
             "sync_pair": np.array(pairs, dtype=np.int64),
             "sync_bytes": np.full(len(kind), shard_bytes),
             "sync_after_backward": np.array(after_backward, dtype=np.bool_),
+            "sync_seconds": np.zeros(len(kind)),
             "sync_dep_u": np.array(dep_u, dtype=np.int64),
             "sync_dep_v": np.array(dep_v, dtype=np.int64),
             "ar_group": np.array(ar_group, dtype=np.int64),
@@ -1003,18 +1067,25 @@ class SimContext:
         v = np.concatenate([F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v])
         T = first_sync + S
         succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
-        # Communication: point-to-point tasks (transfers, gradient transfers, pushes and pulls), buckets.
+        # Communication: point-to-point tasks (transfers, gradient transfers, pushes, pulls and SFB
+        # broadcasts), buckets; then the synchronization block's compute tasks (``sfb_gradient``).
+        local = np.flatnonzero(data["sync_kind"] == _SFB_GRADIENT)
+        sent = np.flatnonzero(data["sync_kind"] != _SFB_GRADIENT)
         pairs = np.concatenate(
-            (task_dev[c_src] * D + task_dev[c_dst], task_dev[c_dst] * D + task_dev[c_src], data["sync_pair"])
+            (task_dev[c_src] * D + task_dev[c_dst], task_dev[c_dst] * D + task_dev[c_src], data["sync_pair"][sent])
         )
-        comm_bytes = np.concatenate((edges.com_b, edges.com_b, data["sync_bytes"]))
+        comm_bytes = np.concatenate((edges.com_b, edges.com_b, data["sync_bytes"][sent]))
         p2p = self._p2p(pairs, comm_bytes)
         coll = self._collectives(bk.group, bk.num_bytes)
+        computed = self._sync_compute(data["sync_pair"][local] // D, data["sync_seconds"][local])
         # tasks after the compute tasks, in id order: the p2p tasks' sources, then the block's
         source = np.concatenate([np.arange(2 * C), np.empty(S, np.int64)])
-        source[2 * C + ps_pos] = 2 * C + np.arange(S_ps)
-        source[2 * C + bucket_pos] = 2 * C + S_ps + np.arange(B)
-        comm = _Comm.concat(p2p, coll).take(source)
+        ps_source = np.empty(S_ps, np.int64)
+        ps_source[sent] = 2 * C + np.arange(sent.shape[0])
+        ps_source[local] = 2 * C + sent.shape[0] + B + np.arange(local.shape[0])
+        source[2 * C + ps_pos] = ps_source
+        source[2 * C + bucket_pos] = 2 * C + sent.shape[0] + np.arange(B)
+        comm = _Comm.concat(_Comm.concat(p2p, coll), computed).take(source)
         sync_kind = np.empty(S, np.int64)
         sync_kind[ps_pos] = data["sync_kind"]
         sync_kind[bucket_pos] = _ALL_REDUCE
@@ -1090,6 +1161,30 @@ class SimContext:
         last = by_group[first + counts - 1]  # the shard that completes the bucket: the lowest op
         return _Buckets(
             group[by_group[first]], total, ordinal, owner[last], local[last], counts, owner[by_group], local[by_group]
+        )
+
+    @staticmethod
+    def _sync_compute(devices: np.ndarray, seconds: np.ndarray) -> _Comm:
+        """Compute tasks of the synchronization block (``sfb_gradient``): ``seconds[k]`` on device ``devices[k]``."""
+        K = devices.shape[0]
+        none = np.zeros(0, np.int64)
+        flows = _Flows(
+            np.zeros(K + 1, np.int64),
+            np.zeros(0),
+            np.zeros(1, np.int64),
+            np.zeros(0),
+            np.zeros(0),
+            np.zeros(1, np.int64),
+            none,
+            none,
+        )
+        return _Comm(
+            seconds.astype(np.float64),
+            np.arange(K + 1, dtype=np.int64),
+            devices.astype(np.int64),
+            np.zeros(K),
+            devices.astype(np.int64),
+            flows,
         )
 
     def _p2p(self, pairs: np.ndarray, num_bytes: np.ndarray) -> _Comm:
@@ -1225,6 +1320,9 @@ class SimContext:
         busy = np.bincount(task_dev, weights=duration[:F], minlength=D) + np.bincount(
             task_dev, weights=duration[F : 2 * F], minlength=D
         )
+        rebuilt = np.flatnonzero(tasks.kind == _SFB_GRADIENT)
+        if rebuilt.size:  # SFB's gradient rebuilding computes on its device too
+            busy = busy + np.bincount(tasks.lane[rebuilt], weights=duration[rebuilt], minlength=D)
         peak = self.peak_memory(ops, tasks, start, end)
         oom_mask = peak > self._capacity
         # Links: the bytes each flow puts on each direction; busy time and rates over time from the

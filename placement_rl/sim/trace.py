@@ -42,6 +42,8 @@ _KIND_COLOURS: tuple[str, ...] = (
     "#9467bd",  # all_reduce: purple
     "#8c564b",  # ps_push: brown
     "#e377c2",  # ps_pull: pink
+    "#bcbd22",  # sfb_broadcast: olive
+    "#17becf",  # sfb_gradient: cyan
 )
 
 
