@@ -5,6 +5,7 @@ Usage::
     python benchmarks/sfb.py                                   # the six models, DP-NCCL rows
     python benchmarks/sfb.py --models transformer,bert_small   # a subset
     python benchmarks/sfb.py --plan-method NAME                # also rows for a registered method's plan
+    python benchmarks/sfb.py --checkpoint CKPT                 # also rows for a trained TAG policy's plan
 
 TAG's setting (sec. 5.6): two machines with one GTX 1080Ti each, batch 4 for every model. Each GPU
 sits on its machine's PCIe switch, and the two switches join an Ethernet switch at
@@ -13,7 +14,8 @@ all-reduced on its own (``data_parallel_per_tensor``); "with SFB" is that plan a
 :func:`placement_rl.search.sfb.apply_sfb` (the SFB program per gradient, sync ``sfb`` where it pays).
 ``--plan-method`` adds the same two rows for the plan of any method registered in
 :mod:`placement_rl.methods` (e.g. the TAG agent once registered), obtained through
-``compare_methods``. The paper's figures (Table 5, seconds) are printed beside ours.
+``compare_methods``; ``--checkpoint`` adds them for the plan of a trained agent (``tag``: MCTS
+with the GNN prior). The paper's figures (Table 5, seconds) are printed beside ours.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import argparse
 from collections.abc import Sequence
 
 from placement_rl import zoo
-from placement_rl.methods import compare_methods, get_method
+from placement_rl.methods import Method, compare_methods, get_method
 from placement_rl.plan import Plan, data_parallel_per_tensor
 from placement_rl.search.sfb import apply_sfb, sfb_decisions
 from placement_rl.sim import CostModel
@@ -75,13 +77,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo models")
     parser.add_argument("--bandwidth-gbps", type=float, default=100.0, help="inter-machine bandwidth (Gb/s)")
     parser.add_argument("--plan-method", default=None, help="also the rows of this registered method's plan")
+    parser.add_argument("--checkpoint", default=None, help="also the rows of a trained agent's plan (its checkpoint)")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
         if m not in zoo.names():
             parser.error(f"unknown model {m!r}; expected one of: {', '.join(zoo.names())}")
+    methods: list[str | Method] = []
     if args.plan_method is not None:
-        get_method(args.plan_method)  # an unknown name fails here, before any work
+        methods.append(get_method(args.plan_method))  # an unknown name fails here, before any work
+    if args.checkpoint is not None:
+        from placement_rl.rl.agents import policy_method
+
+        methods.append(policy_method(args.checkpoint))
     topo = table5_topology(args.bandwidth_gbps)
     cost = CostModel()
     print(
@@ -99,10 +107,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         paper = PAPER_S.get(model)
         for line in rows_for("DP-NCCL", model, data_parallel_per_tensor(graph, topo), ctx, paper and paper[:2]):
             print(line, flush=True)
-        if args.plan_method is not None:
-            found = compare_methods(graph, topo, [args.plan_method], cost_model=cost)[0]
-            tag_paper = paper[2:] if paper and args.plan_method.startswith("tag") else None
-            for line in rows_for(args.plan_method, model, found.plan, ctx, tag_paper):
+        for method in methods:
+            assert not isinstance(method, str)
+            found = compare_methods(graph, topo, [method], cost_model=cost)[0]
+            tag_paper = paper[2:] if paper and method.name.startswith(("tag", "mcts")) else None
+            for line in rows_for(method.name, model, found.plan, ctx, tag_paper):
                 print(line, flush=True)
 
 

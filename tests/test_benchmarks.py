@@ -203,3 +203,13 @@ def test_sfb(run: Run) -> None:
         assert 0 < _number(row["with SFB (ms)"]) < _number(row["without SFB (ms)"])
         assert 0 < _number(row["MiB with"]) < _number(row["MiB without"])
         assert row["paper without (ms)"] == ""  # lenet is not in TAG's Table 5
+
+
+@pytest.mark.slow
+def test_tag_throughput(run: Run) -> None:  # 7 s: an untrained GNN and RLlib's module classes
+    rows = _table(run("tag", "throughput", "--model", "lenet", "--topology", "trinity", "--iterations", "12"))
+    assert [r["prior"] for r in rows] == ["uniform", "GNN"]
+    for row in rows:
+        assert row["groups"] == "15" and row["actions"] == "4"  # lenet's ops; one machine x 4 options
+        assert _number(row["cold it/s"]) > 0 and _number(row["warm it/s"]) > 0
+        assert 0 < int(row["simulations (cold)"]) <= 12

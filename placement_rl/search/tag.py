@@ -423,6 +423,11 @@ class TagProblem:
             self._evals.popitem(last=False)
         return result
 
+    def clear_evaluations(self) -> None:
+        """Forget the cached leaf evaluations (the compiled ops stay): a later search simulates every
+        plan again, as on a warm instance it has not searched (benchmarks)."""
+        self._evals.clear()
+
     def plan(self, decisions: Sequence[int], name: str = "tag") -> Plan:
         """The completed plan of ``decisions`` on the original op graph."""
         decisions = self.check_actions(decisions)
