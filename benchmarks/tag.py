@@ -2,6 +2,7 @@
 topologies, GNN prior vs uniform prior) and TAG Table 8 (speedups after a fixed search budget).
 
     python benchmarks/tag.py throughput [--checkpoint CKPT] [--model inception_v3] [--topology tag-testbed]
+    python benchmarks/tag.py rank [--plans 40] [--model inception_v3] [--topology tag-testbed]
     python benchmarks/tag.py table7 --checkpoint CKPT [--topologies 20] [--max-iterations 200]
     python benchmarks/tag.py table8 --checkpoint CKPT [--holdout MODEL=CKPT ...] [--budget 30s]
 
@@ -9,6 +10,12 @@ topologies, GNN prior vs uniform prior) and TAG Table 8 (speedups after a fixed 
 thread: the uniform prior, and the GNN prior of ``--checkpoint`` (an untrained default-size GNN
 when none is given), each on a cold problem (nothing compiled or cached) and again warm (the ops'
 compiled configurations kept, every leaf simulated again).
+
+``rank`` draws random partial decision lists (random depth, random allowed actions), completes
+them by TAG's rule and compares three scores with the final simulation of the plan on the
+original ops: the leaf score the search and the env use (the op graph), and the earlier
+group-graph simulation (each op group one op; model parallelism on the group's first GPU). It
+prints the Spearman rank correlation of each with the final makespans.
 
 ``table7`` runs, per model and unseen test-split topology, MCTS with the uniform prior and with
 the checkpoint's GNN prior until a leaf beats (bucketed) data parallelism and fits, at most
@@ -143,6 +150,37 @@ def throughput(model: str, topology: str, iterations: int, checkpoint: str | Non
         print(f"| {label} | {p.num_groups} | {p.num_actions} | {rates[0]:.1f} | {rates[1]:.1f} | {sims} |", flush=True)
 
 
+# ------------------------------------------------------------------------------------------ rank
+def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
+    from scipy.stats import spearmanr
+
+    from placement_rl.plan import Plan
+    from placement_rl.sim import simulate
+
+    graph = zoo.load(model)
+    topo = resolve_topology(topology)
+    p = TagProblem.for_graph(graph, topo)
+    rng = np.random.default_rng(seed)
+    final, leaf, group = [], [], []
+    for _ in range(plans):
+        decisions: list[int] = []
+        for _ in range(int(rng.integers(1, p.num_groups + 1))):
+            decisions.append(int(rng.choice(np.flatnonzero(p.action_mask(decisions)))))
+        choices = p.complete(decisions)
+        final.append(simulate(graph, topo, p.plan(decisions)).makespan_s)
+        leaf.append(p.evaluate(decisions).makespan_s)
+        coarse = Plan(p.groups.name, {op.name: p.group_config(g, choices[g]) for g, op in enumerate(p.groups.ops)})
+        group.append(simulate(p.groups, topo, coarse).makespan_s)
+    rho_leaf = float(spearmanr(final, leaf).statistic)
+    rho_group = float(spearmanr(final, group).statistic)
+    ratio = np.median(np.array(final) / np.array(group))
+    print(f"{plans} random partial plans of {model} x {topology} ({p.num_groups} groups), completed by TAG's rule")
+    print("| partial-plan score | Spearman with the final simulation | median final / score |")
+    print("|---|---|---|")
+    print(f"| op graph (TagProblem.evaluate, the env and the search) | {rho_leaf:.3f} | 1.00 |")
+    print(f"| group graph (one op per group) | {rho_group:.3f} | {ratio:.2f} |")
+
+
 # ------------------------------------------------------------------------------------- table 7
 def table7(checkpoint: str, models: Sequence[str], topologies: int, max_iterations: int) -> None:
     import torch
@@ -263,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     t.add_argument("--model", default="inception_v3")
     t.add_argument("--topology", default="tag-testbed")
     t.add_argument("--iterations", type=int, default=200)
+    r = sub.add_parser("rank", help="partial-plan scores against the final simulation (Spearman)")
+    r.add_argument("--plans", type=int, default=40)
+    r.add_argument("--model", default="inception_v3")
+    r.add_argument("--topology", default="tag-testbed")
     s7 = sub.add_parser("table7", help="iterations to beat data parallelism on unseen topologies")
     s7.add_argument("--checkpoint", required=True)
     s7.add_argument("--models", default=",".join(TABLE7_MODELS))
@@ -277,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "throughput":
         throughput(args.model, args.topology, args.iterations, args.checkpoint)
+    elif args.command == "rank":
+        rank(args.model, args.topology, args.plans)
     elif args.command == "table7":
         table7(args.checkpoint, args.models.split(","), args.topologies, args.max_iterations)
     else:

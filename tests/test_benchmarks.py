@@ -213,3 +213,10 @@ def test_tag_throughput(run: Run) -> None:  # 7 s: an untrained GNN and RLlib's 
         assert row["groups"] == "15" and row["actions"] == "4"  # lenet's ops; one machine x 4 options
         assert _number(row["cold it/s"]) > 0 and _number(row["warm it/s"]) > 0
         assert 0 < int(row["simulations (cold)"]) <= 12
+
+
+def test_tag_rank(run: Run) -> None:
+    text = run("tag", "rank", "--model", "lenet", "--topology", "tag-testbed", "--plans", "8")
+    rows = _table(text)
+    assert _number(rows[0]["Spearman with the final simulation"]) == 1.0  # the leaf score is the final simulation
+    assert -1.0 <= _number(rows[1]["Spearman with the final simulation"]) <= 1.0
