@@ -215,7 +215,8 @@ def test_tag_throughput(run: Run) -> None:  # 7 s: an untrained GNN and RLlib's 
         assert 0 < int(row["simulations (cold)"]) <= 12
 
 
-def test_tag_rank(run: Run) -> None:
+@pytest.mark.slow
+def test_tag_rank(run: Run) -> None:  # 6 s under load: 8 plans simulated three ways
     text = run("tag", "rank", "--model", "lenet", "--topology", "tag-testbed", "--plans", "8")
     rows = _table(text)
     assert _number(rows[0]["Spearman with the final simulation"]) == 1.0  # the leaf score is the final simulation
