@@ -218,3 +218,25 @@ def test_env_evaluate_and_observe_leave_the_episode_alone() -> None:
     assert env._actions == ()
     with pytest.raises(ValueError, match="decision 0 = True"):
         env.evaluate([True])
+
+
+def test_mcts_method_in_comparisons(zoo_graph: Callable[..., OpGraph]) -> None:
+    from placement_rl.methods import compare_methods, get_method
+
+    graph = zoo_graph("lenet")
+    topo = resolve_topology("tag-testbed")
+    (row,) = compare_methods(graph, topo, ["mcts"], options={"mcts": {"budget": 40, "max_groups": 6}})
+    assert row.method == "mcts" and not row.oom
+    assert row.speedup_over_dp >= 1.0  # the search starts from data parallelism and keeps the best leaf
+    row.plan.validate(graph, topo)
+    check = get_method("mcts").check
+    assert check is not None
+    for bad, message in (
+        ({"budget": "soon"}, "budget = 'soon'"),
+        ({"device_grouping": "rack"}, "device_grouping = 'rack'"),
+        ({"c_puct": -1}, "c_puct = -1"),
+        ({"max_groups": 0}, "max_groups = 0"),
+        ({"reference": "dp"}, "reference = 'dp'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            check(bad, None, None)
