@@ -255,17 +255,17 @@ def test_optional_methods_that_do_not_exist_yet_get_rows_saying_so(tmp_path: Pat
         "topologies": ["trinity"],
         "methods": [
             "data_parallel",
-            {"method": "tag", "checkpoint": "out/tag/checkpoint_final", "optional": True},
-            {"method": "mcts", "budget": "10s", "optional": True},
+            {"method": "hap", "checkpoint": "out/hap/checkpoint_final", "optional": True},
+            {"method": "pipedream", "budget": "10s", "optional": True},
         ],
     }
     report = run_experiment(prepare(parse_experiment(doc)), tmp_path, progress=False)
     rows = {r["method"]: r for r in report.rows}
-    assert rows["tag"]["status"] == "unavailable" and "agent 'tag' does not exist yet" in rows["tag"]["note"]
-    assert rows["mcts"]["status"] == "unavailable" and rows["mcts"]["makespan_s"] is None
-    assert "unavailable: agent 'tag' does not exist yet" in (tmp_path / "results.md").read_text()
+    assert rows["hap"]["status"] == "unavailable" and "agent 'hap' does not exist yet" in rows["hap"]["note"]
+    assert rows["pipedream"]["status"] == "unavailable" and rows["pipedream"]["makespan_s"] is None
+    assert "unavailable: agent 'hap' does not exist yet" in (tmp_path / "results.md").read_text()
     summary = {s["method"]: s for s in report.summary}
-    assert summary["tag"]["unavailable"] == 1 and summary["tag"]["instances"] == 0
+    assert summary["hap"]["unavailable"] == 1 and summary["hap"]["instances"] == 0
 
 
 def test_exhaustive_runs_on_a_small_space(tmp_path: Path) -> None:
