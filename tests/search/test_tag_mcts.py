@@ -220,6 +220,7 @@ def test_env_evaluate_and_observe_leave_the_episode_alone() -> None:
         env.evaluate([True])
 
 
+@pytest.mark.slow  # 3-4 s: compare_methods simulates every reference row
 def test_mcts_method_in_comparisons(zoo_graph: Callable[..., OpGraph]) -> None:
     from placement_rl.methods import compare_methods, get_method
 
