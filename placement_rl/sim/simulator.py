@@ -1167,17 +1167,9 @@ class SimContext:
     def _sync_compute(devices: np.ndarray, seconds: np.ndarray) -> _Comm:
         """Compute tasks of the synchronization block (``sfb_gradient``): ``seconds[k]`` on device ``devices[k]``."""
         K = devices.shape[0]
-        none = np.zeros(0, np.int64)
-        flows = _Flows(
-            np.zeros(K + 1, np.int64),
-            np.zeros(0),
-            np.zeros(1, np.int64),
-            np.zeros(0),
-            np.zeros(0),
-            np.zeros(1, np.int64),
-            none,
-            none,
-        )
+        # no flows: the kernel's empty flow arrays (its last one is a per-direction table; ours, per flow, is ids)
+        pp, pl, pf, fb, fc, fd, fds, _ = _kernels.no_flows(K)
+        flows = _Flows(pp, pl, pf, fb, fc, fd, fds, np.zeros(0, np.int64))
         return _Comm(
             seconds.astype(np.float64),
             np.arange(K + 1, dtype=np.int64),
