@@ -363,7 +363,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         decided: np.ndarray,
         current: int,
         memory_used_bytes: np.ndarray,
+        action_mask: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
+        """The observation of a state; ``action_mask`` given: that mask, and the env's last mask stays
+        (an observation of another state than the episode's, :meth:`PlacementEnv.observe`)."""
         assert self.data is not None
         static = self.data.static
         makespan_s, finish_s, idle_s, busy_s = feedback
@@ -379,7 +382,10 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         dev[:D, DEV_COL_MEMORY_USED_GIB] = memory_used_bytes / GIB
         idle_fraction = np.clip(1.0 - busy_s / makespan_s, 0.0, 1.0) if makespan_s > 0 else 1.0
         dev[:D, DEV_COL_IDLE_FRACTION] = idle_fraction
-        obs["action_mask"] = self._last_mask = self._action_mask()
+        if action_mask is None:
+            obs["action_mask"] = self._last_mask = self._action_mask()
+        else:
+            obs["action_mask"] = action_mask
         return obs
 
     def _as_action(self, action: Any) -> Any:

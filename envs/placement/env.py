@@ -215,14 +215,11 @@ class PlacementEnv(PlanEnv):
         current = int(problem.order[len(decisions)]) if len(decisions) < G else -1
         used = problem.used(decisions)
         feedback = (evaluation.makespan_s, evaluation.group_finish_s, evaluation.group_idle_s, evaluation.device_busy_s)
-        if set_mask:
-            obs = self._observation(feedback, decided, current, used)
-        else:
-            saved = self._last_mask
-            obs = self._observation(feedback, decided, current, used)
+        mask = None
+        if not set_mask:  # another state than the episode's: its own mask, the episode's stays
             mask = np.zeros(self.layout.num_actions, np.int8)
             mask[: problem.num_actions] = problem.action_mask(decisions, used)
-            obs["action_mask"], self._last_mask = mask, saved
+        obs = self._observation(feedback, decided, current, used, mask)
         tag_dynamic_arrays(obs, problem, decisions, evaluation, self.layout)
         return obs
 
