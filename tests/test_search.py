@@ -73,18 +73,36 @@ def test_delta_simulation_equals_full_simulation(model, options, preset, groups,
     delta = DeltaSimulator(SimContext(graph, topo, cost), [dp[op.name] for op in graph.ops])
     assert delta.cost == plan_cost(simulate(graph, topo, dp, cost), 10.0)
     rng = np.random.default_rng(7)
+    cuts = 0
     for _ in range(proposals if network == "flow" else proposals // 2):
         i = int(rng.integers(graph.num_ops))
         cfg = space.random_config(i, rng)
+        # With a limit near the cost: cut off only when the cost is above the limit, else exact.
+        limit = delta.cost * (0.9 + 0.3 * rng.random())
+        bounded = delta.propose(i, cfg, limit)
+        delta.reject()
         proposed = delta.propose(i, cfg)
         plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
         assert proposed == plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
+        assert bounded == proposed or (bounded == np.inf and delta.proposed_makespan_s > limit)
+        cuts += bounded == np.inf
         if rng.random() < 0.5:
             delta.accept()
         else:
             delta.reject()
     # The kept state is the accepted plan's: its full simulation matches too.
     assert delta.result().makespan_s == simulate(graph, topo, delta.plan(), cost).makespan_s
+    assert cuts > 0  # the limits above did cut some proposals off
+
+
+@pytest.mark.parametrize("network", ["flow", "circuit"])
+def test_cutting_off_rejected_proposals_leaves_the_chain_unchanged(network: str, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("inception_v3")
+    topo = load_preset("tag-testbed")
+    cost = CostModel(network=network)
+    runs = [mcmc(graph, topo, budget=150, seed=3, cost_model=cost, cutoff=cutoff) for cutoff in (False, True)]
+    assert np.array_equal(runs[0].costs_s, runs[1].costs_s)
+    assert runs[0].plan == runs[1].plan and runs[0].accepted == runs[1].accepted
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ ended).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,14 +83,24 @@ class DeltaSimulator:
         self._capacity = ctx._capacity.astype(np.int64)
         tasks = ctx.assemble(self.ops, self.edges)
         none = np.zeros(tasks.duration.shape[0], np.bool_)
-        self.cost, self._times = self._evaluate(self.ops, tasks, none, none, none, none)
+        evaluated = self._evaluate(self.ops, tasks, none, none, none, none)
+        assert evaluated is not None
+        self.cost, self._times = evaluated
+        #: proposals cut off above their limit (:meth:`propose`)
+        self.cut = 0
         self._tasks = tasks
         self._pending: tuple[Any, ...] | None = None
         self._quiet: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._owner_end: np.ndarray | None = None
 
-    def propose(self, index: int, cfg: OpConfig) -> float:
-        """Cost of the current plan with op ``index`` set to ``cfg``; follow with :meth:`accept` or :meth:`reject`."""
+    def propose(self, index: int, cfg: OpConfig, limit_s: float = math.inf) -> float:
+        """Cost of the current plan with op ``index`` set to ``cfg``; follow with :meth:`accept` or :meth:`reject`.
+
+        With a finite ``limit_s`` the simulation stops as soon as the makespan is certainly above it
+        (a lower bound from the tasks already timed, :func:`~placement_rl.sim.kernels.rest_bounds`),
+        and the cost is then ``inf``: a search that would reject any cost above ``limit_s`` makes the
+        same decision without the rest of the schedule. Such a proposal can only be rejected.
+        """
         ctx = self.ctx
         compiled = self._compile(index, cfg)
         ops = self.ops.replace(index, compiled)
@@ -107,7 +118,13 @@ class DeltaSimulator:
             edges = edges.replace(e, *ctx.edge_transfers(e, producer, consumer))
         tasks = ctx.assemble(ops, edges)
         prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner, tasks)
-        cost, times = self._evaluate(ops, tasks, prefix, ready, start, end)
+        evaluated = self._evaluate(ops, tasks, prefix, ready, start, end, limit_s)
+        if evaluated is None:
+            self._pending = None
+            self.proposed_makespan_s = math.inf
+            self.cut += 1
+            return math.inf
+        cost, times = evaluated
         self._pending = (index, cfg, compiled, ops, edges, times, tasks)
         self.proposed_makespan_s = float(times[2].max()) if times[2].size else 0.0
         return cost
@@ -279,10 +296,20 @@ class DeltaSimulator:
         return self.ctx.run(self.compiled)
 
     def _evaluate(
-        self, ops: OpArrays, tasks: Any, prefix: np.ndarray, ready: np.ndarray, start: np.ndarray, end: np.ndarray
-    ) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        self,
+        ops: OpArrays,
+        tasks: Any,
+        prefix: np.ndarray,
+        ready: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        limit_s: float = math.inf,
+    ) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+        """The cost and ``(ready, start, end)`` of the task graph; None when cut off above ``limit_s``."""
         ctx = self.ctx
-        start, end, ready, *_ = ctx.schedule(tasks, prefix, ready, start, end)
+        start, end, ready, *_, cut = ctx.schedule_within(tasks, limit_s, prefix, ready, start, end)
+        if cut:
+            return None
         makespan = float(end.max()) if end.size else 0.0
         peak = ctx.peak_memory(ops, tasks, start, end, only_over=True).astype(np.int64)
         return oom_cost(makespan, peak, self._capacity, self.oom_penalty), (ready, start, end)

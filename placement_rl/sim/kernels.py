@@ -317,6 +317,9 @@ def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  
         zeros,
         zeros,
         False,
+        np.inf,
+        np.zeros(0),
+        np.zeros(0),
     )
     return out[0], out[1], out[3]
 
@@ -358,6 +361,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     prefix_start,
     prefix_end,
     record,
+    limit,
+    rest,
+    shortest,
 ):
     """FlexFlow's simulation (sec. 5.2) with flow tasks that share link directions max-min fairly.
 
@@ -387,8 +393,15 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     They are replayed (resources end busy at their last end, successors are credited); the run then
     goes on exactly as a full run would from ``t0``, where no flow is in flight.
 
+    **Cutting off** (searches): with a finite ``limit`` and ``rest``, ``shortest`` (T,) from
+    :func:`rest_bounds`, the run stops as soon as the makespan is certainly above ``limit``, and
+    the returned times are incomplete (``cut`` is True). Two lower bounds on the makespan are kept:
+    a task that becomes ready or starts at ``x`` gives ``x + rest[t]`` (its longest chain), and a
+    resource gives the end of its latest task plus the shortest durations of the tasks it has not
+    started yet (a device runs its tasks one at a time, a communicator its flow tasks).
+
     Returns:
-        ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate)``:
+        ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate, cut)``:
         ``critical_pred[t]`` is the task whose end fixed ``t``'s start (a predecessor or the
         resource's previous task), -1 for none and for prefix tasks; ``dir_busy`` ``(2L,)`` the
         seconds each direction carried a flow; with ``record``, the timeline of each direction's
@@ -448,6 +461,19 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     tl_time = np.empty(64 if record else 0)
     tl_dir = np.empty(64 if record else 0, np.int64)
     tl_rate = np.empty(64 if record else 0)
+    bounded = limit < np.inf and rest.shape[0] == n
+    load = np.zeros(num_resources)
+    if bounded:
+        for t in range(n):
+            if prefix[t] or res_ptr[t + 1] == res_ptr[t]:
+                continue
+            if phase_ptr[t + 1] > phase_ptr[t]:
+                load[res[res_ptr[t]]] += shortest[t]
+            else:
+                for k in range(res_ptr[t], res_ptr[t + 1]):
+                    load[res[k]] += duration[t]
+        for x in range(num_resources):
+            load[x] *= 1.0 - 1e-9
     for t in range(n):
         if not prefix[t]:
             continue
@@ -465,8 +491,14 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 last_pred[v] = t
             pending[v] -= 1
         done += 1
+    if bounded:
+        for x in range(num_resources):
+            if res_free[x] + load[x] > limit:
+                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
     for t in range(n):
         if not prefix[t] and pending[t] == 0:
+            if bounded and ready[t] + rest[t] > limit:
+                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
             size = _heap_push(heap_t, heap_id, size, ready[t], t)
     now = 0.0
     next_finish = np.inf
@@ -573,6 +605,8 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         last_pred[v] = t
                     pending[v] -= 1
                     if pending[v] == 0:
+                        if bounded and ready[v] + rest[v] > limit:
+                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
                         size = _heap_push(heap_t, heap_id, size, ready[v], v)
                 done += 1
             continue
@@ -599,6 +633,14 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                             queue_next[t] = -1
                             continue
                         holder[x] = t
+                if bounded:
+                    if r + rest[t] > limit:
+                        return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                    if res_ptr[t + 1] > res_ptr[t]:
+                        x = res[res_ptr[t]]
+                        load[x] -= shortest[t] * (1.0 - 1e-9)
+                        if r + shortest[t] + load[x] > limit:
+                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
                 phase_of[t] = phase_ptr[t]
                 start[t] = r
             if r > now:
@@ -627,8 +669,16 @@ def schedule_flows(  # type: ignore[no-untyped-def]
             if res_free[x] > s:
                 s = res_free[x]
                 blocker = res_last[x]
-        start[t] = s
         fin = s + duration[t]
+        if bounded:
+            if s + rest[t] > limit:
+                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+            for k in range(res_ptr[t], res_ptr[t + 1]):
+                x = res[k]
+                load[x] -= duration[t] * (1.0 - 1e-9)
+                if fin + load[x] > limit:
+                    return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+        start[t] = s
         end[t] = fin
         ready[t] = r
         crit[t] = blocker
@@ -642,11 +692,89 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 last_pred[v] = t
             pending[v] -= 1
             if pending[v] == 0:
+                if bounded and ready[v] + rest[v] > limit:
+                    return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
                 size = _heap_push(heap_t, heap_id, size, ready[v], v)
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size]
+    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size], False
+
+
+@njit(cache=True)
+def rest_bounds(  # type: ignore[no-untyped-def]
+    duration,
+    succ_ptr,
+    succ,
+    indegree,
+    phase_ptr,
+    phase_latency,
+    phase_flow_ptr,
+    flow_bytes,
+    flow_cap,
+    flow_dir_ptr,
+    flow_dirs,
+    dir_capacity,
+):
+    """``(rest, shortest)``, (T,) each: a lower bound on ``makespan - start[t]`` for every schedule
+    :func:`schedule_flows` makes, and each task's shortest duration.
+
+    A task lasts at least its shortest duration: a fixed task its ``duration``; a flow task the sum
+    over its phases of the phase latency plus its slowest flow alone on its narrowest direction
+    (or at its cap). After it, the makespan is at least the longest chain of such durations through
+    its successors (waiting for resources and sharing links only add to it). Rounded down by one
+    part in 10^9 so that floating-point rounding never makes the bound exceed a real schedule.
+    """
+    n = duration.shape[0]
+    shortest = duration.copy()
+    for t in range(n):
+        if phase_ptr[t + 1] > phase_ptr[t]:
+            total = 0.0
+            for p in range(phase_ptr[t], phase_ptr[t + 1]):
+                slowest = 0.0
+                for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
+                    r = flow_cap[f]
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        c = dir_capacity[flow_dirs[j]]
+                        if c < r:
+                            r = c
+                    if r < np.inf:
+                        x = flow_bytes[f] / r
+                        if x > slowest:
+                            slowest = x
+                total += phase_latency[p] + slowest
+            shortest[t] = total
+    # Kahn's order forwards, then the longest chains backwards.
+    order = np.empty(n, np.int64)
+    pending = indegree.copy()
+    head = 0
+    tail = 0
+    for t in range(n):
+        if pending[t] == 0:
+            order[tail] = t
+            tail += 1
+    while head < tail:
+        t = order[head]
+        head += 1
+        for k in range(succ_ptr[t], succ_ptr[t + 1]):
+            v = succ[k]
+            pending[v] -= 1
+            if pending[v] == 0:
+                order[tail] = v
+                tail += 1
+    if tail != n:
+        raise ValueError("the task graph has a cycle")
+    rest = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        t = order[i]
+        after = 0.0
+        for k in range(succ_ptr[t], succ_ptr[t + 1]):
+            if rest[succ[k]] > after:
+                after = rest[succ[k]]
+        rest[t] = shortest[t] + after
+    for t in range(n):
+        rest[t] *= 1.0 - 1e-9
+    return rest, shortest
 
 
 @njit(cache=True)
@@ -689,6 +817,9 @@ def schedule_from(  # type: ignore[no-untyped-def]
         prefix_start,
         prefix_end,
         False,
+        np.inf,
+        np.zeros(0),
+        np.zeros(0),
     )
     return out[0], out[1], out[2], out[3]
 

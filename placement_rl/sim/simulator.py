@@ -927,6 +927,23 @@ class SimContext:
         ``record`` keeps each link direction's rate over time. Returns ``(start, end, ready,
         critical_pred, direction_busy_s, timeline_time_s, timeline_direction, timeline_rate)``.
         """
+        return self.schedule_within(tasks, math.inf, prefix, ready, start, end, record)[:8]
+
+    def schedule_within(
+        self,
+        tasks: _Tasks,
+        limit_s: float,
+        prefix: np.ndarray | None = None,
+        ready: np.ndarray | None = None,
+        start: np.ndarray | None = None,
+        end: np.ndarray | None = None,
+        record: bool = False,
+    ) -> tuple[Any, ...]:
+        """:meth:`schedule`, cut off as soon as the makespan is certainly above ``limit_s``.
+
+        Returns :meth:`schedule`'s tuple plus ``cut`` (bool): when True, the makespan exceeds
+        ``limit_s`` (by :func:`~placement_rl.sim.kernels.rest_bounds`) and the times are incomplete.
+        """
         T = tasks.duration.shape[0]
         if prefix is None:
             prefix = np.zeros(T, np.bool_)
@@ -944,6 +961,12 @@ class SimContext:
             )
         else:
             pp, pl, pf, fb, fc, fd, fds, _ = _kernels.no_flows(T)
+        rest = shortest = np.zeros(0)
+        if limit_s < math.inf:
+            rest, shortest = _kernels.rest_bounds(
+                tasks.duration, tasks.succ_ptr, tasks.succ, tasks.indegree, pp, pl, pf, fb, fc, fd, fds,
+                self.network.capacity,
+            )  # fmt: skip
         return _kernels.schedule_flows(
             tasks.duration,
             tasks.res_ptr,
@@ -965,6 +988,9 @@ class SimContext:
             start,
             end,
             record,
+            limit_s,
+            rest,
+            shortest,
         )
 
     def transfers(self, ops: Sequence[_CompiledOp]) -> tuple[np.ndarray, ...]:
