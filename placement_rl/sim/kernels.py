@@ -398,7 +398,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     the returned times are incomplete (``cut`` is True). Two lower bounds on the makespan are kept:
     a task that becomes ready or starts at ``x`` gives ``x + rest[t]`` (its longest chain), and a
     resource gives the end of its latest task plus the shortest durations of the tasks it has not
-    started yet (a device runs its tasks one at a time, a communicator its flow tasks).
+    started yet (a device runs its tasks one at a time, a communicator its flow tasks); and under
+    flows, a link direction gives the current time plus the bytes it has yet to carry over its
+    capacity.
 
     Returns:
         ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate, cut)``:
@@ -474,6 +476,18 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     load[res[k]] += duration[t]
         for x in range(num_resources):
             load[x] *= 1.0 - 1e-9
+    # bytes each link direction has yet to carry (the flows of tasks not in the prefix)
+    dir_left = np.zeros(nd)
+    if bounded:
+        for t in range(n):
+            if prefix[t]:
+                continue
+            for p in range(phase_ptr[t], phase_ptr[t + 1]):
+                for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        dir_left[flow_dirs[j]] += flow_bytes[f]
+        for d in range(nd):
+            dir_left[d] *= 1.0 - 1e-9
     for t in range(n):
         if not prefix[t]:
             continue
@@ -566,7 +580,21 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     kept += 1
                     if finish[f] < next_finish:
                         next_finish = finish[f]
+                    if bounded:
+                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                            dir_left[flow_dirs[j]] -= rate[f] * step
             nact = kept
+            if bounded:
+                for c in range(ncompleted):
+                    f = completed[c]
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        dir_left[flow_dirs[j]] -= remaining[f]
+                for k in range(nact):
+                    f = act[k]
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        d = flow_dirs[j]
+                        if now + dir_left[d] / dir_capacity[d] > limit:
+                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
             dirty = True
             for c in range(ncompleted):
                 f = completed[c]
@@ -648,7 +676,17 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 for k in range(nact):
                     f = act[k]
                     remaining[f] -= rate[f] * step
+                    if bounded:
+                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                            dir_left[flow_dirs[j]] -= rate[f] * step
                 now = r
+            if bounded:
+                p = phase_of[t]
+                for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        d = flow_dirs[j]
+                        if now + dir_left[d] / dir_capacity[d] > limit:
+                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
             p = phase_of[t]
             for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
                 act[nact] = f
