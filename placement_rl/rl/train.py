@@ -13,7 +13,6 @@ keep the best plan sampled on the way, with its anytime trace (best plan found v
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 import os
 import time
