@@ -11,7 +11,8 @@ Every method gets the same wall-clock budget on each instance, one after the oth
   guided by the trained GNN prior;
 * PPO trained on the instance alone (RLlib; ``--ppo-agent``, default ``trinity``; the config is
   ``--ppo-config``, default ``tune_configs/trinity_ppo.yaml`` for ``trinity``), keeping the best plan
-  sampled: Trinity's own setting. Its clock includes building the algorithm.
+  sampled: Trinity's own setting. Its clock includes building the algorithm. It samples in the driver
+  (``--ppo-runners 0``), one process like the searches.
 
 Writes ``<instance>.png`` (best makespan ms against seconds, log x; data parallelism and the compute
 bound as horizontal lines), ``anytime.json`` / ``anytime.csv`` (the curves) and ``results.md`` (the
@@ -55,7 +56,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--methods", default="mcmc,mcts,ppo", help="any of mcmc, mcts, ppo (comma-separated)")
     parser.add_argument("--ppo-agent", default="trinity", help="a registered agent (trinity, ppo_tag, ...)")
     parser.add_argument("--ppo-config", type=Path, default=None, help="its training YAML")
-    parser.add_argument("--ppo-runners", type=int, default=None, help="EnvRunners (default: the config's)")
+    parser.add_argument(
+        "--ppo-runners",
+        type=int,
+        default=0,
+        help="EnvRunners (default 0: PPO samples in its one process, as the searches run)",
+    )
     parser.add_argument("--tag-checkpoint", default=None, help="a tag checkpoint: adds the GNN-prior search")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -1255,8 +1255,9 @@ def anytime_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") 
 
 def draw_anytime(ax: Any, rows: Sequence[Mapping[str, Any]], colors: Mapping[str, str] | None = None) -> None:
     """One instance's anytime chart on ``ax`` (see :func:`anytime_png`); x is logarithmic, since the
-    searches improve fastest early. ``rows`` are :func:`cell_row` dicts (``anytime``, ``search_s``,
-    ``makespan_s``, ``oom``, ``dp_makespan_s``, ``lower_bound_s``)."""
+    searches improve fastest early, and so is y where the makespans span more than a decade. ``rows``
+    are :func:`cell_row` dicts (``anytime``, ``search_s``, ``makespan_s``, ``oom``, ``dp_makespan_s``,
+    ``lower_bound_s``)."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     colors = colors or {m: f"C{k % 10}" for k, m in enumerate(methods)}
     labelled: set[str] = set()
@@ -1280,6 +1281,9 @@ def draw_anytime(ax: Any, rows: Sequence[Mapping[str, Any]], colors: Mapping[str
     ax.axhline(rows[0]["dp_makespan_s"] * 1e3, color="black", linestyle="--", linewidth=0.8, label="data parallel")
     ax.axhline(rows[0]["lower_bound_s"] * 1e3, color="grey", linestyle=":", linewidth=0.8, label="compute bound")
     ax.set_xscale("log")
+    shown = [y for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(y) and y > 0]
+    if shown and max(shown) > 10 * min(shown):  # a log axis only where the makespans span a decade
+        ax.set_yscale("log")
     ax.set_xlabel("search s")
     ax.set_ylabel("best makespan ms")
     ax.grid(alpha=0.3, which="both")
