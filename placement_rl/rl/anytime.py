@@ -89,19 +89,19 @@ def training_method(cfg: TrainConfig, name: str | None = None, progress: Callabl
 
 
 def prior_search_method(checkpoint: str | Path, name: str = "tag") -> Method:
-    """A :class:`~placement_rl.methods.Method`: TAG's tree search guided by a trained checkpoint's prior
-    (the agent's env must have the TAG action space), for a ``budget`` (``"30s"`` or leaf evaluations;
+    """A :class:`~placement_rl.methods.Method`: TAG's tree search guided by a trained ``tag`` checkpoint's
+    GNN prior, for a ``budget`` (``"30s"`` or leaf evaluations;
     default ``"10s"``), returning the best plan and its anytime trace. The search's space is the
     checkpoint's env (its op-group count and device grouping).
 
     Raises:
-        SchemaError: when the checkpoint's agent does not act in TAG's action space.
+        SchemaError: when the checkpoint holds another agent's policy.
     """
     from placement_rl.rl.agents import load_policy, policy_env
     from placement_rl.rl.tag import MCTSSection, base_env, prior_fn
 
     policy = load_policy(checkpoint)
-    if policy.agent.env_options.get("action_space") != "tag" or policy.agent.name != "tag":
+    if policy.agent.name != "tag":
         raise SchemaError(
             f"checkpoint {str(checkpoint)!r} holds a {policy.agent.name!r} policy; the prior-guided search needs "
             "a 'tag' checkpoint (a GNN prior over TAG's actions)"
@@ -130,7 +130,7 @@ def prior_search_method(checkpoint: str | Path, name: str = "tag") -> Method:
         run,
         f"TAG's tree search guided by the GNN prior of {checkpoint}",
         ("budget",),
-        lambda options, graph, topology: _check_budget(options, graph, topology),
+        _check_budget,
     )
 
 

@@ -99,3 +99,11 @@ def test_benchmark_writes_one_png_per_instance_and_the_curves(
     assert len(csv_lines) == 1 + sum(len(r["anytime"]) for r in saved)
     assert "| lenet@trinity | PPO (trinity) |" in (tmp_path / "results.md").read_text()
     assert any("iter 1" in line for line in lines)  # PPO's per-iteration progress
+
+
+def test_the_prior_search_refuses_a_checkpoint_of_another_agent(tiny_run: Path) -> None:
+    from placement_rl.errors import SchemaError
+    from placement_rl.rl.anytime import prior_search_method
+
+    with pytest.raises(SchemaError, match="holds a 'trinity' policy"):
+        prior_search_method(tiny_run / "checkpoint_final")
