@@ -12,7 +12,7 @@ Every method gets the same wall-clock budget on each instance, one after the oth
 * PPO trained on the instance alone (RLlib; ``--ppo-agent``, default ``trinity``; the config is
   ``--ppo-config``, default ``tune_configs/trinity_ppo.yaml`` for ``trinity``), keeping the best plan
   sampled: Trinity's own setting. Its clock includes building the algorithm. It samples in the driver
-  (``--ppo-runners 0``), one process like the searches.
+  (``--ppo-runners 0``) on one torch thread: one process on one core, like the searches.
 
 Writes ``<instance>.png`` (best makespan ms against seconds, log x; data parallelism and the compute
 bound as horizontal lines), ``anytime.json`` / ``anytime.csv`` (the curves) and ``results.md`` (the
@@ -23,10 +23,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+# Every method on one core: the searches are single-threaded, and torch's threads spin badly when the
+# cores are shared (a PPO iteration went from 3 s to 60 s with two threads on two busy cores).
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIGS = {"trinity": ROOT / "tune_configs" / "trinity_ppo.yaml"}
@@ -66,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    import torch
+
     from placement_rl import zoo
     from placement_rl.rl.anytime import anytime_benchmark, table_markdown
     from placement_rl.topology import resolve_topology
@@ -80,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not at or not model or not topology:
             raise SystemExit(f"--instances: {item!r}; expected MODEL@TOPOLOGY, e.g. vgg19@tag-testbed")
         instances.append((zoo.load(model), resolve_topology(topology)))
+    torch.set_num_threads(1)
     cfg = ppo_config(args.ppo_agent, args.ppo_config, args.ppo_runners) if "ppo" in wanted else None
     start = time.perf_counter()
     rows = anytime_benchmark(
