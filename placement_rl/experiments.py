@@ -1253,11 +1253,16 @@ def anytime_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") 
     return save_png(fig, path, title)
 
 
-def draw_anytime(ax: Any, rows: Sequence[Mapping[str, Any]], colors: Mapping[str, str] | None = None) -> None:
+def draw_anytime(
+    ax: Any,
+    rows: Sequence[Mapping[str, Any]],
+    colors: Mapping[str, str] | None = None,
+    ylim_ms: tuple[float, float] | None = None,
+) -> None:
     """One instance's anytime chart on ``ax`` (see :func:`anytime_png`); x is logarithmic, since the
     searches improve fastest early, and so is y where the makespans span more than a decade. ``rows``
     are :func:`cell_row` dicts (``anytime``, ``search_s``, ``makespan_s``, ``oom``, ``dp_makespan_s``,
-    ``lower_bound_s``)."""
+    ``lower_bound_s``). ``ylim_ms``: a linear y range (a zoom) instead."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     colors = colors or {m: f"C{k % 10}" for k, m in enumerate(methods)}
     labelled: set[str] = set()
@@ -1282,7 +1287,9 @@ def draw_anytime(ax: Any, rows: Sequence[Mapping[str, Any]], colors: Mapping[str
     ax.axhline(rows[0]["lower_bound_s"] * 1e3, color="grey", linestyle=":", linewidth=0.8, label="compute bound")
     ax.set_xscale("log")
     shown = [y for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(y) and y > 0]
-    if shown and max(shown) > 10 * min(shown):  # a log axis only where the makespans span a decade
+    if ylim_ms is not None:
+        ax.set_ylim(*ylim_ms)
+    elif shown and max(shown) > 10 * min(shown):  # a log axis only where the makespans span a decade
         ax.set_yscale("log")
     ax.set_xlabel("search s")
     ax.set_ylabel("best makespan ms")
@@ -1292,7 +1299,9 @@ def draw_anytime(ax: Any, rows: Sequence[Mapping[str, Any]], colors: Mapping[str
 
 def anytime_pngs(rows: Sequence[Mapping[str, Any]], folder: Path, title: str = "") -> list[Path]:
     """One anytime PNG per instance (:func:`draw_anytime`), ``folder/<instance>.png``; the colours of the
-    methods are the same in every file. ``title`` is prefixed to each instance's name."""
+    methods are the same in every file. ``title`` is prefixed to each instance's name. Where a curve
+    ends above 1.5x data parallelism (a learner far from the searches), a second panel zooms in on the
+    plans near data parallelism."""
     from placement_rl.paths import safe_name
     from placement_rl.plots import pyplot, save_png
 
@@ -1302,7 +1311,20 @@ def anytime_pngs(rows: Sequence[Mapping[str, Any]], folder: Path, title: str = "
     colors = {m: f"C{k % 10}" for k, m in enumerate(methods)}
     files = []
     for inst in dict.fromkeys(r["instance"] for r in rows):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        draw_anytime(ax, [r for r in rows if r["instance"] == inst], colors)
+        mine = [r for r in rows if r["instance"] == inst]
+        dp_ms = mine[0]["dp_makespan_s"] * 1e3
+        zoom = any(r["makespan_s"] * 1e3 > 1.5 * dp_ms for r in mine)
+        if not zoom:
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            draw_anytime(ax, mine, colors)
+            files.append(save_png(fig, folder / f"{safe_name(inst)}.png", f"{title}{inst}"))
+            continue
+        fig, (ax, near) = plt.subplots(1, 2, figsize=(11.5, 4.2))
+        draw_anytime(ax, mine, colors)
+        best_ms = min(min(r["makespan_s"] * 1e3 for r in mine), dp_ms)
+        draw_anytime(near, mine, colors, ylim_ms=(best_ms - 0.03 * dp_ms, 1.03 * dp_ms))
+        ax.set_title("all methods", fontsize="small")
+        near.set_title("near data parallelism (linear)", fontsize="small")
+        near.get_legend().remove()
         files.append(save_png(fig, folder / f"{safe_name(inst)}.png", f"{title}{inst}"))
     return files
