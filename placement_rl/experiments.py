@@ -83,6 +83,8 @@ RESULTS, CSV_FILE, MARKDOWN, SUMMARY_CSV, SUMMARY_MD = (
     "summary.md",
 )
 SPEEDUP_PNG, ANYTIME_PNG, EXPERIMENT_FILE = "speedup.png", "anytime.png", "experiment.json"
+#: The folder of the per-instance anytime PNGs (``anytime/<instance>.png``).
+ANYTIME_DIR = "anytime"
 
 
 # --------------------------------------------------------------------------------- config records
@@ -1171,11 +1173,17 @@ def write_outputs(out: Path, experiment: Experiment, rows: Sequence[Mapping[str,
     if ok:
         files.append(speedup_png(ok, out / SPEEDUP_PNG, title=f"{experiment.name}: speedup over data parallelism"))
         files.append(anytime_png(ok, out / ANYTIME_PNG, title=f"{experiment.name}: best makespan vs search time"))
+        per_instance = list(dict.fromkeys(r["instance"] for r in ok))[:MAX_ANYTIME_FILES]
+        files.extend(
+            anytime_pngs([r for r in ok if r["instance"] in per_instance], out / ANYTIME_DIR, f"{experiment.name}: ")
+        )
     return files
 
 
 #: The most instances the PNGs draw one by one (bars, anytime panels); more become a heat map / the first ones.
 MAX_BAR_INSTANCES, MAX_ANYTIME_PANELS = 24, 12
+#: The most instances that get their own anytime PNG (the first ones; a file takes ~0.3 s to draw).
+MAX_ANYTIME_FILES = 48
 
 
 def speedup_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") -> Path:
@@ -1238,32 +1246,85 @@ def anytime_png(rows: Sequence[Mapping[str, Any]], path: Path, title: str = "") 
     nrows = math.ceil(len(instances) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), squeeze=False)
     for ax, inst in zip(axes.flat, instances, strict=False):
-        mine = [r for r in rows if r["instance"] == inst]
-        labelled: set[str] = set()
-        for r in mine:
-            label = None if r["method"] in labelled else r["method"]
-            labelled.add(r["method"])
-            trace = r.get("anytime") or []
-            if trace:
-                xs = [max(t, 1e-3) for t, _ in trace]
-                ys = [c * 1e3 for _, c in trace]
-                ax.step(xs, ys, where="post", color=colors[r["method"]], label=label, alpha=0.8)
-            else:
-                ax.plot(
-                    [max(r["search_s"], 1e-3)],
-                    [r["makespan_s"] * 1e3],
-                    marker="x" if r["oom"] else "o",
-                    linestyle="none",
-                    color=colors[r["method"]],
-                    label=label,
-                )
-        ax.axhline(mine[0]["dp_makespan_s"] * 1e3, color="black", linestyle="--", linewidth=0.8)
-        ax.axhline(mine[0]["lower_bound_s"] * 1e3, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xscale("log")
+        draw_anytime(ax, [r for r in rows if r["instance"] == inst], colors)
         ax.set_title(inst, fontsize="small")
-        ax.set_xlabel("search s")
-        ax.set_ylabel("best makespan ms")
-        ax.legend(fontsize="x-small")
     for ax in list(axes.flat)[len(instances) :]:
         ax.set_visible(False)
     return save_png(fig, path, title)
+
+
+def draw_anytime(
+    ax: Any,
+    rows: Sequence[Mapping[str, Any]],
+    colors: Mapping[str, str] | None = None,
+    ylim_ms: tuple[float, float] | None = None,
+) -> None:
+    """One instance's anytime chart on ``ax`` (see :func:`anytime_png`); x is logarithmic, since the
+    searches improve fastest early, and so is y where the makespans span more than a decade. ``rows``
+    are :func:`cell_row` dicts (``anytime``, ``search_s``, ``makespan_s``, ``oom``, ``dp_makespan_s``,
+    ``lower_bound_s``). ``ylim_ms``: a linear y range (a zoom) instead."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    colors = colors or {m: f"C{k % 10}" for k, m in enumerate(methods)}
+    labelled: set[str] = set()
+    for r in rows:
+        label = None if r["method"] in labelled else r["method"]
+        labelled.add(r["method"])
+        trace = [(t, c) for t, c in r.get("anytime") or [] if math.isfinite(c)]
+        if trace:
+            xs = [max(t, 1e-3) for t, _ in trace]
+            ys = [c * 1e3 for _, c in trace]
+            ax.step(xs, ys, where="post", color=colors[r["method"]], label=label, alpha=0.8)
+        else:
+            ax.plot(
+                [max(r["search_s"], 1e-3)],
+                [r["makespan_s"] * 1e3],
+                marker="x" if r["oom"] else "o",
+                linestyle="none",
+                color=colors[r["method"]],
+                label=label,
+            )
+    ax.axhline(rows[0]["dp_makespan_s"] * 1e3, color="black", linestyle="--", linewidth=0.8, label="data parallel")
+    ax.axhline(rows[0]["lower_bound_s"] * 1e3, color="grey", linestyle=":", linewidth=0.8, label="compute bound")
+    ax.set_xscale("log")
+    shown = [y for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(y) and y > 0]
+    if ylim_ms is not None:
+        ax.set_ylim(*ylim_ms)
+    elif shown and max(shown) > 10 * min(shown):  # a log axis only where the makespans span a decade
+        ax.set_yscale("log")
+    ax.set_xlabel("search s")
+    ax.set_ylabel("best makespan ms")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="x-small")
+
+
+def anytime_pngs(rows: Sequence[Mapping[str, Any]], folder: Path, title: str = "") -> list[Path]:
+    """One anytime PNG per instance (:func:`draw_anytime`), ``folder/<instance>.png``; the colours of the
+    methods are the same in every file. ``title`` is prefixed to each instance's name. Where a curve
+    ends above 1.5x data parallelism (a learner far from the searches), a second panel zooms in on the
+    plans near data parallelism."""
+    from placement_rl.paths import safe_name
+    from placement_rl.plots import pyplot, save_png
+
+    plt = pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    colors = {m: f"C{k % 10}" for k, m in enumerate(methods)}
+    files = []
+    for inst in dict.fromkeys(r["instance"] for r in rows):
+        mine = [r for r in rows if r["instance"] == inst]
+        dp_ms = mine[0]["dp_makespan_s"] * 1e3
+        zoom = any(r["makespan_s"] * 1e3 > 1.5 * dp_ms for r in mine)
+        if not zoom:
+            fig, ax = plt.subplots(figsize=(6.4, 4.2))
+            draw_anytime(ax, mine, colors)
+            files.append(save_png(fig, folder / f"{safe_name(inst)}.png", f"{title}{inst}"))
+            continue
+        fig, (ax, near) = plt.subplots(1, 2, figsize=(11.5, 4.2))
+        draw_anytime(ax, mine, colors)
+        best_ms = min(min(r["makespan_s"] * 1e3 for r in mine), dp_ms)
+        draw_anytime(near, mine, colors, ylim_ms=(best_ms - 0.03 * dp_ms, 1.03 * dp_ms))
+        ax.set_title("all methods", fontsize="small")
+        near.set_title("near data parallelism (linear)", fontsize="small")
+        near.get_legend().remove()
+        files.append(save_png(fig, folder / f"{safe_name(inst)}.png", f"{title}{inst}"))
+    return files

@@ -472,9 +472,16 @@ def _mcts(problem: Problem) -> Found:
     total = budget.proposals or 0
     with step_progress(total, "MCTS", problem.progress and total > 0) as report:
         found = mcts_search(tag, iterations=budget.proposals, time_s=budget.seconds, config=config, progress=report)
-    anytime = [(t, tag.baseline.makespan_s / s if s > 0 else math.inf) for t, _, s in found.anytime]
+    return Found(tag.plan(found.decisions, name="mcts"), mcts_trace(tag.baseline.makespan_s, found))
+
+
+def mcts_trace(baseline_s: float, found: Any) -> tuple[tuple[float, float], ...]:
+    """The :attr:`Found.anytime` of a tree search (:class:`placement_rl.search.mcts.SearchResult`): its
+    ``(seconds, iteration, best speedup)`` trace as ``(seconds, best makespan)``, the makespan being
+    ``baseline_s / speedup`` (infinite while no plan fits), and a last point at the end of the search."""
+    anytime = [(t, baseline_s / s if s > 0 else math.inf) for t, _, s in found.anytime]
     anytime.append((found.elapsed_s, anytime[-1][1]))
-    return Found(tag.plan(found.decisions, name="mcts"), tuple(anytime))
+    return tuple(anytime)
 
 
 def _check_mcts(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:

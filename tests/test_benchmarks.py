@@ -221,3 +221,19 @@ def test_tag_rank(run: Run) -> None:  # 6 s under load: 8 plans simulated three 
     rows = _table(text)
     assert _number(rows[0]["Spearman with the final simulation"]) == 1.0  # the leaf score is the final simulation
     assert -1.0 <= _number(rows[1]["Spearman with the final simulation"]) <= 1.0
+
+
+@pytest.mark.slow
+def test_anytime(ray_local: object, run: Run, tiny_yaml: Path, tmp_path: Path) -> None:
+    """MCMC and one PPO iteration of the tiny config on lenet x trinity at a 1 s budget: the table, one PNG
+    per instance and the curves."""
+    argv = ["--instances", "lenet@trinity", "--budget", "1s", "--methods", "mcmc,ppo"]
+    rows = _table(run("anytime", *argv, "--ppo-config", str(tiny_yaml), "--out", str(tmp_path)))
+    assert [(r["instance"], r["method"]) for r in rows] == [
+        ("lenet@trinity", "MCMC"),
+        ("lenet@trinity", "PPO (trinity)"),
+    ]
+    for row in rows:
+        assert _number(row["best ms"]) > 0 and _number(row["vs DP"]) > 0
+    assert (tmp_path / "lenet@trinity.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "anytime.json").is_file() and (tmp_path / "anytime.csv").is_file()

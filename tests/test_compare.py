@@ -28,6 +28,7 @@ from placement_rl.experiments import (
     serial_cells,
 )
 from placement_rl.methods import compare_methods, compute_lower_bound_s
+from placement_rl.paths import safe_name
 from placement_rl.plan import Plan, data_parallel, single_device
 from placement_rl.sim import simulate
 from placement_rl.topology import load_preset, resolve_topology
@@ -111,6 +112,10 @@ def test_a_2x2x3_experiment_writes_every_output(tiny_run: tuple[Path, dict[str, 
         assert "mcmc" in (out / name).read_text()
     for name in ("speedup.png", "anytime.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    # One anytime PNG per instance besides the all-in-one.
+    per_instance = sorted(p.name for p in (out / "anytime").iterdir())
+    assert per_instance == sorted(f"{safe_name(i)}.png" for i in {r["instance"] for r in rows})
+    assert all((out / "anytime" / n).read_bytes()[:4] == b"\x89PNG" for n in per_instance)
     assert json.loads((out / "experiment.json").read_text())["name"] == "tiny"
 
 

@@ -190,17 +190,26 @@ def load_policy(checkpoint: str | Path) -> Policy:
     return Policy(agent, config, module, folder)
 
 
-class _GivenInstance:
-    """An instance generator that always yields one graph on one topology (what a method is asked)."""
+class GivenInstance:
+    """An instance generator that always yields one graph on one topology (what a method is asked;
+    training on one instance, :func:`placement_rl.rl.train.train_on_instance`)."""
 
     def __init__(self, graph: OpGraph, topology: DeviceTopology) -> None:
         self.graph = graph
         self.topology = topology
+        self._instances: dict[int, Any] = {}
 
     def sample(self, rng: np.random.Generator, max_groups: int) -> Any:
+        """The instance, the same object every episode: the env caches its features and baseline by
+        identity, so a fresh instance per reset would rebuild them (node2vec, the DP simulation) each time."""
         from placement_rl.envs import make_instance
 
-        return make_instance(self.graph, self.topology, max_groups)
+        if max_groups not in self._instances:
+            self._instances[max_groups] = make_instance(self.graph, self.topology, max_groups)
+        return self._instances[max_groups]
+
+
+_GivenInstance = GivenInstance  # the name benchmarks/tag.py imports
 
 
 def policy_env(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Any:
@@ -210,7 +219,7 @@ def policy_env(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Any:
     import placement_rl.envs  # noqa: F401  (registers the ids)
 
     options = {k: v for k, v in policy.config.env.items() if k != "generator"}
-    return gym.make(policy.agent.env_id, config={**options, "generator": _GivenInstance(graph, topology)})
+    return gym.make(policy.agent.env_id, config={**options, "generator": GivenInstance(graph, topology)})
 
 
 def policy_plan(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Plan:

@@ -5,6 +5,9 @@
 algorithm; everything else (the loop, checkpoints, ``progress.csv``, TensorBoard, the learning
 curve, Tune's trials and the results table) is the same for every agent. Inside ``ray job submit``
 they attach to the job's cluster (:func:`placement_rl.rl.runtime.ensure_ray`).
+
+:func:`train_on_instance` is Trinity's own setting: train on one instance for a wall-clock budget and
+keep the best plan sampled on the way, with its anytime trace (best plan found vs seconds).
 """
 
 from __future__ import annotations
@@ -12,14 +15,22 @@ from __future__ import annotations
 import csv
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placement_rl.io import write_json
 from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
 from placement_rl.rl.runtime import ensure_ray, output_dir, quiet_ray_logs
+
+if TYPE_CHECKING:
+    from placement_rl.graph import OpGraph
+    from placement_rl.plan import Plan
+    from placement_rl.sim import CostModel, SimResult
+    from placement_rl.topology import DeviceTopology
 
 
 def summarize(result: Mapping[str, Any], learner_metrics: tuple[str, ...] = ()) -> dict[str, float]:
@@ -129,6 +140,148 @@ def train(
         algo.stop()
     learning_curve_png(rows, run_dir / "learning_curve.png", title=cfg.name)
     return run_dir
+
+
+# ------------------------------------------------------------------------- training on one instance
+#: Attributes the plan recorder keeps on each EnvRunner: its best (oom, makespan) so far, and the
+#: plans that improved it since the driver last collected them, as ``(time.time(), plan)``.
+_BEST_KEY, _FOUND = "_placement_best_key", "_placement_found"
+#: The cost multiplier of a plan that does not fit (MCMC's default, so the traces compare).
+OOM_PENALTY = 10.0
+
+
+def record_plan(*, episode: Any, env_runner: Any, **kwargs: Any) -> None:
+    """RLlib ``on_episode_end`` callable: keep the episode's final plan on its EnvRunner when it beats the
+    runner's best so far (fitting first, then by makespan). Episodes that end without a plan (an
+    invalid action) are skipped."""
+    infos = episode.get_infos()
+    info = infos[-1] if len(infos) else {}
+    plan = info.get("plan") if isinstance(info, Mapping) else None
+    if plan is None or "makespan_s" not in info:
+        return
+    key = (bool(info.get("oom", False)), float(info["makespan_s"]))
+    best = getattr(env_runner, _BEST_KEY, None)
+    if best is None or key < best:
+        setattr(env_runner, _BEST_KEY, key)
+        found = getattr(env_runner, _FOUND, None)
+        if found is None:
+            found = []
+            setattr(env_runner, _FOUND, found)
+        found.append((time.time(), plan))
+
+
+def _take_found(runner: Any) -> list[tuple[float, Any]]:
+    """The plans a runner recorded since the last call (and forget them there)."""
+    found = list(getattr(runner, _FOUND, None) or ())
+    setattr(runner, _FOUND, [])
+    return found
+
+
+@dataclass(frozen=True)
+class InstanceTraining:
+    """What :func:`train_on_instance` found.
+
+    Attributes:
+        plan: the best plan sampled while training (the least cost).
+        result: its simulation (the caller's cost model).
+        anytime: ``(seconds since the call began, best cost so far in seconds)`` at each improvement
+            and at the end; the cost is the makespan, penalized as MCMC's for a plan that does not fit
+            (:data:`OOM_PENALTY`). Seconds include building the algorithm (its EnvRunners).
+        iterations: training iterations run.
+        env_steps: env steps sampled.
+        elapsed_s: wall-clock seconds from the call to the end of the last iteration.
+    """
+
+    plan: Plan
+    result: SimResult
+    anytime: tuple[tuple[float, float], ...]
+    iterations: int
+    env_steps: int
+    elapsed_s: float
+
+
+def train_on_instance(
+    cfg: TrainConfig,
+    graph: OpGraph,
+    topology: DeviceTopology,
+    budget: str | int = "60s",
+    *,
+    cost_model: CostModel | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> InstanceTraining:
+    """Train ``cfg``'s agent on ``graph`` x ``topology`` alone and keep the best plan sampled on the way.
+
+    Trinity's setting: the policy is trained per instance and the answer is the best plan among all
+    sampled episodes. Every EnvRunner records the final plan of each episode that beats its own best
+    (:func:`record_plan`, added to the agent's callbacks); after each iteration the driver collects
+    them, simulates each with one :class:`~placement_rl.sim.SimContext` and extends the trace. The
+    agent must act in episodes whose last ``info`` holds ``plan`` and ``makespan_s`` (the Placement
+    env does); nothing is written to disk.
+
+    Args:
+        cfg: the training config; its generator is replaced by the instance, ``run.iterations`` and
+            checkpoints are ignored.
+        graph: the op graph.
+        topology: the cluster.
+        budget: wall-clock seconds (``"60s"``, ``"2m"``: iterations run until the time is spent, the
+            last one finishing past it) or a number of training iterations (``5`` or ``"5"``).
+        cost_model: the cost model that judges the plans (default: the simulator's).
+        progress: called with one line per iteration (``None``: silent).
+
+    Raises:
+        ValueError: for a budget that is neither a duration nor a count.
+        RuntimeError: when no sampled episode ended with a plan.
+    """
+    from placement_rl.rl.agents import GivenInstance
+    from placement_rl.search import Budget
+    from placement_rl.search.mcmc import plan_cost
+    from placement_rl.sim import SimContext
+
+    limit = Budget.parse(budget)
+    ensure_ray()
+    ctx = SimContext(graph, topology, cost_model)
+    cfg = cfg.replace(env={**cfg.env, "generator": GivenInstance(graph, topology)})
+    start_wall, start = time.time(), time.perf_counter()
+    config = cfg.agent_spec.algorithm(cfg)
+    previous = config.callbacks_on_episode_end
+    previous = [] if previous is None else list(previous) if isinstance(previous, (list, tuple)) else [previous]
+    config.callbacks(on_episode_end=[*previous, record_plan])
+    quiet_ray_logs()
+    algo = config.build_algo()
+    best: tuple[float, Any, Any] | None = None  # (cost s, plan, result)
+    trace: list[tuple[float, float]] = []
+    iterations = env_steps = 0
+    try:
+        while True:
+            row = summarize(algo.train())
+            iterations += 1
+            env_steps = int(row["env_steps"]) if math.isfinite(row["env_steps"]) else env_steps
+            remote = algo.env_runner_group.num_remote_workers() > 0
+            batches = algo.env_runner_group.foreach_env_runner(_take_found, local_env_runner=not remote)
+            for stamp, plan in sorted((f for batch in batches for f in batch), key=lambda f: f[0]):
+                result = ctx.simulate(plan)
+                cost = plan_cost(result, OOM_PENALTY)
+                if best is None or cost < best[0]:
+                    best = (cost, plan, result)
+                    at = min(max(stamp - start_wall, trace[-1][0] if trace else 0.0), time.perf_counter() - start)
+                    trace.append((at, cost))
+            elapsed = time.perf_counter() - start
+            if progress is not None:
+                text = f"best {best[0] * 1e3:,.2f} ms" if best is not None else "no plan yet"
+                progress(f"[{cfg.name}] iter {iterations}  steps {env_steps}  {elapsed:.1f}s  {text}")
+            if limit.seconds is not None and elapsed >= limit.seconds:
+                break
+            if limit.proposals is not None and iterations >= limit.proposals:
+                break
+    finally:
+        algo.stop()
+    if best is None:
+        raise RuntimeError(
+            f"training {cfg.agent!r} on {graph.name}@{topology.name}: no sampled episode ended with a plan in "
+            f"{iterations} iterations; expected an agent whose episodes end with info['plan']"
+        )
+    trace.append((elapsed, best[0]))
+    return InstanceTraining(best[1], best[2], tuple(trace), iterations, env_steps, elapsed)
 
 
 def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -> Path:
