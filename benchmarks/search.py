@@ -17,9 +17,11 @@ divided by the device count (no plan is faster on this cluster).
 
 Batch sizes follow FlexFlow (sec. 8): 64 samples per GPU (AlexNet 256). Device counts 4, 8 and 16
 are the first GPUs of flexflow-p100 (1, 2 and 4 nodes); 32 and 64 those of flexflow-k80. ``delta``
-runs the same MCMC twice with a proposal budget, once evaluating proposals by full simulation and
-once by delta simulation; both make the same decisions (the costs are identical), so the ratio of
-wall times is the speedup of the search loop. Everything runs on one core (NUMBA_NUM_THREADS=1).
+runs the same MCMC three times with a proposal budget: once evaluating proposals by full simulation and
+once by delta simulation, and once by delta simulation that cuts off each proposal's schedule
+as soon as its makespan is certainly above the cost at which the Metropolis test rejects it; all
+three make the same decisions (the costs are identical), so the ratio of wall times is the speedup
+of the search loop. Everything runs on one core (NUMBA_NUM_THREADS=1).
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ MODELS = ("alexnet", "resnet101", "inception_v3", "rnntc", "rnnlm", "gnmt")
 COUNTS = ((4, "flexflow-p100"), (8, "flexflow-p100"), (16, "flexflow-p100"), (32, "flexflow-k80"), (64, "flexflow-k80"))
 
 
+#: ``delta`` table columns: (delta simulation, cutoff) of each MCMC run; all three make the same decisions.
+VARIANTS = {"full": (False, False), "delta": (True, False), "cutoff": (True, True)}
+
+
 def _batch(model: str, gpus: int) -> int:
     return (256 if model == "alexnet" else 64) * gpus
 
@@ -51,8 +57,11 @@ def _batch(model: str, gpus: int) -> int:
 def delta_table(
     proposals: int, models: Sequence[str] = MODELS, counts: Sequence[int] | None = None, cost: CostModel | None = None
 ) -> None:
-    print("| model | GPUs | tasks (DP) | full ms/proposal | delta ms/proposal | speedup |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| model | GPUs | tasks (DP) | full ms/proposal | delta ms/proposal | delta + cutoff ms/proposal "
+        "| delta vs full | delta + cutoff vs full |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for model in models:
         for gpus, preset in COUNTS:
             if counts is not None and gpus not in counts:
@@ -62,7 +71,7 @@ def delta_table(
             devices = [d.name for d in topo.devices[:gpus]]
             tasks = simulate(graph, topo, data_parallel(graph, topo, devices), cost).num_tasks
             times = {}
-            for delta in (False, True):
+            for variant, (delta, cutoff) in VARIANTS.items():
                 start = time.perf_counter()
                 found = mcmc(
                     graph,
@@ -71,13 +80,15 @@ def delta_table(
                     initial=("data_parallel",),
                     seed=0,
                     delta=delta,
+                    cutoff=cutoff,
                     devices=devices,
                     cost_model=cost,
                 )
-                times[delta] = (time.perf_counter() - start) / found.proposals
+                times[variant] = (time.perf_counter() - start) / found.proposals
+            full, delta_s, cut_s = times["full"], times["delta"], times["cutoff"]
             print(
-                f"| {model} | {gpus} | {tasks:,} | {times[False] * 1e3:.2f} | {times[True] * 1e3:.2f} | "
-                f"{times[False] / times[True]:.1f}x |",
+                f"| {model} | {gpus} | {tasks:,} | {full * 1e3:.2f} | {delta_s * 1e3:.2f} | {cut_s * 1e3:.2f} | "
+                f"{full / delta_s:.1f}x | {full / cut_s:.1f}x |",
                 flush=True,
             )
 
