@@ -73,11 +73,22 @@ def test_delta_simulation_equals_full_simulation(model, options, preset, groups,
     delta = DeltaSimulator(SimContext(graph, topo, cost), [dp[op.name] for op in graph.ops])
     assert delta.cost == plan_cost(simulate(graph, topo, dp, cost), 10.0)
     rng = np.random.default_rng(7)
-    for _ in range(proposals if network == "flow" else proposals // 2):
-        i = int(rng.integers(graph.num_ops))
-        cfg = space.random_config(i, rng)
-        proposed = delta.propose(i, cfg)
-        plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
+    for step in range(proposals if network == "flow" else proposals // 2):
+        if step % 3 == 2:  # several ops at once: random ones, or a connected run of ops
+            k = int(rng.integers(2, 6))
+            start = int(rng.integers(graph.num_ops))
+            indices = (
+                rng.choice(graph.num_ops, size=min(k, graph.num_ops), replace=False).tolist()
+                if step % 2
+                else [(start + d) % graph.num_ops for d in range(k)]
+            )
+            changes = {int(i): space.random_config(int(i), rng) for i in indices}
+            proposed = delta.propose_many(changes)
+        else:
+            i = int(rng.integers(graph.num_ops))
+            changes = {i: space.random_config(i, rng)}
+            proposed = delta.propose(i, changes[i])
+        plan = Plan(graph.name, {**delta.plan().configs, **{graph.ops[i].name: c for i, c in changes.items()}})
         assert proposed == plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
         if rng.random() < 0.5:
             delta.accept()
