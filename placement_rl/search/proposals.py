@@ -14,20 +14,28 @@ A proposal is a mapping ``{op index: new configuration}`` of one or more ops (ev
     devices and partition count split along its own dimensions, preferring its sample dimension;
     else the largest partition count that fits, on the first of those devices).
 ``group``
-    A connected group of 2 to ``max_group`` ops, grown breadth-first from a random op, moves
-    together to one device group: data parallel over all devices, over one machine's or one device
-    type's devices, or onto one device.
+    A connected group of 2 to ``max_group`` ops, grown breadth-first from a random op (or, half of
+    the time, every op sharing a random op's parameters: an unrolled recurrent layer), moves
+    together to one device group: half of the time all devices, one machine's or one device type's
+    devices, else a machine view of a random size (``start + stride * k``, one device included).
+    The ops are split along the batch over it (data parallel) or, a quarter of the time, along a
+    parameter dimension (model parallel).
 ``sync``
-    A random op with parameters keeps its devices and degrees and changes only its gradient
-    synchronization: ``all_reduce`` (bucketed), ``all_reduce_per_tensor``, ``parameter_server`` (on
-    one of its devices) or, where its replicas compute identical gradients, ``duplicate``.
+    A random op with parameters (with every op sharing them) keeps its devices and degrees and
+    changes only its gradient synchronization: ``all_reduce`` (bucketed), ``all_reduce_per_tensor``,
+    ``parameter_server`` (on one of its devices) or, where its replicas compute identical gradients,
+    ``duplicate``.
 ``replicas``
     A random op keeps its degrees and changes only its replica count ``R`` (each partition computed
     by ``R`` devices): existing replicas are kept in order, new ones go to the devices it does not
     use yet, in device order.
 
-``proposals`` names one kind, ``"mixed"`` (:data:`MIXES`: FlexFlow's proposal half of the time,
-the others in the rest), or maps kinds to weights.
+``proposals`` names one kind, a mix (:data:`MIXES`: ``"mixed"``, FlexFlow's proposal half of the
+time and the four others in the rest; ``"soap"``, FlexFlow's half of the time, ``neighbour`` and
+``group`` in the rest), or maps kinds to weights. Without ``sync`` and ``replicas`` the proposals
+stay inside the SOAP search space (a ``neighbour`` or ``group`` configuration outside it is left
+out of the proposal), so the plans found compare with :func:`~placement_rl.search.exhaustive`'s
+optimum over that space; ``sync`` and ``replicas`` leave it.
 """
 
 from __future__ import annotations
@@ -46,7 +54,10 @@ PROPOSAL_KINDS: tuple[str, ...] = ("flexflow", "neighbour", "group", "sync", "re
 #: Named mixes of proposal kinds (weights, normalized when drawn).
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {"flexflow": 0.5, "neighbour": 0.15, "group": 0.15, "sync": 0.1, "replicas": 0.1},
+    "soap": {"flexflow": 0.5, "neighbour": 0.25, "group": 0.25},
 }
+#: Kinds whose configurations leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas).
+OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas")
 #: Sync modes a ``sync`` proposal chooses from (``sfb`` is :func:`placement_rl.search.sfb.apply_sfb`'s).
 SYNC_CHOICES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
 
@@ -114,6 +125,14 @@ class Proposer:
         preds, succs = graph.predecessors, graph.successors
         self.neighbours: list[tuple[int, ...]] = [tuple(dict.fromkeys((*preds[i], *succs[i]))) for i in range(self.n)]
         self.with_params = [i for i, op in enumerate(graph.ops) if op.param_bytes > 0]
+        by_key: dict[str, list[int]] = {}
+        for i, op in enumerate(graph.ops):
+            if op.param_key is not None:
+                by_key.setdefault(op.param_key, []).append(i)
+        #: per op, the ops sharing its parameters (itself included; itself alone without parameters)
+        self.shared: list[tuple[int, ...]] = [
+            tuple(by_key[op.param_key]) if op.param_key is not None else (i,) for i, op in enumerate(graph.ops)
+        ]
         devices = list(space.devices)
         groups: dict[tuple[str, ...], None] = {tuple(devices): None}
         for key in ("machine", "device_type"):
@@ -121,9 +140,11 @@ class Proposer:
             for name in devices:
                 by.setdefault(getattr(topology.device(name), key), []).append(name)
             groups.update(dict.fromkeys(tuple(g) for g in by.values()))
-        #: the device groups a ``group`` proposal moves ops to (all, per machine, per type), then single devices
-        self.device_groups: list[tuple[str, ...]] = list(groups) + [(d,) for d in devices if (d,) not in groups]
+        #: the named device groups a ``group`` proposal moves ops to half of the time (all, per machine, per type)
+        self.device_groups: list[tuple[str, ...]] = list(groups)
         self.counts = dict.fromkeys(self.kinds, 0)
+        #: whether every proposal stays in the search space (no kind of :data:`OUTSIDE_SPACE`)
+        self.in_space = not any(k in OUTSIDE_SPACE for k in self.kinds)
 
     def draw(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> tuple[str, Changes]:
         """One proposal against the current configurations: ``(kind, {op index: config})``.
@@ -136,10 +157,11 @@ class Proposer:
         if kind == "flexflow":
             i = int(rng.integers(self.n))
             return kind, {i: self.space.random_config(i, rng)}
-        if kind == "neighbour":
-            return kind, self.neighbour(configs, rng)
-        if kind == "group":
-            return kind, self.group(rng)
+        if kind in ("neighbour", "group"):
+            changes = self.neighbour(configs, rng) if kind == "neighbour" else self.group(rng)
+            if self.in_space:
+                changes = {i: c for i, c in changes.items() if self.space.contains(i, c)}
+            return kind, changes
         if kind == "sync":
             return kind, self.sync(configs, rng)
         return kind, self.replicas(configs, rng)
@@ -155,11 +177,22 @@ class Proposer:
         return {i: transfer_config(self.graph.ops[i], configs[j], self.space.degree_options(i))}
 
     def group(self, rng: np.random.Generator) -> Changes:
-        """A BFS-grown connected group of ops, data parallel over one device group (or on one device)."""
-        size = int(rng.integers(2, self.max_group + 1))
-        members = connected_group(self.neighbours, int(rng.integers(self.n)), size, rng)
-        target = self.device_groups[int(rng.integers(len(self.device_groups)))]
-        return {i: split_config(self.graph.ops[i], target) for i in members}
+        """A connected group of ops (BFS-grown, or every op sharing a random op's parameters half of the
+        time) moved to one device group: data parallel, or split along a parameter dimension (model
+        parallel) over it, or onto one device."""
+        seed = int(rng.integers(self.n))
+        shared = self.shared[seed]
+        if len(shared) > 1 and rng.random() < 0.5:
+            members: Sequence[int] = shared
+        else:
+            members = connected_group(self.neighbours, seed, int(rng.integers(2, self.max_group + 1)), rng)
+        if rng.random() < 0.5:
+            target = self.device_groups[int(rng.integers(len(self.device_groups)))]
+        else:  # a machine view of a random size (FlexFlow's start + stride * k)
+            views = self.space.views(int(rng.integers(1, self.space.num_devices + 1)))
+            target = views[int(rng.integers(len(views)))]
+        kind = "parameter" if len(target) > 1 and rng.random() < 0.25 else "sample"
+        return {i: split_config(self.graph.ops[i], target, kind) for i in members}
 
     def sync(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
         """A random op with parameters changes only its sync mode."""
@@ -175,7 +208,14 @@ class Proposer:
         if mode == "parameter_server":
             devices = list(dict.fromkeys(cfg.devices))
             ps = devices[int(rng.integers(len(devices)))]
-        return {i: OpConfig(cfg.devices, cfg.degrees, mode, ps)}  # type: ignore[arg-type]
+        # ops sharing parameters synchronize them once, with the first user's mode: change them together
+        changes: Changes = {}
+        for j in self.shared[i]:
+            c = configs[j]
+            if mode == "duplicate" and "duplicate" not in sync_options(self.graph.ops[j], c):
+                continue
+            changes[j] = OpConfig(c.devices, c.degrees, mode, ps if ps in c.devices else None)  # type: ignore[arg-type]
+        return changes
 
     def replicas(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
         """A random op changes only its replica count."""
@@ -206,10 +246,11 @@ def connected_group(neighbours: Sequence[Sequence[int]], seed: int, size: int, r
     return list(members)
 
 
-def split_config(op: Op, devices: Sequence[str]) -> OpConfig:
-    """Data parallel over ``devices``: the largest sample degree dividing the batch that fits, on the
-    first devices; replicated on all of them when the op has no sample dimension; one device alone."""
-    dim = op.sample_dim
+def split_config(op: Op, devices: Sequence[str], kind: str = "sample") -> OpConfig:
+    """Split over ``devices`` along the op's first dimension of ``kind`` (``"sample"``: data parallel;
+    ``"parameter"``: model parallel), the largest degree dividing it that fits, on the first devices;
+    replicated on all of them when the op has no such dimension; one device alone."""
+    dim = next((d for d in op.parallel_dims if d.kind == kind and d.size > 1), None)
     if len(devices) == 1 or dim is None:
         return OpConfig.make(devices)
     degree = max(k for k in range(1, len(devices) + 1) if dim.size % k == 0)
