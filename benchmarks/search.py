@@ -151,9 +151,10 @@ def headroom_table(
     cost: CostModel | None = None,
     seed: int = 0,
 ) -> None:
+    print(f"MCMC-new: proposals {_label(new)}; budget {budget} per search, seed 0, one chain, 16 GPUs")
     print(
-        f"| model | cluster | DP ms | bound ms | DP / bound | MCMC-flexflow ms | captured | MCMC-new ms | captured "
-        f"| proposals (flexflow / new) |  # new: {_label(new)}, budget {budget}"
+        "| model | cluster | DP ms | bound ms | DP / bound | MCMC-flexflow ms | captured | MCMC-new ms | captured "
+        "| proposals (flexflow / new) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for preset in presets:

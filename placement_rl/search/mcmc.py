@@ -15,8 +15,14 @@ improvement was found for half of that share. With ``chains=N`` the candidates a
 independent chains with their own seeds, run by an injected task map (serially by default; as Ray
 tasks with :class:`placement_rl.rl.parallel.RayMap`); the best plan wins.
 
+Beyond FlexFlow (options of :func:`mcmc`, FlexFlow's behaviour by default): ``proposals`` adds
+moves a strategy needs (:mod:`placement_rl.search.proposals`: a neighbour's configuration, a
+connected group moved to one device group, a sync-mode or replica-count change); ``adaptive``
+moves the temperature toward a target rate of accepted worse proposals; ``tempering`` runs several
+replicas per chain at geometrically spaced temperatures that swap states by the Metropolis rule.
+
 Proposals are evaluated by delta simulation by default (:class:`~placement_rl.sim.delta.DeltaSimulator`:
-only the changed op's tasks and their neighbourhood are rebuilt and the schedule is resumed from the
+only the changed ops' tasks and their neighbourhood are rebuilt and the schedule is resumed from the
 first moment it can differ), which gives exactly the makespan and memory of a full simulation.
 """
 
