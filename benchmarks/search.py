@@ -153,8 +153,8 @@ def headroom_table(
 ) -> None:
     print(f"MCMC-new: proposals {_label(new)}; budget {budget} per search, seed 0, one chain, 16 GPUs")
     print(
-        "| model | cluster | DP ms | bound ms | DP / bound | MCMC-flexflow ms | captured | MCMC-new ms | captured "
-        "| proposals (flexflow / new) |"
+        "| model | cluster | DP ms | bound ms | DP / bound | MCMC-flexflow ms | flexflow captured | MCMC-new ms "
+        "| new captured | proposals (flexflow / new) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for preset in presets:
