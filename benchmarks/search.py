@@ -5,6 +5,8 @@ Usage::
     python benchmarks/search.py delta [--proposals 300]     # Table 5: per-proposal time, full vs delta
     python benchmarks/search.py speedup [--budget 20s]      # found plan vs data parallel / expert (+ tag-testbed)
     python benchmarks/search.py goal [--proposals 100000]   # 100k proposals, inception_v3, 16 GPUs
+    python benchmarks/search.py headroom [--budget 10s]     # DP-to-bound headroom captured, flexflow vs new proposals
+    python benchmarks/search.py exact [--proposals 6000]    # exhaustive optimum reached, seeds 0-9
 
 ``--models`` (delta, speedup) and ``--gpus`` (delta) narrow the tables; a tiny run:
 ``delta --models lenet --gpus 4 --proposals 5``, ``speedup --models lenet --budget 5`` (proposals).
@@ -22,6 +24,13 @@ once by delta simulation, and once by delta simulation that cuts off each propos
 as soon as its makespan is certainly above the cost at which the Metropolis test rejects it; all
 three make the same decisions (the costs are identical), so the ratio of wall times is the speedup
 of the search loop. Everything runs on one core (NUMBA_NUM_THREADS=1).
+
+``headroom`` runs MCMC twice per instance (FlexFlow's 6 models on flexflow-p100 and flexflow-k80 at
+16 GPUs and on tag-testbed, 64 samples per GPU), with FlexFlow's proposals and with the new ones
+(``--proposals mixed``, ``--adaptive``, ``--tempering``), and prints the share of the headroom each
+captured: ``(DP - found) / (DP - bound)``, DP the bucketed data parallelism. ``exact`` compares both
+with the exhaustive optimum on the coarsened LeNet and RNNLM on 4 P100s (the test suite's exact
+instances) over seeds 0-9.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from collections.abc import Sequence
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from placement_rl import zoo
+from placement_rl.methods import compute_lower_bound_s
 from placement_rl.plan import data_parallel, data_parallel_per_tensor, expert, single_device
 from placement_rl.search import mcmc
 from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES
@@ -131,10 +141,84 @@ def goal(proposals: int, cost: CostModel | None = None) -> None:
     )
 
 
+def _new_options(args: argparse.Namespace) -> dict[str, object]:
+    return {"proposals": args.proposals_kind, "adaptive": args.adaptive, "tempering": args.tempering}
+
+
+def _label(options: dict[str, object]) -> str:
+    parts = [str(options["proposals"])]
+    if options["adaptive"] is not None:
+        parts.append(f"adaptive {options['adaptive']}")
+    if options["tempering"] != 1:
+        parts.append(f"tempering {options['tempering']}")
+    return ", ".join(parts)
+
+
+def headroom_table(
+    budget: str,
+    new: dict[str, object],
+    models: Sequence[str] = MODELS,
+    presets: Sequence[str] = ("flexflow-p100", "flexflow-k80", "tag-testbed"),
+    cost: CostModel | None = None,
+    seed: int = 0,
+) -> None:
+    print(f"MCMC-new: proposals {_label(new)}; budget {budget} per search, seed 0, one chain, 16 GPUs")
+    print(
+        "| model | cluster | DP ms | bound ms | DP / bound | MCMC-flexflow ms | flexflow captured | MCMC-new ms "
+        "| new captured | proposals (flexflow / new) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for preset in presets:
+        topo = load_preset(preset)
+        devices = [d.name for d in topo.devices[:16]]
+        for model in models:
+            graph = zoo.load(model, batch_size=_batch(model, len(devices)))
+            dp = simulate(graph, topo, data_parallel(graph, topo, devices), cost).makespan_s
+            single = simulate(graph, topo, single_device(graph, topo), cost)
+            bound = compute_lower_bound_s(single, len(devices))
+            old = mcmc(graph, topo, budget=budget, seed=seed, cost_model=cost, devices=devices)
+            found = mcmc(graph, topo, budget=budget, seed=seed, cost_model=cost, devices=devices, **new)  # type: ignore[arg-type]
+            cells = []
+            for r in (old, found):
+                ms = r.result.makespan_s
+                share = (dp - ms) / (dp - bound) if dp - bound > 1e-12 else float("nan")
+                cells.append(f"{ms * 1e3:.1f} | {share:.0%}")
+            print(
+                f"| {model} | {preset} | {dp * 1e3:.1f} | {bound * 1e3:.1f} | {dp / bound:.2f}x | {cells[0]} | "
+                f"{cells[1]} | {old.proposals:,} / {found.proposals:,} |",
+                flush=True,
+            )
+
+
+def exact_table(proposals: int, new: dict[str, object], seeds: Sequence[int] = tuple(range(10))) -> None:
+    from placement_rl.graph.coarsen import coarsen
+    from placement_rl.search import SearchSpace, exhaustive
+
+    topo = load_preset("flexflow-p100")
+    devices = [d.name for d in topo.devices[:4]]
+    print(f"| instance | optimum ms | mode | exact (of {len(seeds)}) | worst miss | misses |")
+    print("|---|---|---|---|---|---|")
+    for model, options in (("lenet", {}), ("rnnlm", {"steps": 2})):
+        graph = coarsen(zoo.load(model, **options), 4)
+        optimum = exhaustive(graph, topo, SearchSpace(graph, topo, devices=devices)).cost_s
+        for label, kw in (("flexflow", {}), (_label(new), new)):
+            gaps = []
+            for seed in seeds:
+                found = mcmc(graph, topo, budget=proposals, seed=seed, devices=devices, **kw)  # type: ignore[arg-type]
+                gaps.append(found.cost_s / optimum - 1)
+            hits = sum(g <= 1e-12 for g in gaps)
+            misses = ", ".join(f"seed {s}: +{g:.2%}" for s, g in zip(seeds, gaps, strict=True) if g > 1e-12) or "-"
+            print(
+                f"| {model} (4 groups, 4 P100) | {optimum * 1e3:.3f} | {label} | {hits}/{len(seeds)} | "
+                f"{max(gaps):+.3%} | {misses} |",
+                flush=True,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["delta", "speedup", "goal"])
+    parser.add_argument("what", choices=["delta", "speedup", "goal", "headroom", "exact"])
     parser.add_argument("--proposals", type=int, default=None)
     parser.add_argument("--budget", default="20s", help="speedup: MCMC budget, seconds ('20s') or proposals")
     parser.add_argument("--models", default=",".join(MODELS), help="delta, speedup: comma-separated zoo models")
@@ -143,6 +227,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--network", default="flow", choices=list(NETWORK_MODELS), help="the network model")
     parser.add_argument("--bucket-bytes", type=int, default=25 * 2**20, help="gradient bucket, bytes (0: per tensor)")
+    parser.add_argument("--presets", default="flexflow-p100,flexflow-k80,tag-testbed", help="headroom: clusters")
+    parser.add_argument("--proposals-kind", default="mixed", help="headroom, exact: the new mode's proposals")
+    parser.add_argument("--adaptive", type=float, default=None, help="headroom, exact: adaptive target rate")
+    parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
+    parser.add_argument("--seeds", type=int, default=10, help="exact: seeds 0..N-1")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     cost = CostModel(network=args.network, bucket_bytes=args.bucket_bytes)
@@ -150,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")], cost)
     elif args.what == "speedup":
         speedup_table(args.budget, models, cost)
+    elif args.what == "headroom":
+        headroom_table(args.budget, _new_options(args), models, args.presets.split(","), cost)
+    elif args.what == "exact":
+        exact_table(args.proposals or 6000, _new_options(args), tuple(range(args.seeds)))
     else:
         goal(args.proposals or 100_000, cost)
 

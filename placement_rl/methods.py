@@ -366,22 +366,27 @@ def _mcmc(problem: Problem) -> Found:
 
     opts = {"budget": "10s", "chains": 1, "seed": 0, **problem.options}
     found = mcmc(problem.graph, problem.topology, cost_model=problem.cost_model, progress=problem.progress, **opts)
-    return Found(found.plan, anytime_trace(found.best_costs_s, found.elapsed_s))
+    return Found(found.plan, anytime_trace(found.best_costs_s, found.elapsed_s, found.times_s))
 
 
-def anytime_trace(best_costs_s: Any, elapsed_s: float) -> tuple[tuple[float, float], ...]:
+def anytime_trace(best_costs_s: Any, elapsed_s: float, times_s: Any = None) -> tuple[tuple[float, float], ...]:
     """``(seconds, best cost)`` at each improvement of a per-proposal best-cost trace, and at the end.
 
-    The search records costs per proposal, not times: proposal ``k`` of ``n`` is placed at
-    ``elapsed_s * (k + 1) / n`` (a steady proposal rate).
+    Args:
+        best_costs_s: ``(n,)`` best cost after each proposal.
+        elapsed_s: the search's wall-clock time.
+        times_s: ``(n,)`` seconds since the search began after each proposal, when recorded; without
+            them proposal ``k`` is placed at ``elapsed_s * (k + 1) / n`` (a steady proposal rate).
     """
     n = len(best_costs_s)
     if n == 0:
         return ()
+    timed = times_s is not None and len(times_s) == n
     points: list[tuple[float, float]] = []
     for k, cost in enumerate(best_costs_s):
         if not points or cost < points[-1][1]:
-            points.append((elapsed_s * (k + 1) / n, float(cost)))
+            at = min(float(times_s[k]), elapsed_s) if timed else elapsed_s * (k + 1) / n
+            points.append((at, float(cost)))
     if points[-1][0] < elapsed_s:
         points.append((elapsed_s, points[-1][1]))
     return tuple(points)
@@ -402,6 +407,18 @@ def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: Dev
     beta = options.get("beta", 50.0)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta = {beta!r}; expected a finite number > 0")
+    if "proposals" in options:
+        from placement_rl.search.proposals import parse_proposals
+
+        parse_proposals(options["proposals"])
+    adaptive = options.get("adaptive")
+    if adaptive is not None and (
+        isinstance(adaptive, bool) or not isinstance(adaptive, (int, float)) or not 0 < adaptive < 1
+    ):
+        raise ValueError(f"adaptive = {adaptive!r}; expected a target acceptance rate in (0, 1) or null")
+    tempering = options.get("tempering", 1)
+    if isinstance(tempering, bool) or not isinstance(tempering, int) or tempering < 1:
+        raise ValueError(f"tempering = {tempering!r}; expected an integer >= 1 (replicas per chain)")
 
 
 def _ft(problem: Problem) -> Plan:
@@ -448,7 +465,19 @@ register_method(
         "mcmc",
         _mcmc,
         "FlexFlow's MCMC search with delta simulation",
-        ("budget", "chains", "seed", "beta", "initial", "task_map", "delta"),
+        (
+            "budget",
+            "chains",
+            "seed",
+            "beta",
+            "initial",
+            "task_map",
+            "delta",
+            "proposals",
+            "adaptive",
+            "tempering",
+            "beta_ratio",
+        ),  # fmt: skip
         _check_mcmc,
     )
 )

@@ -116,6 +116,18 @@ def test_search_delta_and_speedup(run: Run) -> None:
 
 
 @pytest.mark.slow
+def test_search_headroom(run: Run) -> None:
+    out = run("search", "headroom", "--models", "alexnet", "--presets", "tag-testbed", "--budget", "5")
+    assert "MCMC-new: proposals mixed; budget 5 per search" in out
+    (row,) = _table(out)
+    dp, bound = _number(row["DP ms"]), _number(row["bound ms"])
+    assert row["cluster"] == "tag-testbed" and 0 < bound < dp
+    for found, share in (("MCMC-flexflow ms", "flexflow captured"), ("MCMC-new ms", "new captured")):
+        rounding = 100 * 0.1 / (dp - bound) + 0.5  # cells are rounded to 0.1 ms and whole percents
+        assert _number(row[share]) == pytest.approx(100 * (dp - _number(row[found])) / (dp - bound), abs=rounding)
+
+
+@pytest.mark.slow
 def test_search_goal(run: Run) -> None:
     out = run("search", "goal", "--proposals", "4")
     match = re.search(r"\(16 GPUs\): (\d+) proposals in ([\d.]+) s .*projected for 4: (\d+) s", out)

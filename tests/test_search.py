@@ -74,15 +74,29 @@ def test_delta_simulation_equals_full_simulation(model, options, preset, groups,
     assert delta.cost == plan_cost(simulate(graph, topo, dp, cost), 10.0)
     rng = np.random.default_rng(7)
     cuts = 0
-    for _ in range(proposals if network == "flow" else proposals // 2):
-        i = int(rng.integers(graph.num_ops))
-        cfg = space.random_config(i, rng)
+    for step in range(proposals if network == "flow" else proposals // 2):
+        if step % 3 == 2:  # several ops at once: random ones, or a connected run of ops
+            k = int(rng.integers(2, 6))
+            start = int(rng.integers(graph.num_ops))
+            indices = (
+                rng.choice(graph.num_ops, size=min(k, graph.num_ops), replace=False).tolist()
+                if step % 2
+                else [(start + d) % graph.num_ops for d in range(k)]
+            )
+            changes = {int(i): space.random_config(int(i), rng) for i in indices}
+        else:
+            i = int(rng.integers(graph.num_ops))
+            changes = {i: space.random_config(i, rng)}
         # With a limit near the cost: cut off only when the cost is above the limit, else exact.
         limit = delta.cost * (0.9 + 0.3 * rng.random())
-        bounded = delta.propose(i, cfg, limit)
+        bounded = delta.propose_many(changes, limit)
         delta.reject()
-        proposed = delta.propose(i, cfg)
-        plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
+        if len(changes) == 1:
+            ((i, cfg),) = changes.items()
+            proposed = delta.propose(i, cfg)
+        else:
+            proposed = delta.propose_many(changes)
+        plan = Plan(graph.name, {**delta.plan().configs, **{graph.ops[i].name: c for i, c in changes.items()}})
         assert proposed == plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
         assert bounded == proposed or (bounded == np.inf and delta.proposed_makespan_s > limit)
         cuts += bounded == np.inf
@@ -128,6 +142,11 @@ def test_mcmc_reaches_the_exhaustive_optimum(model, options, four_gpus, zoo_grap
             break
     else:
         pytest.fail(f"no seed reached the optimum {exact.cost_s}")
+    # FlexFlow's proposals with neighbour and group moves (the "soap" mix stays in the same space):
+    # the optimum with every seed 0-9 (benchmarks/search.py exact)
+    for seed in range(10):
+        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices, proposals="soap")
+        assert found.cost_s == pytest.approx(exact.cost_s, rel=1e-12), f"seed {seed}: {found.cost_s}"
 
 
 def test_branch_and_bound_agrees_with_plain_enumeration(four_gpus, zoo_graph) -> None:  # type: ignore[no-untyped-def]

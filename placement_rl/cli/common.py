@@ -92,6 +92,26 @@ def budget(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def proposal_kinds(text: str) -> Any:
+    """MCMC proposal kinds: a kind or mix name (``mixed``), or weights ``flexflow=2,group=1``."""
+    from placement_rl.search.proposals import parse_proposals
+
+    value: Any = text.strip()
+    if "=" in value:
+        value = {}
+        for part in text.split(","):
+            name, _, weight = part.partition("=")
+            try:
+                value[name.strip()] = float(weight)
+            except ValueError:
+                return _fail(text, "a proposal kind, 'mixed', or weights like 'flexflow=2,group=1'")
+    try:
+        parse_proposals(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def optional_budget(text: str) -> Any:
     """A budget, or ``none`` / ``0`` to skip."""
     return None if text.strip().lower() in ("none", "0") else budget(text)

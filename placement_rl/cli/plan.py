@@ -22,6 +22,7 @@ from placement_rl.cli.common import (
     positive_int,
     print_json,
     print_table,
+    proposal_kinds,
     write_plan_outputs,
 )
 from placement_rl.explain import explain_plan
@@ -38,7 +39,9 @@ def plan_experiment(args: argparse.Namespace) -> Any:
     methods: list[Any] = []
     for name in args.methods or DEFAULT_PLAN_METHODS:
         if name == "mcmc":
-            methods.append({"method": "mcmc", "budget": args.mcmc_budget, "chains": args.chains})
+            methods.append(
+                {"method": "mcmc", "budget": args.mcmc_budget, "chains": args.chains, "proposals": args.mcmc_proposals}
+            )
         elif name == "ft":
             methods.append({"method": "ft", "max_configs": args.ft_max_configs})
         else:
@@ -191,6 +194,12 @@ def add_commands(sub: Any) -> None:
         "--mcmc-budget", type=budget, default="10s", help="MCMC budget per chain: seconds ('10s') or proposals"
     )
     p.add_argument("--chains", type=positive_int, default=1, help="MCMC chains; more than one run as Ray tasks")
+    p.add_argument(
+        "--mcmc-proposals",
+        type=proposal_kinds,
+        default="flexflow",
+        help="MCMC proposal kinds: flexflow (FlexFlow's, the default), neighbour, group, sync, replicas or mixed",
+    )
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
     p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
     p.add_argument(

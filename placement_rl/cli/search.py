@@ -25,6 +25,7 @@ from placement_rl.cli.common import (
     positive_int,
     print_json,
     print_table,
+    proposal_kinds,
 )
 from placement_rl.paths import output_file, output_folder, safe_name
 from placement_rl.plots import format_bytes
@@ -52,6 +53,9 @@ def cmd_search(args: argparse.Namespace) -> None:
         delta=not args.full_simulation,
         progress=not args.json,
         task_map=task_map,
+        proposals=args.proposals,
+        adaptive=args.adaptive,
+        tempering=args.tempering,
     )
     dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), costs)
     if args.out:
@@ -317,6 +321,19 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--beta", type=finite_float, default=50.0, help="scale-free inverse temperature")
     p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
+    p.add_argument(
+        "--proposals",
+        type=proposal_kinds,
+        default="flexflow",
+        help="proposal kinds: flexflow (FlexFlow's, the default), neighbour, group, sync, replicas or mixed",
+    )
+    p.add_argument(
+        "--adaptive",
+        type=float,
+        default=None,
+        help="adapt the temperature toward this rate of accepted worse proposals (e.g. 0.1; default: fixed beta)",
+    )
+    p.add_argument("--tempering", type=positive_int, default=1, help="parallel-tempering replicas per chain")
     p.add_argument(
         "--initial",
         type=name_list,

@@ -1,6 +1,7 @@
 """Deterministic search baselines over the shared simulator (no Ray import here).
 
-* :func:`mcmc`: FlexFlow's Metropolis-Hastings search with delta simulation.
+* :func:`mcmc`: FlexFlow's Metropolis-Hastings search with delta simulation, with the proposal
+  kinds of :mod:`placement_rl.search.proposals`, an adaptive temperature and parallel tempering.
 * :func:`exhaustive`: branch-and-bound over the same configuration space, for exact optima of
   small instances (FlexFlow sec. 8.3).
 * :class:`SearchSpace`: the SOAP configuration sets both search over.

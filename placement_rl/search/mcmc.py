@@ -15,8 +15,14 @@ improvement was found for half of that share. With ``chains=N`` the candidates a
 independent chains with their own seeds, run by an injected task map (serially by default; as Ray
 tasks with :class:`placement_rl.rl.parallel.RayMap`); the best plan wins.
 
+Beyond FlexFlow (options of :func:`mcmc`, FlexFlow's behaviour by default): ``proposals`` adds
+moves a strategy needs (:mod:`placement_rl.search.proposals`: a neighbour's configuration, a
+connected group moved to one device group, a sync-mode or replica-count change); ``adaptive``
+moves the temperature toward a target rate of accepted worse proposals; ``tempering`` runs several
+replicas per chain at geometrically spaced temperatures that swap states by the Metropolis rule.
+
 Proposals are evaluated by delta simulation by default (:class:`~placement_rl.sim.delta.DeltaSimulator`:
-only the changed op's tasks and their neighbourhood are rebuilt and the schedule is resumed from the
+only the changed ops' tasks and their neighbourhood are rebuilt and the schedule is resumed from the
 first moment it can differ), which gives exactly the makespan and memory of a full simulation.
 """
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +41,7 @@ from placement_rl.graph import OpGraph
 from placement_rl.parallel import TaskMap, serial_map
 from placement_rl.plan import OpConfig, Plan, data_parallel, expert, subset_data_parallel
 from placement_rl.progress import Progress
+from placement_rl.search.proposals import Proposer, parse_proposals
 from placement_rl.search.space import SearchSpace
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator, oom_cost
@@ -104,6 +111,9 @@ class MCMCResult:
         accepted: proposals accepted, all chains together.
         elapsed_s: wall-clock time of the search.
         chains: number of chains.
+        times_s: ``(proposals,)`` seconds since the search began after each proposal (the best chain's).
+        stats: further statistics: proposals and acceptances by kind (with ``proposals`` other than
+            ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps.
     """
 
     plan: Plan
@@ -116,6 +126,7 @@ class MCMCResult:
     accepted: int
     elapsed_s: float
     chains: int = 1
+    times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -170,6 +181,12 @@ def initial_plan(
 
 Reporter = Callable[[int, float], None]
 
+#: Adaptive temperature: every ADAPT_WINDOW worse proposals the temperature multiplier moves by
+#: ADAPT_FACTOR toward the target rate of accepted worse proposals, within ADAPT_LIMITS.
+ADAPT_WINDOW = 50
+ADAPT_FACTOR = 1.5
+ADAPT_LIMITS = (1e-2, 1e4)
+
 
 def run_chain(
     graph: OpGraph,
@@ -185,32 +202,52 @@ def run_chain(
     delta: bool = True,
     cutoff: bool = True,
     report: Reporter | None = None,
+    proposals: str | Mapping[str, float] = "flexflow",
+    adaptive: float | None = None,
+    tempering: int = 1,
+    beta_ratio: float = 3.0,
+    started_at: float | None = None,
 ) -> dict[str, Any]:
     """One Markov chain over its initial candidates, each given an equal share of ``budget``.
+
+    ``proposals``, ``adaptive``, ``tempering`` and ``beta_ratio`` are :func:`mcmc`'s. ``started_at``
+    is the search's ``time.time()`` at its start (recorded times count from it; default: this chain's start).
 
     Returns plain data (picklable, for Ray): the best op configurations, costs, counters, traces.
     """
     rng = np.random.default_rng(seed)
     ctx = SimContext(graph, topology, cost_model)
     space = SearchSpace(graph, topology, **space_options)
+    proposer = Proposer(graph, topology, space, proposals)
     share = budget.split(len(candidates))
-    n = graph.num_ops
     best_cfgs: list[OpConfig] = []
     best_cost = math.inf
     initial_costs: dict[str, float] = {}
     costs: list[float] = []
     best_trace: list[float] = []
-    proposals = accepted = 0
-    last_report = time.perf_counter()
+    times: list[float] = []
+    proposals_made = accepted = 0
+    chain_start = time.perf_counter()
+    offset = max(0.0, time.time() - started_at) if started_at is not None else 0.0
+    last_report = chain_start
+    replicas = max(1, tempering)
+    heat = 1.0  # adaptive temperature: multiplies every replica's beta
+    worse_tried = worse_taken = 0
+    swaps_tried = swaps_taken = 0
+    accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     for name in candidates:
         plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
         cfgs = [plan[op.name] for op in graph.ops]
-        sim = DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
-        current = sim.cost
-        initial_costs[name] = current
-        scale = beta / current if current > 0 else beta
-        if current < best_cost:
-            best_cost, best_cfgs = current, list(cfgs)
+        sims = [
+            DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
+            for _ in range(replicas)
+        ]
+        current = [sim.cost for sim in sims]
+        initial_costs[name] = current[0]
+        scale = beta / current[0] if current[0] > 0 else beta
+        betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
+        if current[0] < best_cost:
+            best_cost, best_cfgs = current[0], list(cfgs)
         start = time.perf_counter()
         last_improvement = start
         steps = 0
@@ -222,48 +259,83 @@ def run_chain(
                     break
             elif steps >= (share.proposals or 0) or steps - last_improvement_step > (share.proposals or 0) / 2:
                 break
-            i = int(rng.integers(n))
-            cfg = space.random_config(i, rng)
+            r = steps % replicas
+            sim = sims[r]
+            kind, changes = proposer.draw(sim.configs, rng)
+            changes = {i: c for i, c in changes.items() if c != sim.configs[i]}
             steps += 1
-            proposals += 1
-            if cfg != sim.configs[i]:
+            proposals_made += 1
+            if changes:
+                scale = heat * betas[r]
                 if cutoff:
                     # Draw the acceptance number first: the proposal is certainly rejected above
-                    # `limit`, so its simulation may stop there. The draw is undone when the
+                    # `rejection_limit`, so its simulation may stop there. The draw is undone when the
                     # proposal is accepted without it, so the chain is the same as without cutoff.
                     state = rng.bit_generator.state
                     u = rng.random()
-                    proposed = sim.propose(i, cfg, rejection_limit(current, u, scale))
-                    if proposed <= current:
+                    proposed = sim.propose_many(changes, rejection_limit(current[r], u, scale))
+                    worse = proposed > current[r]
+                    if not worse:
                         rng.bit_generator.state = state
-                    accept = proposed <= current or u < math.exp(scale * (current - proposed))
+                    take = not worse or u < math.exp(scale * (current[r] - proposed))
                 else:
-                    proposed = sim.propose(i, cfg)
-                    accept = proposed <= current or rng.random() < math.exp(scale * (current - proposed))
-                if accept:
+                    if len(changes) == 1:
+                        ((i, cfg),) = changes.items()
+                        proposed = sim.propose(i, cfg)
+                    else:
+                        proposed = sim.propose_many(changes)
+                    worse = proposed > current[r]
+                    take = not worse or rng.random() < math.exp(scale * (current[r] - proposed))
+                if take:
                     sim.accept()
-                    current = proposed
+                    current[r] = proposed
                     accepted += 1
-                    if current < best_cost:
-                        best_cost, best_cfgs = current, list(sim.configs)
+                    accepted_by_kind[kind] += 1
+                    worse_taken += worse
+                    if proposed < best_cost:
+                        best_cost, best_cfgs = proposed, list(sim.configs)
                         last_improvement, last_improvement_step = time.perf_counter(), steps
                 else:
                     sim.reject()
-            costs.append(current)
+                worse_tried += worse
+                if adaptive is not None and worse_tried >= ADAPT_WINDOW:
+                    # too many worse plans taken: cool down; too few: heat up
+                    heat *= ADAPT_FACTOR if worse_taken / worse_tried > adaptive else 1 / ADAPT_FACTOR
+                    heat = min(max(heat, ADAPT_LIMITS[0]), ADAPT_LIMITS[1])
+                    worse_tried = worse_taken = 0
+            if replicas > 1 and r == replicas - 1:  # one sweep done: try to swap a random adjacent pair
+                k = int(rng.integers(replicas - 1))
+                swaps_tried += 1
+                if rng.random() < swap_probability(heat * betas[k], heat * betas[k + 1], current[k], current[k + 1]):
+                    sims[k], sims[k + 1] = sims[k + 1], sims[k]
+                    current[k], current[k + 1] = current[k + 1], current[k]
+                    swaps_taken += 1
+            costs.append(current[0])
             best_trace.append(best_cost)
+            times.append(offset + time.perf_counter() - chain_start)
             if report is not None and now - last_report > 0.5:
-                report(proposals, best_cost)
+                report(proposals_made, best_cost)
                 last_report = now
     if report is not None:
-        report(proposals, best_cost)
+        report(proposals_made, best_cost)
+    stats: dict[str, Any] = {}
+    if proposer.kinds != ["flexflow"]:
+        stats["proposals_by_kind"] = dict(proposer.counts)
+        stats["accepted_by_kind"] = accepted_by_kind
+    if adaptive is not None:
+        stats["final_heat"] = heat
+    if replicas > 1:
+        stats["swaps_tried"], stats["swaps_accepted"] = swaps_tried, swaps_taken
     return {
         "configs": best_cfgs,
         "cost_s": best_cost,
         "initial_costs_s": initial_costs,
         "costs_s": np.array(costs),
         "best_costs_s": np.array(best_trace),
-        "proposals": proposals,
+        "times_s": np.array(times),
+        "proposals": proposals_made,
         "accepted": accepted,
+        "stats": stats,
     }
 
 
@@ -278,6 +350,14 @@ def rejection_limit(current_s: float, u: float, scale: float) -> float:
     return (current_s - math.log(u) / scale) * (1.0 + 1e-9)
 
 
+def swap_probability(beta_i: float, beta_j: float, cost_i: float, cost_j: float) -> float:
+    """Parallel tempering's Metropolis rule for exchanging the states of replicas ``i`` and ``j``:
+    ``min(1, exp((beta_i - beta_j) * (cost_i - cost_j)))`` (a colder replica holding the worse state
+    always swaps)."""
+    exponent = (beta_i - beta_j) * (cost_i - cost_j)
+    return 1.0 if exponent >= 0 else math.exp(exponent)
+
+
 class _FullEvaluator:
     """The evaluator interface of :class:`DeltaSimulator`, by full re-simulation (for comparison)."""
 
@@ -287,21 +367,25 @@ class _FullEvaluator:
         self.configs = list(configs)
         self.compiled = [ctx.compile_uncached(i, c) for i, c in enumerate(configs)]
         self.cost = plan_cost(ctx.run(self.compiled), oom_penalty)
-        self._pending: tuple[int, OpConfig, Any] | None = None
+        self._pending: tuple[dict[int, OpConfig], dict[int, Any]] | None = None
 
     def propose(self, index: int, cfg: OpConfig, limit_s: float = math.inf) -> float:
-        compiled = self.ctx.compile_uncached(index, cfg)
-        previous = self.compiled[index]
-        self.compiled[index] = compiled
-        cost = plan_cost(self.ctx.run(self.compiled), self.oom_penalty)
-        self.compiled[index] = previous
-        self._pending = (index, cfg, compiled)
+        return self.propose_many({index: cfg})
+
+    def propose_many(self, changes: Mapping[int, OpConfig], limit_s: float = math.inf) -> float:
+        trial = list(self.compiled)
+        compiled = {i: self.ctx.compile_uncached(i, cfg) for i, cfg in changes.items()}
+        for i, c in compiled.items():
+            trial[i] = c
+        cost = plan_cost(self.ctx.run(trial), self.oom_penalty)
+        self._pending = (dict(changes), compiled)
         return cost
 
     def accept(self) -> None:
         assert self._pending is not None
-        index, cfg, compiled = self._pending
-        self.configs[index], self.compiled[index] = cfg, compiled
+        changes, compiled = self._pending
+        for i, cfg in changes.items():
+            self.configs[i], self.compiled[i] = cfg, compiled[i]
         self._pending = None
 
     def reject(self) -> None:
@@ -323,6 +407,10 @@ def mcmc(
     cutoff: bool = True,
     progress: bool = False,
     task_map: TaskMap | None = None,
+    proposals: str | Mapping[str, float] = "flexflow",
+    adaptive: float | None = None,
+    tempering: int = 1,
+    beta_ratio: float = 3.0,
     **space_options: Any,
 ) -> MCMCResult:
     """Search for a fast plan with FlexFlow's MCMC (see the module docstring).
@@ -347,6 +435,18 @@ def mcmc(
         task_map: runs the chains (:mod:`placement_rl.parallel`); the default runs them one after
             the other in this process, :class:`placement_rl.rl.parallel.RayMap` as Ray tasks. The
             result does not depend on it (with a proposal budget).
+        proposals: the proposal kinds (:mod:`placement_rl.search.proposals`): ``"flexflow"`` (the
+            default, FlexFlow's one random op and configuration: the same plans as before for a seed
+            and proposal budget), ``"neighbour"``, ``"group"``, ``"sync"``, ``"replicas"``, the mix
+            ``"mixed"``, or a ``{kind: weight}`` mapping.
+        adaptive: a target rate of accepted worse proposals (in ``(0, 1)``, e.g. ``0.1``): the
+            temperature adapts toward it (every 50 worse proposals, beta times or over 1.5); ``None``
+            (the default) keeps beta fixed.
+        tempering: replicas per chain for parallel tempering (1, the default: none). Replica ``k``
+            runs at ``beta / beta_ratio**k``; after each sweep (one proposal per replica) a random
+            adjacent pair swaps states by the Metropolis rule (:func:`swap_probability`); the
+            proposal budget counts every replica's proposals.
+        beta_ratio: the ratio between adjacent tempering replicas' betas (> 1).
         **space_options: passed to :class:`SearchSpace` (``max_partitions``, ``dim_kinds``, ``devices``).
 
     Returns:
@@ -358,6 +458,15 @@ def mcmc(
     for name, value in (("beta", beta), ("oom_penalty", oom_penalty)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{name} = {value!r}; expected a finite number > 0")
+    parse_proposals(proposals)
+    if adaptive is not None and (
+        isinstance(adaptive, bool) or not isinstance(adaptive, (int, float)) or not 0 < adaptive < 1
+    ):
+        raise ValueError(f"adaptive = {adaptive!r}; expected a target acceptance rate in (0, 1) or None")
+    if isinstance(tempering, bool) or not isinstance(tempering, int) or tempering < 1:
+        raise ValueError(f"tempering = {tempering!r}; expected an integer >= 1 (replicas per chain)")
+    if isinstance(beta_ratio, bool) or not isinstance(beta_ratio, (int, float)) or not beta_ratio > 1:
+        raise ValueError(f"beta_ratio = {beta_ratio!r}; expected a number > 1")
     bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
     if bad or not initial:
         raise ValueError(
@@ -365,7 +474,8 @@ def mcmc(
         )
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
-               "delta": delta, "cutoff": cutoff}  # fmt: skip
+               "delta": delta, "cutoff": cutoff, "proposals": proposals, "adaptive": adaptive,
+               "tempering": tempering, "beta_ratio": beta_ratio, "started_at": time.time()}  # fmt: skip
     args = [
         (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
     ]
@@ -428,8 +538,24 @@ def finish(
         initial_costs_s=initial,
         costs_s=best["costs_s"],
         best_costs_s=best["best_costs_s"],
+        times_s=best.get("times_s", np.zeros(0)),
         proposals=sum(o["proposals"] for o in outcomes),
         accepted=sum(o["accepted"] for o in outcomes),
         elapsed_s=elapsed_s,
         chains=len(outcomes),
+        stats=_merge_stats([o.get("stats", {}) for o in outcomes]),
     )
+
+
+def _merge_stats(stats: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Chains' statistics together: counts summed (by key inside dicts), other values as a list per chain."""
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(k for s in stats for k in s):
+        values = [s[key] for s in stats if key in s]
+        if all(isinstance(v, dict) for v in values):
+            merged[key] = {k: sum(v.get(k, 0) for v in values) for k in dict.fromkeys(k for v in values for k in v)}
+        elif all(isinstance(v, int) for v in values):
+            merged[key] = sum(values)
+        else:
+            merged[key] = values if len(values) > 1 else values[0]
+    return merged

@@ -29,7 +29,7 @@ ended).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,23 +101,39 @@ class DeltaSimulator:
         and the cost is then ``inf``: a search that would reject any cost above ``limit_s`` makes the
         same decision without the rest of the schedule. Such a proposal can only be rejected.
         """
+        return self.propose_many({index: cfg}, limit_s)
+
+    def propose_many(self, changes: Mapping[int, OpConfig], limit_s: float = math.inf) -> float:
+        """Cost of the current plan with every op ``i`` of ``changes`` set to ``changes[i]`` (several ops at
+        once, as exact as :meth:`propose`, cut off above ``limit_s`` as it is); follow with
+        :meth:`accept` or :meth:`reject`."""
+        if not changes:
+            raise ValueError("propose_many({}): expected at least one changed op")
         ctx = self.ctx
-        compiled = self._compile(index, cfg)
-        ops = self.ops.replace(index, compiled)
-        owner = ctx.shared_owner(index)
-        if owner is not None:  # shared parameters: the owner's synchronization depends on every user
+        n = ctx.graph.num_ops
+        indices = sorted(changes)
+        bad = [i for i in indices if not 0 <= i < n]
+        if bad:
+            raise ValueError(f"op indices {bad}; expected 0 <= index < {n}")
+        compiled = {i: self._compile(i, changes[i]) for i in indices}
+        ops = self.ops
+        for i in indices:
+            ops = ops.replace(i, compiled[i])
+        owners = list(dict.fromkeys(o for o in map(ctx.shared_owner, indices) if o is not None))
+        if owners:  # shared parameters: an owner's synchronization depends on every user
             trial = list(self.compiled)
-            trial[index] = compiled
-            ops = ctx.with_shared(ops, trial, [owner])
+            for i in indices:
+                trial[i] = compiled[i]
+            ops = ctx.with_shared(ops, trial, owners)
         edges = self.edges
-        changed = self._edges_of[index]
+        changed = sorted({e for i in indices for e in self._edges_of[i]})
         for e in changed:
             i, j = int(ctx.e_src[e]), int(ctx.e_dst[e])
-            producer = compiled if i == index else self.compiled[i]
-            consumer = compiled if j == index else self.compiled[j]
+            producer = compiled[i] if i in compiled else self.compiled[i]
+            consumer = compiled[j] if j in compiled else self.compiled[j]
             edges = edges.replace(e, *ctx.edge_transfers(e, producer, consumer))
         tasks = ctx.assemble(ops, edges)
-        prefix, ready, start, end = self._prefix(index, changed, ops, edges, owner, tasks)
+        prefix, ready, start, end = self._prefix(indices, changed, ops, edges, owners, tasks)
         evaluated = self._evaluate(ops, tasks, prefix, ready, start, end, limit_s)
         if evaluated is None:
             self._pending = None
@@ -125,28 +141,35 @@ class DeltaSimulator:
             self.cut += 1
             return math.inf
         cost, times = evaluated
-        self._pending = (index, cfg, compiled, ops, edges, times, tasks)
+        self._pending = ({i: changes[i] for i in indices}, compiled, ops, edges, times, tasks)
         self.proposed_makespan_s = float(times[2].max()) if times[2].size else 0.0
         return cost
 
     def _prefix(
-        self, index: int, changed: list[int], ops: OpArrays, edges: EdgeArrays, owner: int | None, tasks: _Tasks
+        self,
+        indices: list[int],
+        changed: list[int],
+        ops: OpArrays,
+        edges: EdgeArrays,
+        owners: list[int],
+        tasks: _Tasks,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The tasks of the new task graph whose times the current schedule already gives.
 
         ``t0`` is the earliest moment the change can matter: the earliest ready time of a removed
-        task, the earliest end of a producer of the changed op (its new tasks wait for one), and for
-        each new bucket the latest end of an unchanged backward task it waits for. Every unchanged
-        task that became ready before ``t0`` keeps its times (see ``schedule_flows``); under
-        ``flow``, ``t0`` first moves back to when no flow task was in flight.
+        task, the earliest end of a producer outside the changed ops of a changed op (its new tasks
+        wait for one; 0 when a changed op has no producer), and for each new bucket the latest end
+        of an unchanged backward task it waits for. Every unchanged task that became ready before
+        ``t0`` keeps its times (see ``schedule_flows``); under ``flow``, ``t0`` first moves back to
+        when no flow task was in flight.
         """
         ready, start, end = self._times
         old_ops, old_edges, old_tasks = self.ops, self.edges, self._tasks
         Fo, Co = int(old_ops.ptr["task"][-1]), int(old_edges.com_ptr[-1])
         Fn, Cn = int(ops.ptr["task"][-1]), int(edges.com_ptr[-1])
-        task_src = _remap(old_ops.ptr["task"], ops.ptr["task"], [index])
+        task_src = _remap(old_ops.ptr["task"], ops.ptr["task"], indices)
         com_src = _remap(old_edges.com_ptr, edges.com_ptr, changed)
-        sync_changed = [index] if owner is None or owner == index else [index, owner]
+        sync_changed = list(dict.fromkeys([*indices, *owners]))
         old_block, new_block = 2 * Fo + 2 * Co, 2 * Fn + 2 * Cn
         # The synchronization block: parameter-server tasks of unchanged ops, buckets of unchanged groups.
         block_old = np.full(tasks.duration.shape[0] - new_block, -1, np.int64)
@@ -178,8 +201,10 @@ class DeltaSimulator:
                 block_old,
             ]
         )
-        a, b = old_ops.ptr["task"][index], old_ops.ptr["task"][index + 1]
-        removed = [ready[a:b], ready[Fo + a : Fo + b]]
+        removed = []
+        for index in indices:
+            a, b = old_ops.ptr["task"][index], old_ops.ptr["task"][index + 1]
+            removed += [ready[a:b], ready[Fo + a : Fo + b]]
         for e in changed:
             c0, c1 = old_edges.com_ptr[e], old_edges.com_ptr[e + 1]
             removed += [ready[2 * Fo + c0 : 2 * Fo + c1], ready[2 * Fo + Co + c0 : 2 * Fo + Co + c1]]
@@ -188,10 +213,16 @@ class DeltaSimulator:
             removed.append(ready[old_block + old_tasks.ps_pos[s0:s1]])
         removed.append(ready[old_block + old_tasks.bucket_pos[old_changed]])
         t0 = min((float(r.min()) for r in removed if r.size), default=np.inf)
-        producers = [int(self.ctx.e_src[e]) for e in changed if int(self.ctx.e_dst[e]) == index]
-        if not producers:
-            t0 = 0.0
-        for p in producers:
+        # A changed op's new tasks wait for its producers; a chain of changed ops starts at one whose
+        # producers are all unchanged (or that has none).
+        in_changes = set(indices)
+        producers: set[int] = set()
+        for index in indices:
+            mine = [int(self.ctx.e_src[e]) for e in self._edges_of[index] if int(self.ctx.e_dst[e]) == index]
+            if not mine:
+                t0 = 0.0
+            producers.update(p for p in mine if p not in in_changes)
+        for p in sorted(producers):
             p0, p1 = old_ops.ptr["task"][p], old_ops.ptr["task"][p + 1]
             if p1 > p0:
                 t0 = min(t0, float(end[p0:p1].min()))
@@ -257,8 +288,9 @@ class DeltaSimulator:
         """Make the last proposal the current plan."""
         if self._pending is None:
             raise RuntimeError("accept() without a pending proposal")
-        index, cfg, compiled, self.ops, self.edges, self._times, self._tasks = self._pending
-        self.configs[index], self.compiled[index] = cfg, compiled
+        changes, compiled, self.ops, self.edges, self._times, self._tasks = self._pending
+        for index, cfg in changes.items():
+            self.configs[index], self.compiled[index] = cfg, compiled[index]
         self._pending = None
         self._quiet = self._owner_end = None
 

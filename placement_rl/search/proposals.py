@@ -1,0 +1,333 @@
+"""MCMC proposal kinds beyond FlexFlow's "one random op, one random configuration".
+
+A proposal is a mapping ``{op index: new configuration}`` of one or more ops (evaluated at once by
+:meth:`~placement_rl.sim.delta.DeltaSimulator.propose_many`). The kinds:
+
+``flexflow``
+    FlexFlow's: a uniformly random op gets a configuration drawn from its SOAP set
+    (:meth:`~placement_rl.search.space.SearchSpace.random_config`). Alone (``proposals="flexflow"``,
+    the default) it draws from the random generator exactly as the search always did, so a seed and
+    a proposal budget give the same plan as before.
+``neighbour``
+    A random op takes the configuration of a random graph neighbour (producer or consumer): the same
+    devices, degrees and sync mode where they are valid for it, else the nearest valid one (the same
+    devices and partition count split along its own dimensions, preferring its sample dimension;
+    else the largest partition count that fits, on the first of those devices).
+``group``
+    A connected group of 2 to ``max_group`` ops, grown breadth-first from a random op (or, half of
+    the time, every op sharing a random op's parameters: an unrolled recurrent layer), moves
+    together to one device group: half of the time all devices, one machine's or one device type's
+    devices, else a machine view of a random size (``start + stride * k``, one device included).
+    The ops are split along the batch over it (data parallel) or, a quarter of the time, along a
+    parameter dimension (model parallel).
+``sync``
+    A random op with parameters (with every op sharing them) keeps its devices and degrees and
+    changes only its gradient synchronization: ``all_reduce`` (bucketed), ``all_reduce_per_tensor``,
+    ``parameter_server`` (on one of its devices) or, where its replicas compute identical gradients,
+    ``duplicate``.
+``replicas``
+    A random op keeps its degrees and changes only its replica count ``R`` (each partition computed
+    by ``R`` devices): existing replicas are kept in order, new ones go to the devices it does not
+    use yet, in device order.
+
+``proposals`` names one kind, a mix (:data:`MIXES`: ``"mixed"``, FlexFlow's proposal half of the
+time and the four others in the rest; ``"soap"``, FlexFlow's half of the time, ``neighbour`` and
+``group`` in the rest), or maps kinds to weights. Without ``sync`` and ``replicas`` the proposals
+stay inside the SOAP search space (a ``neighbour`` or ``group`` configuration outside it is left
+out of the proposal), so the plans found compare with :func:`~placement_rl.search.exhaustive`'s
+optimum over that space; ``sync`` and ``replicas`` leave it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from placement_rl.graph import Op, OpGraph
+from placement_rl.plan import OpConfig
+from placement_rl.search.space import SearchSpace
+from placement_rl.topology import DeviceTopology
+
+PROPOSAL_KINDS: tuple[str, ...] = ("flexflow", "neighbour", "group", "sync", "replicas")
+#: Named mixes of proposal kinds (weights, normalized when drawn).
+MIXES: dict[str, dict[str, float]] = {
+    "mixed": {"flexflow": 0.5, "neighbour": 0.15, "group": 0.15, "sync": 0.1, "replicas": 0.1},
+    "soap": {"flexflow": 0.5, "neighbour": 0.25, "group": 0.25},
+}
+#: Kinds whose configurations leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas).
+OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas")
+#: Sync modes a ``sync`` proposal chooses from (``sfb`` is :func:`placement_rl.search.sfb.apply_sfb`'s).
+SYNC_CHOICES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
+
+Changes = dict[int, OpConfig]
+
+
+def parse_proposals(value: str | Mapping[str, float]) -> dict[str, float]:
+    """Proposal weights from a kind, a mix name or a ``{kind: weight}`` mapping (normalized to sum 1).
+
+    Raises:
+        ValueError: an unknown kind or mix, or weights that are negative, not finite or all zero.
+    """
+    names = [*PROPOSAL_KINDS, *MIXES]
+    if isinstance(value, str):
+        if value in MIXES:
+            weights = dict(MIXES[value])
+        elif value in PROPOSAL_KINDS:
+            weights = {value: 1.0}
+        else:
+            raise ValueError(f"proposals = {value!r}; expected one of {names} or a {{kind: weight}} mapping")
+    elif isinstance(value, Mapping):
+        unknown = [k for k in value if k not in PROPOSAL_KINDS]
+        if unknown:
+            raise ValueError(f"proposal kinds {unknown}; expected kinds among {list(PROPOSAL_KINDS)}")
+        weights = {}
+        for k, w in value.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+                raise ValueError(f"proposal weight {k} = {w!r}; expected a finite number >= 0")
+            weights[k] = float(w)
+    else:
+        raise ValueError(f"proposals = {value!r}; expected one of {names} or a {{kind: weight}} mapping")
+    total = sum(weights.values())
+    if total <= 0:
+        raise ValueError(f"proposals = {value!r}; expected at least one kind with a weight > 0")
+    return {k: w / total for k, w in weights.items() if w > 0}
+
+
+class Proposer:
+    """Draws proposals of the configured kinds for one chain.
+
+    Args:
+        graph: the op graph.
+        topology: the cluster.
+        space: the chain's SOAP search space (its devices bound every proposal).
+        proposals: a kind, a mix name or ``{kind: weight}`` (see :func:`parse_proposals`).
+        max_group: the largest group a ``group`` proposal moves.
+    """
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        topology: DeviceTopology,
+        space: SearchSpace,
+        proposals: str | Mapping[str, float] = "flexflow",
+        max_group: int = 8,
+    ) -> None:
+        if max_group < 2:
+            raise ValueError(f"max_group = {max_group}; expected at least 2")
+        self.graph, self.topology, self.space = graph, topology, space
+        self.weights = parse_proposals(proposals)
+        self.kinds = list(self.weights)
+        self._p = np.array([self.weights[k] for k in self.kinds])
+        self.max_group = max_group
+        self.n = graph.num_ops
+        preds, succs = graph.predecessors, graph.successors
+        self.neighbours: list[tuple[int, ...]] = [tuple(dict.fromkeys((*preds[i], *succs[i]))) for i in range(self.n)]
+        self.with_params = [i for i, op in enumerate(graph.ops) if op.param_bytes > 0]
+        by_key: dict[str, list[int]] = {}
+        for i, op in enumerate(graph.ops):
+            if op.param_key is not None:
+                by_key.setdefault(op.param_key, []).append(i)
+        #: per op, the ops sharing its parameters (itself included; itself alone without parameters)
+        self.shared: list[tuple[int, ...]] = [
+            tuple(by_key[op.param_key]) if op.param_key is not None else (i,) for i, op in enumerate(graph.ops)
+        ]
+        devices = list(space.devices)
+        groups: dict[tuple[str, ...], None] = {tuple(devices): None}
+        for key in ("machine", "device_type"):
+            by: dict[str, list[str]] = {}
+            for name in devices:
+                by.setdefault(getattr(topology.device(name), key), []).append(name)
+            groups.update(dict.fromkeys(tuple(g) for g in by.values()))
+        #: the named device groups a ``group`` proposal moves ops to half of the time (all, per machine, per type)
+        self.device_groups: list[tuple[str, ...]] = list(groups)
+        self.counts = dict.fromkeys(self.kinds, 0)
+        #: whether every proposal stays in the search space (no kind of :data:`OUTSIDE_SPACE`)
+        self.in_space = not any(k in OUTSIDE_SPACE for k in self.kinds)
+
+    def draw(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> tuple[str, Changes]:
+        """One proposal against the current configurations: ``(kind, {op index: config})``.
+
+        The changes may equal the current configurations (a no-op the chain skips). With only
+        ``flexflow`` no extra random number is drawn.
+        """
+        kind = self.kinds[0] if len(self.kinds) == 1 else self.kinds[int(rng.choice(len(self.kinds), p=self._p))]
+        self.counts[kind] += 1
+        if kind == "flexflow":
+            i = int(rng.integers(self.n))
+            return kind, {i: self.space.random_config(i, rng)}
+        if kind in ("neighbour", "group"):
+            changes = self.neighbour(configs, rng) if kind == "neighbour" else self.group(rng)
+            if self.in_space:
+                changes = {i: c for i, c in changes.items() if self.space.contains(i, c)}
+            return kind, changes
+        if kind == "sync":
+            return kind, self.sync(configs, rng)
+        return kind, self.replicas(configs, rng)
+
+    # ---------------------------------------------------------------- kinds
+    def neighbour(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """A random op takes a random neighbour's configuration (made valid for it)."""
+        i = int(rng.integers(self.n))
+        near = self.neighbours[i]
+        if not near:
+            return {}
+        j = near[int(rng.integers(len(near)))]
+        return {i: transfer_config(self.graph.ops[i], configs[j], self.space.degree_options(i))}
+
+    def group(self, rng: np.random.Generator) -> Changes:
+        """A connected group of ops (BFS-grown, or every op sharing a random op's parameters half of the
+        time) moved to one device group: data parallel, or split along a parameter dimension (model
+        parallel) over it, or onto one device."""
+        seed = int(rng.integers(self.n))
+        shared = self.shared[seed]
+        if len(shared) > 1 and rng.random() < 0.5:
+            members: Sequence[int] = shared
+        else:
+            members = connected_group(self.neighbours, seed, int(rng.integers(2, self.max_group + 1)), rng)
+        if rng.random() < 0.5:
+            target = self.device_groups[int(rng.integers(len(self.device_groups)))]
+        else:  # a machine view of a random size (FlexFlow's start + stride * k)
+            views = self.space.views(int(rng.integers(1, self.space.num_devices + 1)))
+            target = views[int(rng.integers(len(views)))]
+        kind = "parameter" if len(target) > 1 and rng.random() < 0.25 else "sample"
+        return {i: split_config(self.graph.ops[i], target, kind) for i in members}
+
+    def sync(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """A random op with parameters changes only its sync mode."""
+        if not self.with_params:
+            return {}
+        i = self.with_params[int(rng.integers(len(self.with_params)))]
+        cfg = configs[i]
+        options = [s for s in sync_options(self.graph.ops[i], cfg) if s != cfg.sync or s == "parameter_server"]
+        if not options:
+            return {}
+        mode = options[int(rng.integers(len(options)))]
+        ps = None
+        if mode == "parameter_server":
+            devices = list(dict.fromkeys(cfg.devices))
+            ps = devices[int(rng.integers(len(devices)))]
+        # ops sharing parameters synchronize them once, with the first user's mode: change them together
+        changes: Changes = {}
+        for j in self.shared[i]:
+            c = configs[j]
+            if mode == "duplicate" and "duplicate" not in sync_options(self.graph.ops[j], c):
+                continue
+            changes[j] = OpConfig(c.devices, c.degrees, mode, ps if ps in c.devices else None)  # type: ignore[arg-type]
+        return changes
+
+    def replicas(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """A random op changes only its replica count."""
+        i = int(rng.integers(self.n))
+        cfg = configs[i]
+        P = max(cfg.num_partitions, 1)
+        options = [r for r in range(1, self.space.num_devices // P + 1) if r != cfg.replicas]
+        if not options:
+            return {}
+        return {i: with_replicas(cfg, options[int(rng.integers(len(options)))], self.space.devices)}
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def connected_group(neighbours: Sequence[Sequence[int]], seed: int, size: int, rng: np.random.Generator) -> list[int]:
+    """Up to ``size`` ops connected to ``seed``, grown breadth-first with each frontier shuffled."""
+    members = {seed: None}
+    frontier = [seed]
+    while frontier and len(members) < size:
+        nxt: list[int] = []
+        for i in frontier:
+            near = [j for j in neighbours[i] if j not in members]
+            for k in rng.permutation(len(near)).tolist():
+                if len(members) >= size:
+                    break
+                members[near[k]] = None
+                nxt.append(near[k])
+        frontier = nxt
+    return list(members)
+
+
+def split_config(op: Op, devices: Sequence[str], kind: str = "sample") -> OpConfig:
+    """Split over ``devices`` along the op's first dimension of ``kind`` (``"sample"``: data parallel;
+    ``"parameter"``: model parallel), the largest degree dividing it that fits, on the first devices;
+    replicated on all of them when the op has no such dimension; one device alone."""
+    dim = next((d for d in op.parallel_dims if d.kind == kind and d.size > 1), None)
+    if len(devices) == 1 or dim is None:
+        return OpConfig.make(devices)
+    degree = max(k for k in range(1, len(devices) + 1) if dim.size % k == 0)
+    return OpConfig.make(devices[:degree], {dim.name: degree})
+
+
+def transfer_config(op: Op, cfg: OpConfig, degree_options: Sequence[Mapping[str, int]]) -> OpConfig:
+    """``cfg`` (another op's configuration) made valid for ``op``.
+
+    A replicated configuration (one partition on several devices) becomes a batch split over its
+    devices when ``op`` has a sample dimension. Otherwise kept as it is when ``op`` has every split
+    dimension and each degree divides it; otherwise the same devices with the partition count split
+    along ``op``'s own dimensions (``degree_options``, a sample split first), else the largest
+    partition count that fits on the first of the devices.
+    The sync mode carries over where valid (``sfb`` and invalid ``duplicate`` become ``all_reduce``).
+    """
+    dims = {d.name: d for d in op.parallel_dims}
+    if cfg.num_partitions == 1 and len(cfg.devices) > 1 and op.sample_dim is not None:
+        # a replicated op (a parameter under data parallelism): its neighbour's share is a batch split
+        return split_config(op, list(dict.fromkeys(cfg.devices)))
+    if all(name in dims and dims[name].size % k == 0 for name, k in cfg.degrees):
+        return _with_valid_sync(op, OpConfig(cfg.devices, cfg.degrees, cfg.sync, cfg.ps_device))
+    P = cfg.num_partitions
+    sample = op.sample_dim
+
+    def rank(d: Mapping[str, int]) -> tuple[int, int, int]:
+        prod = math.prod(d.values())
+        return (prod <= P and P % prod == 0, prod, sample is not None and sample.name in d)
+
+    best = max(degree_options, key=rank) if degree_options else {}
+    prod = math.prod(best.values())
+    devices = cfg.devices if len(cfg.devices) % prod == 0 else cfg.devices[:prod]
+    return _with_valid_sync(op, OpConfig.make(devices, best, cfg.sync, cfg.ps_device))
+
+
+def sync_options(op: Op, cfg: OpConfig) -> list[str]:
+    """The sync modes valid for ``op`` with ``cfg``'s devices and degrees (``sfb`` left out)."""
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    modes = ["all_reduce", "all_reduce_per_tensor", "parameter_server"]
+    if all(kinds.get(name) == "parameter" or k == 1 for name, k in cfg.degrees):
+        modes.append("duplicate")
+    return modes
+
+
+def with_replicas(cfg: OpConfig, replicas: int, devices: Sequence[str]) -> OpConfig:
+    """``cfg`` with ``replicas`` devices per partition (task ``t``: partition ``t // R``, replica ``t % R``).
+
+    Each partition keeps its first ``min(R, replicas)`` devices; new replicas take devices of
+    ``devices`` that ``cfg`` does not use, in order (then reuse the least-used ones).
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas = {replicas}; expected at least 1")
+    P, R = max(cfg.num_partitions, 1), cfg.replicas
+    parts = [list(cfg.devices[p * R : (p + 1) * R]) for p in range(P)]
+    used = {d: 0 for d in devices}
+    for d in cfg.devices:
+        used[d] = used.get(d, 0) + 1
+    spare = [d for d in devices if used[d] == 0]
+    out: list[str] = []
+    for part in parts:
+        keep = part[:replicas]
+        while len(keep) < replicas:
+            if spare:
+                d = spare.pop(0)
+            else:
+                d = min((x for x in devices if x not in keep), key=lambda x: used[x])
+            used[d] = used.get(d, 0) + 1
+            keep.append(d)
+        out += keep
+    sync = cfg.sync if cfg.sync != "sfb" else "all_reduce"
+    ps = cfg.ps_device if sync == "parameter_server" else None
+    return OpConfig(tuple(out), cfg.degrees, sync, ps)
+
+
+def _with_valid_sync(op: Op, cfg: OpConfig) -> OpConfig:
+    sync = cfg.sync
+    if sync == "sfb" or (sync == "duplicate" and "duplicate" not in sync_options(op, cfg)):
+        sync = "all_reduce"
+    ps = cfg.ps_device if sync == "parameter_server" and cfg.ps_device in cfg.devices else None
+    return OpConfig(cfg.devices, cfg.degrees, sync, ps)

@@ -1,0 +1,232 @@
+"""MCMC proposal kinds, acceptance (adaptive temperature, parallel tempering) and recorded times."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from placement_rl.graph.coarsen import coarsen
+from placement_rl.methods import anytime_trace, get_method
+from placement_rl.plan import Plan, data_parallel
+from placement_rl.search import SearchSpace, mcmc
+from placement_rl.search.mcmc import swap_probability
+from placement_rl.search.proposals import (
+    MIXES,
+    Proposer,
+    connected_group,
+    parse_proposals,
+    transfer_config,
+    with_replicas,
+)
+from placement_rl.sim import DeltaSimulator
+from placement_rl.sim.simulator import SimContext
+from placement_rl.topology import load_preset
+
+
+@pytest.fixture(scope="module")
+def instance(zoo_graph):  # type: ignore[no-untyped-def]
+    graph = zoo_graph("rnnlm", steps=3)  # shared parameters (the unrolled cells), ops without a sample split
+    topo = load_preset("tag-testbed")  # mixed machines and device types
+    return graph, topo, SearchSpace(graph, topo)
+
+
+def _drawn(instance, kind: str, draws: int = 60):  # type: ignore[no-untyped-def]
+    """``(configs before, changes)`` of ``draws`` proposals of one kind from data parallel and random plans."""
+    graph, topo, space = instance
+    proposer = Proposer(graph, topo, space, kind)
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(draws):
+        plan = data_parallel(graph, topo) if k % 2 else space.random_plan(rng)
+        configs = [plan[op.name] for op in graph.ops]
+        if kind == "group":  # unfiltered (draw() leaves out configurations outside the search space)
+            changes = proposer.group(rng)
+        else:
+            drawn_kind, changes = proposer.draw(configs, rng)
+            assert drawn_kind == kind
+        # every proposal is a valid plan
+        Plan(graph.name, {**plan.configs, **{graph.ops[i].name: c for i, c in changes.items()}}).validate(graph, topo)
+        out.append((configs, changes))
+    assert sum(bool(c) for _, c in out) >= draws // 4
+    return [(configs, changes) for configs, changes in out if changes]
+
+
+def test_neighbour_takes_a_neighbours_devices(instance) -> None:  # type: ignore[no-untyped-def]
+    near = Proposer(*instance).neighbours
+    for configs, changes in _drawn(instance, "neighbour"):
+        ((i, cfg),) = changes.items()
+        assert any(set(cfg.devices) <= set(configs[j].devices) for j in near[i])
+
+
+def test_group_moves_a_connected_group_to_one_device_group(instance) -> None:  # type: ignore[no-untyped-def]
+    graph, topo, space = instance
+    near = Proposer(*instance).neighbours
+    for _, changes in _drawn(instance, "group"):
+        members = list(changes)
+        union = set().union(*(c.devices for c in changes.values()))
+        # one device group: every op on a subset of the group's devices, the largest config spans it
+        assert max(len(set(c.devices)) for c in changes.values()) == len(union) or len(union) == 1
+        shared = {graph.ops[i].param_key for i in members}
+        if len(members) > 1 and not (len(shared) == 1 and None not in shared):  # else an unrolled layer
+            reached = {members[0]}
+            frontier = [members[0]]
+            while frontier:
+                frontier = [j for i in frontier for j in near[i] if j in changes and j not in reached]
+                reached.update(frontier)
+            assert reached == set(members)
+
+
+def test_sync_changes_only_the_sync_mode(instance) -> None:  # type: ignore[no-untyped-def]
+    graph = instance[0]
+    for configs, changes in _drawn(instance, "sync"):
+        for i, cfg in changes.items():
+            assert graph.ops[i].param_bytes > 0
+            assert (cfg.devices, cfg.degrees) == (configs[i].devices, configs[i].degrees)
+        assert len({c.sync for c in changes.values()}) == 1  # shared parameters change together
+        i = next(iter(changes))
+        assert (changes[i].sync, changes[i].ps_device) != (configs[i].sync, configs[i].ps_device) or changes[
+            i
+        ].sync == "parameter_server"
+
+
+def test_replicas_changes_only_the_replica_count(instance) -> None:  # type: ignore[no-untyped-def]
+    for configs, changes in _drawn(instance, "replicas"):
+        ((i, cfg),) = changes.items()
+        assert cfg.degrees == configs[i].degrees and cfg.replicas != configs[i].replicas
+        R = min(cfg.replicas, configs[i].replicas)
+        for p in range(cfg.num_partitions):  # existing replicas kept in order
+            old = configs[i].devices[p * configs[i].replicas : p * configs[i].replicas + R]
+            assert cfg.devices[p * cfg.replicas : p * cfg.replicas + R] == old
+    cfg = with_replicas(data_parallel(instance[0], instance[1])[instance[0].ops[5].name], 1, instance[2].devices)
+    assert cfg.replicas == 1
+
+
+def test_soap_mix_stays_in_the_search_space(instance) -> None:  # type: ignore[no-untyped-def]
+    graph, topo, space = instance
+    proposer = Proposer(graph, topo, space, "soap")
+    assert proposer.in_space and not Proposer(graph, topo, space, "mixed").in_space
+    rng = np.random.default_rng(1)
+    configs = [space.random_plan(rng)[op.name] for op in graph.ops]
+    for _ in range(100):
+        _, changes = proposer.draw(configs, rng)
+        assert all(space.contains(i, c) for i, c in changes.items())
+        configs = [changes.get(i, c) for i, c in enumerate(configs)]
+
+
+def test_transfer_config_and_connected_group(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("lenet")
+    topo = load_preset("trinity")
+    space = SearchSpace(graph, topo)
+    conv = next(i for i, op in enumerate(graph.ops) if op.op_type == "conv2d")
+    dense = next(i for i, op in enumerate(graph.ops) if op.op_type == "linear")
+    dp = data_parallel(graph, topo)
+    # a config valid for the op is kept as it is
+    assert (
+        transfer_config(graph.ops[conv], dp[graph.ops[dense].name], space.degree_options(conv))
+        == dp[graph.ops[dense].name]
+    )
+    # a channel split the op cannot take becomes its own split over the same devices
+    cfg = next(c for c in space.configs(conv) if "channel" in c.degree_map and c.num_partitions == 2)
+    moved = transfer_config(graph.ops[dense], cfg, space.degree_options(dense))
+    assert set(moved.devices) <= set(cfg.devices) and moved.num_partitions <= 2
+    Plan(graph.name, {**dp.configs, graph.ops[dense].name: moved}).validate(graph, topo)
+    chain = [(1,), (0, 2), (1, 3), (2,)]
+    assert sorted(connected_group(chain, 0, 3, np.random.default_rng(0))) == [0, 1, 2]
+    assert sorted(connected_group(chain, 3, 10, np.random.default_rng(0))) == [0, 1, 2, 3]
+
+
+def test_proposal_names_are_checked(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    assert parse_proposals("mixed") == pytest.approx(MIXES["mixed"])
+    assert parse_proposals({"flexflow": 3, "group": 1}) == {"flexflow": 0.75, "group": 0.25}
+    for bad in ("random", {"teleport": 1.0}, {"group": -1.0}, {"group": 0}):
+        with pytest.raises(ValueError, match="propos"):
+            parse_proposals(bad)  # type: ignore[arg-type]
+    graph, topo = zoo_graph("lenet"), load_preset("trinity")
+    with pytest.raises(ValueError, match="proposals = 'random'; expected one of"):
+        mcmc(graph, topo, budget=10, proposals="random")
+    with pytest.raises(ValueError, match="adaptive = 2"):
+        mcmc(graph, topo, budget=10, adaptive=2)
+    with pytest.raises(ValueError, match="tempering = 0"):
+        mcmc(graph, topo, budget=10, tempering=0)
+    method = get_method("mcmc")
+    assert method.check is not None
+    with pytest.raises(ValueError, match="proposals = 'random'"):
+        method.check({"proposals": "random"}, graph, topo)
+
+
+def test_propose_many_matches_one_op_proposals_in_turn(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = coarsen(zoo_graph("inception_v3"), 12)
+    topo = load_preset("tag-testbed")
+    space = SearchSpace(graph, topo)
+    dp = data_parallel(graph, topo)
+    ctx = SimContext(graph, topo)
+    together = DeltaSimulator(ctx, [dp[op.name] for op in graph.ops])
+    one_by_one = DeltaSimulator(ctx, [dp[op.name] for op in graph.ops])
+    rng = np.random.default_rng(3)
+    changes = {i: space.random_config(i, rng) for i in (2, 3, 7)}
+    cost = together.propose_many(changes)
+    together.accept()
+    for i, cfg in changes.items():
+        last = one_by_one.set(i, cfg)
+    assert cost == last and together.configs == one_by_one.configs
+    with pytest.raises(ValueError, match="at least one changed op"):
+        together.propose_many({})
+    with pytest.raises(ValueError, match=r"op indices \[99\]"):
+        together.propose_many({99: changes[2]})
+
+
+def test_default_proposals_are_flexflows_and_reproducible(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = coarsen(zoo_graph("inception_v3"), 12)
+    topo = load_preset("tag-testbed")
+    default = mcmc(graph, topo, budget=200, seed=4)
+    named = mcmc(graph, topo, budget=200, seed=4, proposals="flexflow")
+    assert named.plan == default.plan and np.array_equal(named.costs_s, default.costs_s)
+    assert "proposals_by_kind" not in default.stats
+    mixed = mcmc(graph, topo, budget=200, seed=4, proposals="mixed")
+    assert mixed.plan == mcmc(graph, topo, budget=200, seed=4, proposals="mixed").plan
+    assert sum(mixed.stats["proposals_by_kind"].values()) == mixed.proposals
+    assert mixed.cost_s <= mixed.initial_costs_s["data_parallel"]
+    # recorded times: one per proposal, never decreasing, within the search
+    default = mcmc(graph, topo, budget=200, seed=4, initial=("random",))
+    times = default.times_s
+    assert times.shape == default.best_costs_s.shape and np.all(np.diff(times) >= 0)
+    assert 0 <= times[0] and times[-1] <= default.elapsed_s
+    trace = anytime_trace(default.best_costs_s, default.elapsed_s, times)
+    assert trace[-1] == (default.elapsed_s, float(default.best_costs_s[-1]))
+    improved = np.flatnonzero(default.best_costs_s < default.best_costs_s[0])
+    assert improved.size and trace[1][0] == pytest.approx(times[improved[0]])
+
+
+def test_anytime_trace_uses_recorded_times() -> None:
+    best = np.array([5.0, 4.0, 4.0, 3.0])
+    assert anytime_trace(best, 8.0) == ((2.0, 5.0), (4.0, 4.0), (8.0, 3.0))  # a steady rate without times
+    assert anytime_trace(best, 8.0, np.array([0.5, 1.0, 6.0, 7.0])) == ((0.5, 5.0), (1.0, 4.0), (7.0, 3.0), (8.0, 3.0))
+
+
+def test_tempering_swaps_follow_the_metropolis_rule(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    # a colder replica (larger beta) holding the worse state always hands it to the hotter one
+    assert swap_probability(2.0, 1.0, 5.0, 3.0) == 1.0
+    # otherwise exp((beta_i - beta_j) (cost_i - cost_j))
+    assert swap_probability(2.0, 1.0, 3.0, 5.0) == pytest.approx(math.exp(-2.0))
+    assert swap_probability(1.0, 2.0, 5.0, 3.0) == pytest.approx(math.exp(-2.0))
+    assert swap_probability(2.0, 2.0, 3.0, 5.0) == 1.0  # equal temperatures: always
+    graph = coarsen(zoo_graph("lenet"), 4)
+    topo = load_preset("trinity")
+    found = mcmc(graph, topo, budget=300, seed=0, tempering=3, initial=("data_parallel",))
+    # one swap attempt per sweep of the three replicas; a proposal budget counts every replica
+    assert found.stats["swaps_tried"] == found.proposals // 3
+    assert 0 < found.stats["swaps_accepted"] <= found.stats["swaps_tried"]
+    assert found.plan == mcmc(graph, topo, budget=300, seed=0, tempering=3, initial=("data_parallel",)).plan
+
+
+def test_adaptive_temperature_moves_toward_the_target(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = coarsen(zoo_graph("lenet"), 4)
+    topo = load_preset("trinity")
+    options = {"budget": 600, "seed": 0, "initial": ("random",), "proposals": "soap"}
+    # very hot (nearly every worse plan taken) but hardly any should be: the temperature falls
+    cooler = mcmc(graph, topo, adaptive=0.001, beta=0.01, **options)
+    # FlexFlow's beta (few worse plans taken) but nearly all should be: the temperature rises
+    hotter = mcmc(graph, topo, adaptive=0.99, **options)
+    assert cooler.stats["final_heat"] > 1.0 > hotter.stats["final_heat"]
