@@ -323,7 +323,12 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
             actions = batch[Columns.ACTIONS].long()
             groups = actions[:, :N]
             device_logits, devices = self._schedule(
-                obs, self._group_embeddings(obs, types, groups), actions[:, N:], mode, 0.0, self._group_need(obs, groups)
+                obs,
+                self._group_embeddings(obs, types, groups),
+                actions[:, N:],
+                mode,
+                0.0,
+                self._group_need(obs, groups),
             )
         else:
             groups = (

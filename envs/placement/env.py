@@ -26,8 +26,9 @@ def one_shot_memory_mask(
     slots ``assign`` puts in it; a device is allowed for it when the groups placed on it before
     (by ``placement``) plus group ``j`` fit in its capacity; when no device fits, every device is
     allowed (the plan then reports out-of-memory, as in sequential mode). A group that needs
-    nothing (empty, or of ops without memory) fits anywhere. The figures are the observation's float32 GiB summed in float64, the same sums
-    Trinity's policy makes while it decodes, so the env and the policy agree.
+    nothing (empty, or of ops without memory) fits anywhere. The figures are the observation's
+    float32 GiB summed in float64, the same sums Trinity's policy makes while it decodes, so the env
+    and the policy agree.
 
     Args:
         need_gib: (N,) GiB each real op slot needs on one device (``node_memory_gib[:N]``).

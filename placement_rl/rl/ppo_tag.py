@@ -164,7 +164,9 @@ def _logits(module: Any, obs: Mapping[str, np.ndarray]) -> np.ndarray:
     return out
 
 
-def rollout(module: Any, env: Any, seed: int = 0, rng: np.random.Generator | None = None) -> tuple[float, dict[str, Any]]:
+def rollout(
+    module: Any, env: Any, seed: int = 0, rng: np.random.Generator | None = None
+) -> tuple[float, dict[str, Any]]:
     """One episode of ``module`` in ``env`` (reset with ``seed``): the most likely allowed action at
     every step, or, with ``rng``, actions sampled from the policy. Returns the return and the last info."""
     obs, _ = env.reset(seed=seed)

@@ -62,7 +62,8 @@ def test_hard_mask_masks_exactly_the_devices_that_cannot_hold_the_group(lenet_sm
     assign[big], assign[second] = 0, 1  # group 2 stays empty
     mask = one_shot_memory_mask(need, assign, np.array([1, 1, 0, 2]), capacity)
     # Group 0 fits everywhere but gpu0; group 1 no longer fits on gpu1 (group 0 is there), nor on
-    # gpu0; the empty group 2 fits everywhere (even on the overfull gpu1); group 3 (about 1.5 MiB) only on the 11 GiB GPUs.
+    # gpu0; the empty group 2 fits everywhere (even on the overfull gpu1); group 3 (about 1.5 MiB)
+    # only on the 11 GiB GPUs.
     assert mask.tolist() == [
         [False, True, True, True],
         [False, False, True, True],
