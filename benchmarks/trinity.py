@@ -79,10 +79,8 @@ def table_checkpoint(checkpoint: Path, cases: list[tuple[str, str]]) -> None:
         budget_s = max(learned.search_s, 1.0)
         options = {"mcmc": {"budget": f"{budget_s:.1f}s", "seed": 0, "initial": ("data_parallel", "expert", "random")}}
         rows = compare_methods(graph, topology, ["single_device", "data_parallel", "expert", "mcmc"], options=options)
-        dp_s = next(r.makespan_s for r in rows if r.method == "data_parallel")
         for r in [*rows, learned]:
             label = f"MCMC ({budget_s:.1f} s)" if r.method == "mcmc" else LABELS[r.method]
-            r = dataclasses.replace(r, speedup_over_dp=dp_s / r.makespan_s)
             print(_row(model, preset, r, label, r.search_s), flush=True)
 
 
