@@ -2,6 +2,13 @@
 
     python benchmarks/trinity.py table [--iterations 30] [--cases vgg19@trinity,...]   # train, then compare
     python benchmarks/trinity.py zero-shot [--iterations 20] [--topologies 10] [--model vgg19]
+    python benchmarks/trinity.py table --agent ppo_tag --checkpoint out/ppo-tag-zoo-random/checkpoint_final
+    python benchmarks/trinity.py zero-shot --agent ppo_tag --checkpoint CKPT --models vgg19,resnet50 --topologies 20
+
+``--agent`` picks the learned agent (its default training YAML: ``tune_configs/trinity_ppo.yaml``
+or ``tune_configs/ppo_tag.yaml``). With ``--checkpoint`` nothing is trained: ``table`` plans each
+case with that (zero-shot) policy and gives MCMC the policy's planning wall-clock (at least 1 s);
+``zero-shot`` evaluates it on the first test-split topologies.
 
 ``table`` trains one policy per (model, preset) from ``tune_configs/trinity_ppo.yaml`` with the
 generator fixed to that instance, then prints the learned plan next to single GPU, data parallel,
@@ -41,7 +48,10 @@ LABELS = {
     "data_parallel": "data parallel",
     "expert": "expert",
     "trinity": "Trinity (learned)",
+    "ppo_tag": "ppo_tag (learned)",
 }
+#: The training YAML each learned agent starts from by default.
+AGENT_CONFIGS = {"trinity": "trinity_ppo.yaml", "ppo_tag": "ppo_tag.yaml"}
 
 
 def _row(model: str, preset: str, r: MethodResult, label: str, search_s: float) -> str:
@@ -55,6 +65,25 @@ def _row(model: str, preset: str, r: MethodResult, label: str, search_s: float) 
 DEFAULT_CONFIG = ROOT / "tune_configs" / "trinity_ppo.yaml"
 
 
+def table_checkpoint(checkpoint: Path, cases: list[tuple[str, str]]) -> None:
+    """The cases planned by a trained policy, next to the baselines and MCMC at the policy's planning time."""
+    from placement_rl.rl.agents import load_policy
+
+    policy = load_policy(checkpoint)
+    method = policy_method(policy)
+    print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model, preset in cases:
+        graph, topology = zoo.load(model), load_preset(preset)
+        (learned,) = compare_methods(graph, topology, [method])
+        budget_s = max(learned.search_s, 1.0)
+        options = {"mcmc": {"budget": f"{budget_s:.1f}s", "seed": 0, "initial": ("data_parallel", "expert", "random")}}
+        rows = compare_methods(graph, topology, ["single_device", "data_parallel", "expert", "mcmc"], options=options)
+        for r in [*rows, learned]:
+            label = f"MCMC ({budget_s:.1f} s)" if r.method == "mcmc" else LABELS[r.method]
+            print(_row(model, preset, r, label, r.search_s), flush=True)
+
+
 def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path = DEFAULT_CONFIG) -> None:
     base = load_train_config(config)
     print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
@@ -62,7 +91,7 @@ def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path
     for model, preset in cases:
         env_cfg = {**base.env, "generator": {"kind": "fixed", "model": model, "topology": preset}}
         cfg = base.replace(
-            name=f"trinity-{model}-{preset}", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
+            name=f"{base.agent}-{model}-{preset}", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
         )
         start = time.perf_counter()
         run_dir = train(cfg, out_dir=out / cfg.name, progress=None)
@@ -73,39 +102,58 @@ def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path
         }
         for r in compare_methods(zoo.load(model), load_preset(preset), methods, options=options):
             label = f"MCMC ({max(train_s, 1):.0f} s)" if r.method == "mcmc" else LABELS[r.method]
-            search_s = r.search_s + (train_s if r.method == "trinity" else 0.0)  # the policy's search is its training
+            search_s = r.search_s + (train_s if r.method == base.agent else 0.0)  # the policy's search is its training
             print(_row(model, preset, r, label, search_s), flush=True)
 
 
-def zero_shot(iterations: int, count: int, out: Path, model: str | None, config: Path = DEFAULT_CONFIG) -> None:
+def zero_shot(
+    iterations: int,
+    count: int,
+    out: Path,
+    models: list[str] | None,
+    config: Path = DEFAULT_CONFIG,
+    checkpoint: Path | None = None,
+    mcmc_budget: str | None = "5s",
+) -> None:
     from placement_rl.rl.evaluate import evaluate
-
-    base = load_train_config(config)
-    model = model or base.env["generator"]["model"]
-    env_cfg = {
-        **base.env,
-        "generator": {"kind": "random", "models": [model], "topology_split": "train", "num_topologies": 200},
-    }
-    cfg = base.replace(
-        name=f"trinity-{model}-random", env=env_cfg, run=dataclasses.replace(base.run, iterations=iterations)
-    )
-    run_dir = train(cfg, out_dir=out / cfg.name, progress=print)
     from placement_rl.topology import topology_seeds
 
+    base = load_train_config(config)
+    if checkpoint is None:
+        models = models or [base.env["generator"]["model"]]
+        env_cfg = {
+            **base.env,
+            "generator": {"kind": "random", "models": models, "topology_split": "train", "num_topologies": 200},
+        }
+        cfg = base.replace(
+            name=f"{base.agent}-{'-'.join(models)}-random",
+            env=env_cfg,
+            run=dataclasses.replace(base.run, iterations=iterations),
+        )
+        checkpoint = train(cfg, out_dir=out / cfg.name, progress=print) / "checkpoint_final"
     topologies = [f"random:{s}" for s in topology_seeds("test", count)]
-    rows = evaluate(str(run_dir / "checkpoint_final"), topologies, [model], mcmc_budget="5s")
-    print("| instance | policy vs DP | expert vs DP | MCMC (5 s) vs DP | policy OOM |")
-    print("|---|---|---|---|---|")
-    wins = 0
+    rows = evaluate(str(checkpoint), topologies, models, mcmc_budget=mcmc_budget)
+    agent = next(r.method for r in rows if r.method not in ("data_parallel", "expert", "mcmc"))
+    mcmc = f"MCMC ({mcmc_budget}) vs DP" if mcmc_budget else None
+    print(f"| instance | policy vs DP | expert vs DP | {mcmc + ' | ' if mcmc else ''}policy OOM |")
+    print("|---|---|---|" + ("---|" if mcmc else "") + "---|")
+    wins: dict[str, int] = {}
+    ooms: dict[str, int] = {}
     for inst in dict.fromkeys(r.instance for r in rows):
         by = {r.method: r for r in rows if r.instance == inst}
-        p = by["trinity"]
-        wins += p.speedup_over_dp > 1 and not p.oom
+        p = by[agent]
+        model = inst.split("@")[0]
+        wins[model] = wins.get(model, 0) + int(p.speedup_over_dp > 1 and not p.oom)
+        ooms[model] = ooms.get(model, 0) + int(p.oom)
+        cells = [f"{p.speedup_over_dp:.2f}x", f"{by['expert'].speedup_over_dp:.2f}x"]
+        if mcmc:
+            cells.append(f"{by['mcmc'].speedup_over_dp:.2f}x")
+        print(f"| {inst} | " + " | ".join(cells) + f" | {'yes' if p.oom else 'no'} |")
+    for model in wins:
         print(
-            f"| {inst} | {p.speedup_over_dp:.2f}x | {by['expert'].speedup_over_dp:.2f}x | "
-            f"{by['mcmc'].speedup_over_dp:.2f}x | {'yes' if p.oom else 'no'} |"
+            f"{model}: the policy beats data parallel on {wins[model]}/{count} unseen topologies; "
+            f"{ooms[model]} plans out of memory"
         )
-    print(f"policy beats data parallel on {wins}/{count} unseen topologies")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,18 +163,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--topologies", type=int, default=10)
     parser.add_argument("--out", default="out/benchmarks")
     parser.add_argument("--model", default=None, help="zero-shot: the zoo model (default: the shipped config's)")
+    parser.add_argument("--models", default=None, help="zero-shot: comma-separated zoo models (instead of --model)")
+    parser.add_argument("--agent", default="trinity", choices=sorted(AGENT_CONFIGS), help="the learned agent")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="a trained policy: evaluate it, train nothing")
+    parser.add_argument("--mcmc-budget", default="5s", help="zero-shot: MCMC's budget per instance, or 'none'")
     parser.add_argument(
         "--cases",
         default=",".join(f"{m}@{t}" for m, t in CASES),
         help="table: comma-separated MODEL@PRESET instances (default: the six of Trinity Table 4's mirror)",
     )
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the training YAML the runs start from")
+    parser.add_argument("--config", type=Path, default=None, help="the training YAML (default: the agent's)")
     args = parser.parse_args(argv)
+    config = args.config or ROOT / "tune_configs" / AGENT_CONFIGS[args.agent]
     if args.what == "table":
         cases = [tuple(c.split("@", 1)) for c in args.cases.split(",")]
-        table(args.iterations, Path(args.out), cases, args.config)  # type: ignore[arg-type]
+        if args.checkpoint is not None:
+            table_checkpoint(args.checkpoint, cases)  # type: ignore[arg-type]
+        else:
+            table(args.iterations, Path(args.out), cases, config)  # type: ignore[arg-type]
     else:
-        zero_shot(args.iterations, args.topologies, Path(args.out), args.model, args.config)
+        models = args.models.split(",") if args.models else [args.model] if args.model else None
+        budget = None if args.mcmc_budget == "none" else args.mcmc_budget
+        zero_shot(args.iterations, args.topologies, Path(args.out), models, config, args.checkpoint, budget)
 
 
 if __name__ == "__main__":

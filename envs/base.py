@@ -47,7 +47,10 @@ from .observation import (
 )
 from .reward import Outcome, Reward, make_reward
 
+#: Instances whose derived data (simulation contexts, baselines, static arrays) an env keeps by default.
 _CACHE_INSTANCES = 16
+#: The most instances an env may be configured to keep (``instance_cache``).
+MAX_INSTANCE_CACHE = 1_024
 
 # Upper limits of the configured maxima. Each bounds an array that the observation or the action
 # mask allocates (and copies every step), so a typo such as ``max_devices: 1000000000`` fails
@@ -107,6 +110,10 @@ class EnvConfig:
             action mask forbids (a padded slot, or over memory): ``"end"`` ends the episode with
             the reward's invalid-action reward and ``info["invalid_action"] = True``; ``"raise"``
             raises ``ValueError`` and leaves the episode as it was.
+        instance_cache: how many instances' derived data (simulation contexts, data-parallel
+            baselines, static arrays, TAG's compiled ops) the env keeps, least recently used
+            first out; a training pool larger than this rebuilds an instance on most resets (a
+            few seconds each). At most :data:`MAX_INSTANCE_CACHE`.
     """
 
     generator: Any = None  # checked by make_generator when the env is built
@@ -119,6 +126,7 @@ class EnvConfig:
     cost_model: CostModel | None = option(None, rule=_COST_MODEL)
     node2vec_dim: int = option(0, rule=integer(low=0, high=MAX_STRUCTURE_DIM))
     invalid_action: str = option("end", rule=choice(INVALID_ACTIONS))
+    instance_cache: int = option(_CACHE_INSTANCES, rule=integer(low=1, high=MAX_INSTANCE_CACHE))
 
     @classmethod
     def parse(cls, config: Mapping[str, Any] | None, **overrides: Any) -> Self:
@@ -309,7 +317,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         partial = DeltaSimulator(group_ctx, configs, cached=True).feedback()
         data = InstanceData(instance, group_ctx, fine_ctx, static, baseline, configs, partial)
         self._cache[key] = data
-        while len(self._cache) > _CACHE_INSTANCES:
+        while len(self._cache) > self.config.instance_cache:
             self._cache.popitem(last=False)
         return data
 

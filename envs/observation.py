@@ -18,6 +18,9 @@ field                 dtype, shape                          contents
 ``action_mask``       int8 ``(num_actions,)``               1 for allowed actions (see each env)
 ``node_structure``    float32 ``(max_nodes, node2vec_dim)`` Node2vec embedding of each group (only
                                                             when ``node2vec_dim > 0``; any sign)
+``node_memory_gib``   float32 ``(max_nodes,)``              GiB the group needs on one device by the
+                                                            env's estimate (only in one-shot mode
+                                                            with ``memory_mask="hard"``)
 ===================== ===================================== =========================================
 
 With the TAG action space (``action_space="tag"``) the observation also has TAG's Table 1 fields
@@ -150,6 +153,8 @@ class Layout:
     #: TAG fields (``action_space="tag"``): device groups ``K`` and device-group subsets ``S``; 0: none.
     max_device_groups: int = 0
     max_subsets: int = 0
+    #: ``node_memory_gib`` (one-shot mode with the hard memory mask): each node's memory need.
+    node_memory: bool = False
 
     def space(self) -> gym.spaces.Dict:
         n, e, d = self.max_nodes, self.max_edges, self.max_devices
@@ -174,6 +179,8 @@ class Layout:
         }
         if self.structure_dim:
             spaces["node_structure"] = gym.spaces.Box(-np.inf, np.inf, (n, self.structure_dim), f32)
+        if self.node_memory:
+            spaces["node_memory_gib"] = box((n,))
         if self.max_device_groups:
             k, s = self.max_device_groups, self.max_subsets
             spaces.update(

@@ -14,7 +14,12 @@ It acts in ``placement_rl/Placement-v0`` with ``mode="one_shot"``: one action as
   device it chose (a trainable per-index embedding plus a projection of the device's features, so
   unseen topologies still have meaningful devices) is fed back as the next input.
 * **Sampling** ``softmax(C * tanh(u / T))`` with C = 5, T = 10 for both networks; the env's action
-  mask is added as a log-mask (``log 0`` clamped to -1e9), without touching the batch. For the
+  mask is added as a log-mask (``log 0`` clamped to -1e9), without touching the batch.
+* **Hard memory mask** (our extension; the env's ``memory_mask="hard"``, when the observation has
+  ``node_memory_gib``): while decoding, group ``t`` may take only the devices whose memory, after
+  the groups ``0 .. t-1`` placed on them, still holds it (every real device when none does), the
+  rule of :func:`placement_rl.envs.placement.env.one_shot_memory_mask`. Without the field the
+  module is the paper's (MDPE's soft penalty only). For the
   first ``noise_steps`` (500) actions an EnvRunner samples, uniform noise up to ``logit_noise``
   (0.1) is added to the logits (Trinity sec. 5.2).
 
@@ -45,7 +50,14 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 from torch.nn import functional as F
 
-from placement_rl.envs.observation import COL_COMPUTE_MS, COL_OUTPUT_MIB, COL_PARAM_MIB, COLS_OP_TYPE, OP_FAMILIES
+from placement_rl.envs.observation import (
+    COL_COMPUTE_MS,
+    COL_OUTPUT_MIB,
+    COL_PARAM_MIB,
+    COLS_OP_TYPE,
+    DEV_COL_MEMORY_GIB,
+    OP_FAMILIES,
+)
 
 MASK_LOGIT = -1e9
 HIDDEN = 256
@@ -236,6 +248,15 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         feats = torch.log1p(obs["device_features"].float())
         return self.device_embedding.weight.unsqueeze(0) + self.device_projection(feats)
 
+    def _group_need(self, obs: dict[str, torch.Tensor], groups: torch.Tensor) -> torch.Tensor | None:
+        """(B, k) float64 GiB each group of the partition ``groups`` (B, N) needs on one device, or
+        None when the observation has no ``node_memory_gib`` (no hard memory mask)."""
+        if "node_memory_gib" not in obs:
+            return None
+        need = obs["node_memory_gib"].double() * obs["node_mask"].double()  # (B, N)
+        out = need.new_zeros(need.shape[0], self.num_groups)
+        return out.scatter_add_(1, groups.long(), need)
+
     def _schedule(
         self,
         obs: dict[str, torch.Tensor],
@@ -243,13 +264,20 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
         devices: torch.Tensor | None,
         mode: str,
         noise: float,
+        need: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode one device per group: (B, k, D) logits and the (B, k) devices (given or chosen)."""
+        """Decode one device per group: (B, k, D) logits and the (B, k) devices (given or chosen).
+
+        ``need`` (B, k) (:meth:`_group_need`): also mask the devices whose remaining memory cannot
+        hold the group being placed (the hard memory mask).
+        """
         B, k = group_emb.shape[0], self.num_groups
         D = self.num_devices
         enc, (h, c) = self.encoder(group_emb)  # (B, k, H)
         reps = self._device_reps(obs)  # (B, D, H)
         dev_mask = obs["action_mask"][..., self.num_ops * k :].reshape(B, k, D)
+        capacity = obs["device_features"][..., DEV_COL_MEMORY_GIB].double()  # (B, D)
+        used = capacity.new_zeros(B, D)
         inp = self.start.expand(B, -1)
         h, c = h[0], c[0]
         logits_out, chosen = [], []
@@ -259,7 +287,12 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
             context = torch.einsum("bk,bkh->bh", torch.softmax(scores, -1), enc)
             q = torch.tanh(self.query(torch.cat([h, context], -1)))
             u = torch.einsum("bdh,bh->bd", reps, q) / math.sqrt(q.shape[-1])
-            logits = masked_logits(u, dev_mask[:, t], self.c, self.temperature)
+            allowed = dev_mask[:, t] > 0
+            if need is not None:
+                group = need[:, t : t + 1]
+                fits = allowed & ((used + group <= capacity) | (group <= 0.0))
+                allowed = torch.where(fits.any(-1, keepdim=True), fits, allowed)
+            logits = masked_logits(u, allowed, self.c, self.temperature)
             if noise > 0:
                 logits = logits + (torch.rand_like(logits) * 2 - 1) * noise
             if devices is not None:
@@ -270,6 +303,8 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
                 d = logits.argmax(-1)
             logits_out.append(logits)
             chosen.append(d)
+            if need is not None:
+                used = used.scatter_add(1, d.unsqueeze(1), need[:, t : t + 1])
             inp = reps[torch.arange(B), d]
         return torch.stack(logits_out, 1), torch.stack(chosen, 1)
 
@@ -288,7 +323,12 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
             actions = batch[Columns.ACTIONS].long()
             groups = actions[:, :N]
             device_logits, devices = self._schedule(
-                obs, self._group_embeddings(obs, types, groups), actions[:, N:], mode, 0.0
+                obs,
+                self._group_embeddings(obs, types, groups),
+                actions[:, N:],
+                mode,
+                0.0,
+                self._group_need(obs, groups),
             )
         else:
             groups = (
@@ -296,7 +336,9 @@ class TrinityRLModule(TorchRLModule, ValueFunctionAPI):
                 if mode == "sample"
                 else group_logits.argmax(-1)
             )
-            device_logits, devices = self._schedule(obs, self._group_embeddings(obs, types, groups), None, mode, noise)
+            device_logits, devices = self._schedule(
+                obs, self._group_embeddings(obs, types, groups), None, mode, noise, self._group_need(obs, groups)
+            )
         B = group_logits.shape[0]
         dist_inputs = torch.cat([group_logits.reshape(B, -1), device_logits.reshape(B, -1)], -1)
         out = {Columns.ACTION_DIST_INPUTS: dist_inputs}

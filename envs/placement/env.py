@@ -13,8 +13,42 @@ from placement_rl.search.tag import TagEval, TagProblem
 
 from ..base import InstanceData, PlanEnv, allowed_actions, bytes_on_devices
 from ..generator import Instance
-from ..observation import COL_COMPUTE_MS, tag_dynamic_arrays, tag_static_arrays
+from ..observation import COL_COMPUTE_MS, DEV_COL_MEMORY_GIB, GIB, tag_dynamic_arrays, tag_static_arrays
 from .types import PlacementConfig
+
+
+def one_shot_memory_mask(
+    need_gib: np.ndarray, assign: np.ndarray, placement: np.ndarray, capacity_gib: np.ndarray
+) -> np.ndarray:
+    """The hard memory mask of a one-shot action, group by group (``memory_mask="hard"``).
+
+    Groups are placed in order ``0 .. k-1``. Group ``j`` needs the summed ``need_gib`` of the op
+    slots ``assign`` puts in it; a device is allowed for it when the groups placed on it before
+    (by ``placement``) plus group ``j`` fit in its capacity; when no device fits, every device is
+    allowed (the plan then reports out-of-memory, as in sequential mode). A group that needs
+    nothing (empty, or of ops without memory) fits anywhere. The figures are the observation's
+    float32 GiB summed in float64, the same sums Trinity's policy makes while it decodes, so the env
+    and the policy agree.
+
+    Args:
+        need_gib: (N,) GiB each real op slot needs on one device (``node_memory_gib[:N]``).
+        assign: (N,) the group of each real op slot, in ``0 .. k-1``.
+        placement: (k,) the device of each group, in ``0 .. D-1``.
+        capacity_gib: (D,) memory of each real device, GiB (``device_features[:D, memory_gib]``).
+
+    Returns:
+        (k, D) bool: the devices group ``j`` may take, given the devices of groups ``0 .. j-1``.
+    """
+    k, D = len(placement), len(capacity_gib)
+    need = np.bincount(np.asarray(assign, np.int64), weights=np.asarray(need_gib, np.float64), minlength=k)[:k]
+    capacity = np.asarray(capacity_gib, np.float64)
+    used = np.zeros(D)
+    mask = np.zeros((k, D), bool)
+    for j in range(k):
+        fits = (used + need[j] <= capacity) | (need[j] <= 0.0)
+        mask[j] = fits if fits.any() else True
+        used[int(placement[j])] += need[j]
+    return mask
 
 
 class PlacementEnv(PlanEnv):
@@ -57,7 +91,11 @@ class PlacementEnv(PlanEnv):
         In one-shot
         mode the node rows are the ops to partition. ``action_mask`` has one entry per action
         (sequential) or the concatenated per-slot masks (one-shot: op slots past the graph allow
-        only group 0; group slots allow the real devices). Masking by memory (sequential): an
+        only group 0; group slots allow the real devices). In one-shot mode with
+        ``memory_mask="hard"`` the observation also has ``node_memory_gib`` (each op slot's need on
+        one device): the memory mask then depends on the partition and on the earlier groups'
+        devices, so the policy applies it while it decodes and ``step`` refuses a placement it
+        forbids (:func:`one_shot_memory_mask`). Masking by memory (sequential): an
         action is masked when a device it uses would exceed its memory by the env's estimate (the
         parameters, gradients and optimizer state of the decided groups plus their forward
         activations, all assumed live at once). **When nothing fits**, every action on a real
@@ -109,7 +147,8 @@ class PlacementEnv(PlanEnv):
           forbids ends the episode with the invalid-action reward (it raised ``ValueError``; the
           ``invalid_action="raise"`` option keeps that); ``info`` gained ``invalid_action``; the
           configured maxima are capped; ``action_space="tag"`` with ``mode="one_shot"`` (where it
-          was ignored) is refused; ``reset`` raises ``ValueError`` for a bad seed.
+          was ignored) is refused; ``reset`` raises ``ValueError`` for a bad seed; the
+          ``memory_mask`` option (default ``auto``: as before) adds the one-shot hard memory mask.
     """
 
     config_class = PlacementConfig
@@ -130,6 +169,8 @@ class PlacementEnv(PlanEnv):
         return self.config.num_actions
 
     def _extra_layout(self) -> dict[str, int]:
+        if self.config.mode == "one_shot" and self.config.hard_memory_mask:
+            return {"node_memory": True}
         if self.config.action_space != "tag":
             return {}
         return {"max_device_groups": self.config.max_device_groups, "max_subsets": self.config.max_subsets}
@@ -149,6 +190,10 @@ class PlacementEnv(PlanEnv):
             )
             data.static.update(tag_static_arrays(problem, self.layout))
             data.extra["tag"] = problem
+        if self.layout.node_memory and "node_memory_gib" not in data.static:
+            need = np.zeros(self.layout.max_nodes, np.float32)
+            need[: instance.groups.num_ops] = self._single_need(data) / GIB
+            data.static["node_memory_gib"] = need
         return data
 
     def _partial_baseline_s(self) -> float:
@@ -346,6 +391,20 @@ class PlacementEnv(PlanEnv):
                 f"action assigns padded op slot {slot} (the graph has {N} ops, slots 0..{N - 1}) to group "
                 f"{int(assign[slot])}; the action mask allows only group 0 for padded op slots (>= {N})"
             )
+        if self.layout.node_memory:
+            static = data.static
+            allowed = one_shot_memory_mask(
+                static["node_memory_gib"][:N], assign[:N], placement, static["device_features"][:D, DEV_COL_MEMORY_GIB]
+            )
+            over = np.flatnonzero(~allowed[np.arange(len(placement)), placement])
+            if over.size:
+                j = int(over[0])
+                need_gib = float(static["node_memory_gib"][:N][assign[:N] == j].astype(np.float64).sum())
+                return self._invalid(
+                    f"action places group {j} ({need_gib:.3f} GiB by the env's estimate) on device "
+                    f"{int(placement[j])}, whose remaining memory cannot hold it after groups 0..{j - 1} "
+                    f"(memory_mask='hard'); devices that fit: {np.flatnonzero(allowed[j]).tolist()}"
+                )
         names = [d.name for d in topology.devices]
         configs = {op.name: OpConfig.make(names[int(placement[assign[i]])]) for i, op in enumerate(groups.ops)}
         plan = Plan(groups.name, configs, name="placement")
@@ -424,9 +483,10 @@ class PlacementEnv(PlanEnv):
         )
         return plan if inst.groups is inst.graph else plan.expand(inst.groups, inst.graph)
 
-    def _single_need(self) -> np.ndarray:
-        """(G,) bytes a group needs on one device (state of its parameters plus its activations)."""
-        data = self.data
+    def _single_need(self, data: InstanceData | None = None) -> np.ndarray:
+        """(G,) bytes a group needs on one device (state of its parameters plus its activations);
+        ``data``: that instance's (default: the running episode's)."""
+        data = data or self.data
         assert data is not None
         found = data.extra.get("single_need")
         if found is None:

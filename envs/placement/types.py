@@ -13,6 +13,8 @@ from ..base import MAX_ACTIONS, MAX_NODES, EnvConfig
 
 #: The values of :attr:`PlacementConfig.mode` and :attr:`PlacementConfig.action_space`.
 MODES: tuple[str, ...] = ("sequential", "one_shot")
+#: The values of :attr:`PlacementConfig.memory_mask`.
+MEMORY_MASKS: tuple[str, ...] = ("auto", "hard", "none")
 ACTION_SPACES: tuple[str, ...] = ("device", "tag")
 #: The most groups ``k`` of the one-shot partition (:attr:`PlacementConfig.one_shot_groups`).
 MAX_ONE_SHOT_GROUPS = 1_024
@@ -43,6 +45,16 @@ class PlacementConfig(EnvConfig):
         one_shot_groups: one-shot mode: the number of groups ``k`` ops are partitioned into; at
             most :data:`MAX_ONE_SHOT_GROUPS`. The one-shot action mask has ``max_nodes * k + k *
             max_devices`` entries, at most :data:`~placement_rl.envs.base.MAX_ACTIONS`.
+        memory_mask: ``hard``: a device whose remaining memory (by the env's estimate) cannot hold
+            the group being placed is masked; ``none``: nothing is masked by memory (the final plan
+            may run out of memory; Trinity's MDPE reward penalizes it softly); ``auto``: ``hard`` in
+            sequential mode, ``none`` in one-shot mode (the paper's Trinity). In one-shot mode the
+            hard mask depends on the sampled partition and on the devices of the groups before, so
+            the observation gets ``node_memory_gib`` (each op slot's need) and the policy applies
+            the mask while it decodes groups ``0 .. k-1`` in order
+            (:func:`placement_rl.envs.placement.env.one_shot_memory_mask`); ``step`` refuses a
+            placement it forbids as an invalid action. The sequential mode always masks by memory
+            (``none`` is refused there).
     """
 
     mode: str = option("sequential", rule=choice(MODES))
@@ -52,6 +64,7 @@ class PlacementConfig(EnvConfig):
     device_grouping: str = option("machine", rule=choice(DEVICE_GROUPINGS))
     max_device_groups: int = option(16, rule=integer(low=1, high=MAX_DEVICE_GROUPS))
     max_subsets: int = option(DEFAULT_MAX_SUBSETS, rule=integer(low=1, high=MAX_SUBSETS))
+    memory_mask: str = option("auto", rule=choice(MEMORY_MASKS))
 
     def validate(self, where: str) -> None:
         """Rules that tie fields together: ``tag`` is sequential only; the one-shot mask's size."""
@@ -59,6 +72,11 @@ class PlacementConfig(EnvConfig):
             raise SchemaError(
                 f"{where}: action_space = {self.action_space!r} with mode = 'one_shot'; the TAG action space is "
                 f"for mode = 'sequential' (one-shot actions are a group per op and a device per group)"
+            )
+        if self.mode == "sequential" and self.memory_mask == "none":
+            raise SchemaError(
+                f"{where}: memory_mask = 'none' with mode = 'sequential'; the sequential mode always masks "
+                f"actions by memory (expected 'auto' or 'hard', or mode = 'one_shot')"
             )
         if self.num_actions > MAX_ACTIONS:
             n, k, d = self.nodes, self.one_shot_groups, self.max_devices
@@ -74,6 +92,11 @@ class PlacementConfig(EnvConfig):
         if self.mode == "one_shot":
             return self.nodes * self.one_shot_groups + self.one_shot_groups * self.max_devices
         return self.max_subsets * len(TAG_OPTIONS) if self.action_space == "tag" else self.max_devices
+
+    @property
+    def hard_memory_mask(self) -> bool:
+        """Whether devices are masked by memory (always in sequential mode; one-shot: ``memory_mask="hard"``)."""
+        return self.memory_mask == "hard" or (self.memory_mask == "auto" and self.mode == "sequential")
 
     @property
     def nodes(self) -> int:

@@ -39,7 +39,11 @@ if TYPE_CHECKING:
     from placement_rl.topology import DeviceTopology
 
 #: name -> module that registers the agent when imported.
-BUILTIN_AGENTS: dict[str, str] = {"trinity": "placement_rl.rl.trinity", "tag": "placement_rl.rl.tag"}
+BUILTIN_AGENTS: dict[str, str] = {
+    "trinity": "placement_rl.rl.trinity",
+    "tag": "placement_rl.rl.tag",
+    "ppo_tag": "placement_rl.rl.ppo_tag",
+}
 
 #: The file of a run directory that records its resolved training config (and so its agent).
 CONFIG_FILE = "train_config.json"

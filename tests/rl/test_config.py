@@ -58,7 +58,7 @@ def test_shipped_configs_parse() -> None:
         ({"ppo": {"train_batch_size": 8, "minibatch_size": 16}}, r"minibatch_size = 16; expected <= train_batch_size"),
         ({"model": {"hidden_partition": [64]}}, r"hidden_partition = \(64,\); expected two positive integer sizes"),
         ({"env": {"mode": "sequential"}}, r"env.mode = 'sequential'; the trinity agent needs 'one_shot'"),
-        ({"agent": "alphazero"}, r"unknown agent 'alphazero'; expected one of: tag, trinity"),
+        ({"agent": "alphazero"}, r"unknown agent 'alphazero'; expected one of: ppo_tag, tag, trinity"),
         ({"env": {"max_device": 8}}, r"unknown key\(s\) \['max_device'\]; expected some of"),
         ({"env": {"generator": {"kind": "fixed", "model": "resnet9000"}}}, r"unknown model 'resnet9000'"),
         ({"env": {"reward": "latency"}}, r"unknown reward 'latency'; expected one of: dense, mdpe, speedup"),
