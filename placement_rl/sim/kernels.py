@@ -589,8 +589,8 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     f = completed[c]
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                         dir_left[flow_dirs[j]] -= remaining[f]
-                for k in range(nact):
-                    f = act[k]
+                for c in range(ncompleted):  # the directions whose load just changed (any subset is a valid check)
+                    f = completed[c]
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                         d = flow_dirs[j]
                         if now + dir_left[d] / dir_capacity[d] > limit:
