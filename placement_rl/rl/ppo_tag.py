@@ -90,43 +90,15 @@ class ActSection:
 
 def algorithm_config(cfg: TrainConfig) -> Any:
     """The RLlib ``PPOConfig`` of a training config (new API stack, :class:`TagRLModule` with a value head)."""
-    from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from placement_rl.envs import register_rllib_envs
     from placement_rl.policies.tag import TagRLModule
-    from placement_rl.rl.trinity import _metrics_callback
+    from placement_rl.rl.trinity import ppo_algorithm_config
 
-    register_rllib_envs()
+    spec = RLModuleSpec(module_class=TagRLModule, model_config=cfg.model.model_config(True))
     ppo: PPOSection = cfg.ppo
-    return (
-        PPOConfig()
-        .api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
-        .framework("torch")
-        .environment(ENV_ID, env_config=dict(cfg.env))
-        .env_runners(num_env_runners=cfg.run.num_env_runners, num_envs_per_env_runner=1, batch_mode="complete_episodes")
-        .learners(num_learners=0)
-        # As Trinity: a failed runner fails the run (restarts keep constructor arguments in the object store).
-        .fault_tolerance(restart_failed_env_runners=False)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=TagRLModule, model_config=cfg.model.model_config(True)))
-        .training(
-            lr=ppo.lr,
-            clip_param=ppo.clip_param,
-            entropy_coeff=ppo.entropy_coeff,
-            grad_clip=ppo.grad_clip,
-            grad_clip_by="global_norm",
-            train_batch_size_per_learner=ppo.train_batch_size,
-            minibatch_size=ppo.minibatch_size,
-            num_epochs=ppo.num_epochs,
-            vf_loss_coeff=ppo.vf_loss_coeff,
-            vf_clip_param=ppo.vf_clip_param,
-            gamma=ppo.gamma,
-            lambda_=ppo.lambda_,
-            use_kl_loss=False,
-        )
-        .callbacks(_metrics_callback())
-        .debugging(seed=cfg.run.seed)
-        .reporting(metrics_num_episodes_for_smoothing=max(1, ppo.train_batch_size // 10))
+    return ppo_algorithm_config(
+        cfg, spec, smoothing_episodes=max(1, ppo.train_batch_size // 10), vf_clip_param=ppo.vf_clip_param
     )
 
 

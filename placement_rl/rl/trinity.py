@@ -111,11 +111,20 @@ def _metrics_callback() -> type:
 
 def algorithm_config(cfg: TrainConfig) -> Any:
     """The RLlib ``PPOConfig`` of a training config (new API stack, Trinity RLModule)."""
-    from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from placement_rl.envs import register_rllib_envs
     from placement_rl.policies.trinity import TrinityRLModule
+
+    spec = RLModuleSpec(module_class=TrinityRLModule, model_config=cfg.model.model_config())
+    return ppo_algorithm_config(cfg, spec, smoothing_episodes=cfg.ppo.train_batch_size)
+
+
+def ppo_algorithm_config(cfg: TrainConfig, module_spec: Any, smoothing_episodes: int, **training: Any) -> Any:
+    """RLlib PPO on the new API stack for ``cfg``'s env and ``ppo`` section, with ``module_spec``
+    (an ``RLModuleSpec``): the setup the PPO agents share. ``training`` adds PPO training options."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from placement_rl.envs import register_rllib_envs
 
     register_rllib_envs()
     ppo: PPOSection = cfg.ppo
@@ -129,7 +138,7 @@ def algorithm_config(cfg: TrainConfig) -> Any:
         # Restarting a failed EnvRunner needs its constructor arguments kept in the object store, which
         # Ray reports as an error line at every start; a failed runner fails the run instead.
         .fault_tolerance(restart_failed_env_runners=False)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=TrinityRLModule, model_config=cfg.model.model_config()))
+        .rl_module(rl_module_spec=module_spec)
         .training(
             lr=ppo.lr,
             clip_param=ppo.clip_param,
@@ -143,10 +152,11 @@ def algorithm_config(cfg: TrainConfig) -> Any:
             gamma=ppo.gamma,
             lambda_=ppo.lambda_,
             use_kl_loss=False,
+            **training,
         )
         .callbacks(_metrics_callback())
         .debugging(seed=cfg.run.seed)
-        .reporting(metrics_num_episodes_for_smoothing=ppo.train_batch_size)
+        .reporting(metrics_num_episodes_for_smoothing=smoothing_episodes)
     )
 
 
