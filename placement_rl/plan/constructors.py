@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     from placement_rl.sim import CostModel
 
 
+def device_groups(topology: DeviceTopology, devices: Sequence[str]) -> list[tuple[str, ...]]:
+    """The named groups of ``devices``: all of them, then each machine's, then each device type's
+    (first appearance order, without repeats)."""
+    groups: dict[tuple[str, ...], None] = {tuple(devices): None}
+    for key in ("machine", "device_type"):
+        by: dict[str, list[str]] = {}
+        for name in devices:
+            by.setdefault(getattr(topology.device(name), key), []).append(name)
+        groups.update(dict.fromkeys(tuple(g) for g in by.values()))
+    return list(groups)
+
+
 def _device_names(topology: DeviceTopology, devices: Sequence[str] | None) -> list[str]:
     names = [d.name for d in topology.devices] if devices is None else list(devices)
     for name in names:
@@ -225,13 +237,7 @@ def subset_data_parallel(
     """
     from placement_rl.sim import oom_cost, simulate
 
-    devices = _device_names(topology, devices)
-    groups: dict[tuple[str, ...], None] = {tuple(devices): None}
-    for key in ("machine", "device_type"):
-        by: dict[str, list[str]] = {}
-        for name in devices:
-            by.setdefault(getattr(topology.device(name), key), []).append(name)
-        groups.update(dict.fromkeys(tuple(g) for g in by.values()))
+    groups = device_groups(topology, _device_names(topology, devices))
     plans = [data_parallel(graph, topology, list(g)) for g in groups]
     results = [simulate(graph, topology, p, cost_model) for p in plans]
     costs = [oom_cost(r.makespan_s, r.peak_memory_bytes, r.memory_capacity_bytes, 10.0) for r in results]

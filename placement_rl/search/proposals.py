@@ -47,6 +47,7 @@ import numpy as np
 
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan import OpConfig
+from placement_rl.plan.constructors import device_groups
 from placement_rl.search.space import SearchSpace
 from placement_rl.topology import DeviceTopology
 
@@ -134,14 +135,8 @@ class Proposer:
             tuple(by_key[op.param_key]) if op.param_key is not None else (i,) for i, op in enumerate(graph.ops)
         ]
         devices = list(space.devices)
-        groups: dict[tuple[str, ...], None] = {tuple(devices): None}
-        for key in ("machine", "device_type"):
-            by: dict[str, list[str]] = {}
-            for name in devices:
-                by.setdefault(getattr(topology.device(name), key), []).append(name)
-            groups.update(dict.fromkeys(tuple(g) for g in by.values()))
         #: the named device groups a ``group`` proposal moves ops to half of the time (all, per machine, per type)
-        self.device_groups: list[tuple[str, ...]] = list(groups)
+        self.device_groups: list[tuple[str, ...]] = device_groups(topology, devices)
         self.counts = dict.fromkeys(self.kinds, 0)
         #: whether every proposal stays in the search space (no kind of :data:`OUTSIDE_SPACE`)
         self.in_space = not any(k in OUTSIDE_SPACE for k in self.kinds)
