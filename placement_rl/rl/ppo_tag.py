@@ -33,49 +33,30 @@ from typing import Any
 import numpy as np
 
 from placement_rl.config import integer, number, option
-from placement_rl.errors import SchemaError
 from placement_rl.rl.agents import Agent, register_agent
 from placement_rl.rl.config import TrainConfig
-from placement_rl.rl.tag import ModelSection
-
-ENV_ID = "placement_rl/Placement-v0"
-#: The env options the agent needs (its YAML may set every other option).
-ENV_OPTIONS: Mapping[str, Any] = {"mode": "sequential", "action_space": "tag"}
+from placement_rl.rl.tag import ENV_ID, ENV_OPTIONS, ModelSection
+from placement_rl.rl.trinity import PPOSection as TrinityPPOSection
 
 
 @dataclass(frozen=True)
-class PPOSection:
-    """RLlib PPO's training options (an env step is one op group's decision)."""
+class PPOSection(TrinityPPOSection):
+    """RLlib PPO's training options (Trinity's keys; an env step is one op group's decision)."""
 
     lr: float = option(3e-4, rule=number(0, low_open=True))
     """Adam learning rate."""
-    clip_param: float = option(0.2, rule=number(0, low_open=True))
-    """PPO's clip range epsilon."""
     entropy_coeff: float = option(0.01, rule=number(0))
     """Entropy bonus (keeps the first decisions, which set TAG's rule for the rest, exploring)."""
-    grad_clip: float = option(1.0, rule=number(0, low_open=True))
-    """Gradient-norm clipping."""
     train_batch_size: int = option(400, rule=integer(1))
     """Env steps (op-group decisions) per training iteration."""
     minibatch_size: int = option(100, rule=integer(1))
     """SGD minibatch size (env steps)."""
-    num_epochs: int = option(4, rule=integer(1))
-    """SGD passes over each batch."""
-    vf_loss_coeff: float = option(0.5, rule=number(0))
-    """Weight of the value loss."""
     vf_clip_param: float = option(10.0, rule=number(0, low_open=True))
     """Clip of the value loss (returns are within a few units)."""
     gamma: float = option(1.0, rule=number(0, 1))
     """Discount (1: the return is the whole plan's improvement over data parallelism)."""
     lambda_: float = option(0.95, rule=number(0, 1))
     """GAE lambda (YAML key ``lambda_``)."""
-
-    def validate(self, where: str) -> None:
-        if self.minibatch_size > self.train_batch_size:
-            raise SchemaError(
-                f"{where}: minibatch_size = {self.minibatch_size}; "
-                f"expected <= train_batch_size ({self.train_batch_size})"
-            )
 
 
 @dataclass(frozen=True)
@@ -97,9 +78,7 @@ def algorithm_config(cfg: TrainConfig) -> Any:
 
     spec = RLModuleSpec(module_class=TagRLModule, model_config=cfg.model.model_config(True))
     ppo: PPOSection = cfg.ppo
-    return ppo_algorithm_config(
-        cfg, spec, smoothing_episodes=max(1, ppo.train_batch_size // 10), vf_clip_param=ppo.vf_clip_param
-    )
+    return ppo_algorithm_config(cfg, spec, smoothing_episodes=max(1, ppo.train_batch_size // 10))
 
 
 def build_module(cfg: TrainConfig) -> Any:

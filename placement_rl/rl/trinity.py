@@ -78,6 +78,8 @@ class PPOSection:
     """SGD passes over each batch."""
     vf_loss_coeff: float = option(0.5, rule=number(0))
     """Weight of the value loss (the value head is the moving reward baseline)."""
+    vf_clip_param: float = option(10.0, rule=number(0, low_open=True))
+    """Clip of the value loss (RLlib's default)."""
     gamma: float = option(1.0, rule=number(0, 1))
     """Discount (one-step episodes in one-shot mode)."""
     lambda_: float = option(1.0, rule=number(0, 1))
@@ -119,9 +121,9 @@ def algorithm_config(cfg: TrainConfig) -> Any:
     return ppo_algorithm_config(cfg, spec, smoothing_episodes=cfg.ppo.train_batch_size)
 
 
-def ppo_algorithm_config(cfg: TrainConfig, module_spec: Any, smoothing_episodes: int, **training: Any) -> Any:
-    """RLlib PPO on the new API stack for ``cfg``'s env and ``ppo`` section, with ``module_spec``
-    (an ``RLModuleSpec``): the setup the PPO agents share. ``training`` adds PPO training options."""
+def ppo_algorithm_config(cfg: TrainConfig, module_spec: Any, smoothing_episodes: int) -> Any:
+    """RLlib PPO on the new API stack for ``cfg``'s env and ``ppo`` section (a :class:`PPOSection`),
+    with ``module_spec`` (an ``RLModuleSpec``): the setup the PPO agents share."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from placement_rl.envs import register_rllib_envs
@@ -149,10 +151,10 @@ def ppo_algorithm_config(cfg: TrainConfig, module_spec: Any, smoothing_episodes:
             minibatch_size=ppo.minibatch_size,
             num_epochs=ppo.num_epochs,
             vf_loss_coeff=ppo.vf_loss_coeff,
+            vf_clip_param=ppo.vf_clip_param,
             gamma=ppo.gamma,
             lambda_=ppo.lambda_,
             use_kl_loss=False,
-            **training,
         )
         .callbacks(_metrics_callback())
         .debugging(seed=cfg.run.seed)
