@@ -117,6 +117,7 @@ def test_cutting_off_rejected_proposals_leaves_the_chain_unchanged(network: str,
     runs = [mcmc(graph, topo, budget=150, seed=3, cost_model=cost, cutoff=cutoff) for cutoff in (False, True)]
     assert np.array_equal(runs[0].costs_s, runs[1].costs_s)
     assert runs[0].plan == runs[1].plan and runs[0].accepted == runs[1].accepted
+    assert runs[1].stats["cut_off"] > 0 and "cut_off" not in runs[0].stats
 
 
 @pytest.fixture(scope="module")

@@ -234,6 +234,7 @@ def run_chain(
     heat = 1.0  # adaptive temperature: multiplies every replica's beta
     worse_tried = worse_taken = 0
     swaps_tried = swaps_taken = 0
+    cut_off = 0  # proposals whose simulation stopped above the rejection limit
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     for name in candidates:
         plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
@@ -274,6 +275,7 @@ def run_chain(
                     state = rng.bit_generator.state
                     u = rng.random()
                     proposed = sim.propose_many(changes, rejection_limit(current[r], u, scale))
+                    cut_off += proposed == math.inf
                     worse = proposed > current[r]
                     if not worse:
                         rng.bit_generator.state = state
@@ -318,7 +320,7 @@ def run_chain(
                 last_report = now
     if report is not None:
         report(proposals_made, best_cost)
-    stats: dict[str, Any] = {}
+    stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
     if proposer.kinds != ["flexflow"]:
         stats["proposals_by_kind"] = dict(proposer.counts)
         stats["accepted_by_kind"] = accepted_by_kind

@@ -86,8 +86,6 @@ class DeltaSimulator:
         evaluated = self._evaluate(self.ops, tasks, none, none, none, none)
         assert evaluated is not None
         self.cost, self._times = evaluated
-        #: proposals cut off above their limit (:meth:`propose`)
-        self.cut = 0
         self._tasks = tasks
         self._pending: tuple[Any, ...] | None = None
         self._quiet: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -138,7 +136,6 @@ class DeltaSimulator:
         if evaluated is None:
             self._pending = None
             self.proposed_makespan_s = math.inf
-            self.cut += 1
             return math.inf
         cost, times = evaluated
         self._pending = ({i: changes[i] for i in indices}, compiled, ops, edges, times, tasks)
