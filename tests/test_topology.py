@@ -42,6 +42,8 @@ PRESETS = {
     "tensoropt": (16, 2, {"V100-SXM2-16GB": 16}),
     "trinity": (4, 1, {"P100-PCIE-12GB": 4}),
     "h100-2x8": (16, 2, {"H100-SXM5-80GB": 16}),
+    "dgx-a100-x2": (16, 2, {"A100-SXM4-80GB": 16}),
+    "dgx-h100-x2": (16, 2, {"H100-SXM5-80GB": 16}),
 }
 
 
@@ -305,7 +307,7 @@ def test_invalid_topologies_name_the_problem(
 def test_unknown_preset_lists_valid_names() -> None:
     with pytest.raises(UnknownNameError, match="topology preset 'dgx-9000'") as info:
         load_preset("dgx-9000")
-    assert info.value.valid == sorted(PRESETS)
+    assert info.value.valid == sorted([*PRESETS, "dgx-a100-xN (N = 1..512)", "dgx-h100-xN (N = 1..512)"])
     assert all(name in str(info.value) for name in PRESETS)
 
 

@@ -79,3 +79,52 @@ def switched_machine(
     if uplink is not None:
         central, bandwidth, kind = uplink
         b.link(hub, central, bandwidth, kind)
+
+
+def rail_fat_tree(
+    b: TopologyBuilder,
+    device_type: str,
+    nodes: int,
+    gpus_per_node: int,
+    nvswitch_bytes_per_s: float,
+    nic_bytes_per_s: float,
+    nodes_per_leaf: int,
+) -> None:
+    """``nodes`` NVSwitch machines on a rail-optimized, non-blocking two-level fat tree (DGX SuperPOD style).
+
+    Each machine ``m{i}`` has an NVSwitch node ``m{i}/nvswitch`` joined to each of its GPUs at
+    ``nvswitch_bytes_per_s`` (kind ``nvswitch``) and one NIC per GPU. Machines are grouped in scalable
+    units of ``nodes_per_leaf``: unit ``s`` has one leaf switch per rail, ``su{s}/leaf{r}``, and GPU ``r``
+    of each of its machines is joined to ``su{s}/leaf{r}`` at ``nic_bytes_per_s`` (kind ``infiniband``;
+    the NIC sits on the GPU's PCIe switch and is modelled as the GPU's own link). Every leaf joins the
+    node ``spine`` by one link of ``nodes_per_leaf * nic_bytes_per_s``, as much as its downlinks carry
+    (full bisection; a partial last unit is cabled for a full one, as the SuperPOD designs require).
+
+    ``spine`` stands for the whole spine layer: routes here are single paths, so separate spine switches
+    of equal links would all lose to the same one by the routing's name tie-break, where ECMP spreads
+    flows over them; one node whose links carry the sum keeps the bisection bandwidth. Same-rail traffic
+    of one unit crosses one leaf; other traffic between machines crosses a leaf, ``spine`` and a leaf, or
+    forwards over the NVSwitch to the GPU on the destination's rail first where that is faster (as NCCL's
+    PXN does).
+
+    Size: ``nodes * gpus_per_node`` devices, ``nodes * (gpus_per_node * 2) + leaves`` links; building
+    costs time linear in that.
+
+    Raises:
+        ValueError: if ``nodes``, ``gpus_per_node`` or ``nodes_per_leaf`` is below 1.
+    """
+    for what, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node), ("nodes_per_leaf", nodes_per_leaf)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"rail_fat_tree: {what} = {value!r}; expected an integer >= 1")
+    spine = b.switch("spine")
+    leaves: list[str] = []
+    for i in range(nodes):
+        unit, first = divmod(i, nodes_per_leaf)
+        if first == 0:
+            leaves = [b.switch(f"su{unit}/leaf{r}") for r in range(gpus_per_node)]
+            for leaf in leaves:
+                b.link(leaf, spine, nodes_per_leaf * nic_bytes_per_s, "infiniband")
+        machine, gpus = b.machine(device_type, gpus_per_node)
+        b.star(b.switch(f"{machine}/nvswitch"), gpus, nvswitch_bytes_per_s, "nvswitch")
+        for gpu, leaf in zip(gpus, leaves, strict=True):
+            b.link(gpu, leaf, nic_bytes_per_s, "infiniband")
