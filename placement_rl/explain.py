@@ -2,9 +2,9 @@
 memory per device, and where the iteration's time goes next to data parallelism's.
 
 ``placement-rl plan`` prints :func:`explain_plan` under its table. The critical path of a simulation
-is split into compute, data transfers and gradient synchronization; comparing that split with data
-parallelism's says why a plan is faster or slower (e.g. "DP spends 63% of its critical path
-synchronizing gradients; this plan 12%").
+is split into compute, data transfers, gradient synchronization and the host issuing kernels;
+comparing that split with data parallelism's says why a plan is faster or slower (e.g. "DP spends
+63% of its critical path synchronizing gradients; this plan 12%").
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ _SPENT_ON = {
     "ps_pull": "gradient synchronization",
     "sfb_broadcast": "gradient synchronization",
     "sfb_gradient": "gradient synchronization",
+    "host": "the host issuing kernels",
 }
 _GIB = float(2**30)
 
 
 def time_breakdown(result: SimResult) -> dict[str, float]:
-    """Seconds of the critical path spent on compute, data transfers and gradient synchronization."""
+    """Seconds of the critical path spent on compute, data transfers, gradient synchronization and issuing kernels."""
     t = result.tasks
-    out: dict[str, float] = dict.fromkeys(("compute", "data transfers", "gradient synchronization"), 0.0)
+    out: dict[str, float] = dict.fromkeys(
+        ("compute", "data transfers", "gradient synchronization", "the host issuing kernels"), 0.0
+    )
     ids = result.critical_tasks
     if ids.size:
         spent = t.end_s[ids] - t.start_s[ids]

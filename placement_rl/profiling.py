@@ -6,9 +6,17 @@ constants and views (``view``, ``reshape``, ``flatten``, ...). That covers the l
 (convolution, linear, normalization, pooling, LSTM cells, embedding, activations, dropout, losses ...),
 the tensor functions (``matmul``, ``bmm``, ``softmax``, ``add``, ``mul``, ``cat``, ...) and the tensor
 methods. Each op is measured alone, on the real input values it receives in the model, and recorded
-under the key the simulator looks up: ``(device_type, op_type, output_shape, param_bytes)``, with the
-op type, first output shape and parameter bytes computed exactly as the importer does (tied weights
-count under the first op that reads them).
+twice: under its own name, ``(device_type, op_type, output_shape, param_bytes, op_name)`` with
+``op_name`` the importer's name for the node (:attr:`placement_rl.graph.Op.name`, the fx node name),
+and under the name-less shape key ``(device_type, op_type, output_shape, param_bytes, None)`` that any op
+of that key falls back to (:meth:`ProfileTable.lookup`); the op type, first output shape and parameter
+bytes are computed exactly as the importer does (tied weights count under the first op that reads them).
+Names matter because ops of one shape key can differ in work: a 1x1 and a 3x3 convolution with the same
+output shape and parameter bytes.
+
+Each entry holds four times: ``forward_s`` and ``backward_s``, the device's seconds for the op's forward
+and backward, and ``host_forward_s`` and ``host_backward_s``, the seconds the host thread spends issuing
+them (what an asynchronous training iteration cannot overlap when kernels are short).
 
 How:
 
@@ -21,24 +29,60 @@ How:
    Every node runs with autograd enabled on detached (leaf) copies of its inputs, so each intermediate
    value requires a gradient exactly when it would in a training step, without the whole model's
    autograd graph (and all its activations) being kept alive.
-3. At each node to profile (whose key was not measured before), with the node's captured inputs:
+3. Precision (``precision``, a name of :data:`placement_rl.sim.cost.PRECISIONS`, recorded as the table's
+   ``precision``): ``fp32`` keeps torch's defaults; ``tf32`` turns on
+   ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` (CUDA only: on the
+   CPU it would measure fp32, so it is refused there); ``bf16-mixed`` and ``fp16-mixed`` turn TF32 on and
+   run the whole model (every op, so each op receives the low-precision values it gets in training)
+   under ``torch.autocast(device_type, dtype=bfloat16 / float16)``, with autocast's weight-cast cache
+   off so each op's forward includes casting its weights, as the first use in a training step does.
+   Backward runs with autocast off, as ``loss.backward()`` after an autocast region does. A precision
+   the device cannot run (bf16 on a GPU without it, an autocast dtype this PyTorch lacks) is an error.
+4. At each node to profile, with the node's captured inputs, unless a node with the same *signature*
+   was measured before in this call (then its entry is reused): the signature is the op (module type
+   and its hyperparameters, i.e. its attributes of plain values; function; or method name), its
+   parameters' and buffers' shapes and dtypes, and every argument (tensors by shape, strides, dtype,
+   device and whether they require a gradient; other values by value). Ops whose arguments are not
+   plain values are always measured.
 
-   * **forward** = the median over ``repeats`` runs of the module / function / method applied to
-     them, autograd recording on (as in training);
-   * **backward** = the median over ``repeats`` runs of forward followed by
-     ``torch.autograd.grad(outputs, inputs)`` (gradient of ones w.r.t. every floating-point input that
-     requires a gradient and every parameter), minus the forward median, clamped at 0. Ops none of
-     whose outputs requires a gradient have a backward time of 0.
+   **On CUDA** (``timing = "cuda_events"``), for the forward (``call()``, autograd recording on, as in
+   training) and the backward (``torch.autograd.grad(outputs, inputs, grad_outputs=ones,
+   retain_graph=True)`` on one forward's graph, re-run: the backward alone; inputs are every
+   floating-point input that requires a gradient and every parameter), after ``WARMUP_RUNS`` untimed
+   runs each:
 
-   ``WARMUP_RUNS`` untimed runs of each precede the timed ones; on CUDA the device is synchronized
-   before starting and before stopping every timer (``time.perf_counter`` wall clock).
-4. With ``batch_splits=(1, k, ...)`` the whole model is run again at batch ``batch_size // k``, so every
+   * the GPU is first kept busy by a spin kernel (``torch.cuda._sleep``, its cycles per second
+     calibrated once) long enough for the host to issue all ``repeats`` runs before the GPU reaches
+     them: ``MIN_BUSY_S`` plus twice the host's time to issue ``repeats`` runs, estimated from one run
+     on an idle GPU (at most ``MAX_BUSY_S``);
+   * then ``repeats`` runs are issued back to back between two ``torch.cuda.Event(enable_timing=True)``
+     records, with no synchronize inside: **GPU time** = elapsed / ``repeats``; the kernels run back to
+     back, as in a training step where the host is ahead;
+   * the same loop is timed on the host with ``time.perf_counter``: **host time** = issuing time /
+     ``repeats``, never blocked on the GPU (the queue is far from full and the GPU is busy). For the
+     backward it is less the host time of one ``autograd.grad`` call through a view (no kernel): the
+     fixed cost of starting a backward, which a training step pays once, not per op (clamped at 0);
+   * if the start event had already passed when the host finished issuing (the spin was too short:
+     the GPU may have waited for the host), the loop is run again with a 4x longer spin, up to
+     ``BUSY_TRIES`` tries in all; an op that still cannot be hidden (it synchronizes, e.g. ``.item()``)
+     is timed without the spin, its GPU time then an upper bound and its host time including the
+     waits, and a warning names it. ``repeats`` runs of an op must fit in the launch queue (about a
+     thousand kernels) for the host never to block; the default 5 does.
+
+   **On the CPU** (``timing = "wall"``): forward = the median over ``repeats`` wall-clock runs of the
+   call; backward = the median over ``repeats`` runs of forward followed by ``torch.autograd.grad``,
+   minus the forward median, clamped at 0 (``WARMUP_RUNS`` untimed runs of each first). The host
+   times are not measured (``None``): on the CPU the host is the device.
+
+   Ops none of whose outputs requires a gradient, or with no input that does, have a backward of 0.
+5. With ``batch_splits=(1, k, ...)`` the whole model is run again at batch ``batch_size // k``, so every
    op is also measured at the shapes of its ``k``-way data-parallel (sample) partitions.
 
-Identical keys are measured once per call, within and across models and batch sizes, in the order
-models and splits (ascending ``k``) are given: the first measurement wins. Note that ops whose output
-has no batch axis (the scalar mean loss) have one key for every batch size, so it holds the time at
-the first (largest) batch.
+The first measurement of a key wins, within and across models and batch sizes, in the order models
+and splits (ascending ``k``) are given: a shape key's name-less entry is the first op measured with it,
+and an op name is per model, so two models with an op of one name and shape key keep the first's.
+Note that ops whose output has no batch axis (the scalar mean loss) have one key for every batch size,
+so it holds the time at the first (largest) batch.
 
 >>> from placement_rl.profiling import profile_models
 >>> table = profile_models(["lenet"], batch_size=8, repeats=2, progress=False)
@@ -47,13 +91,14 @@ the first (largest) batch.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,20 +107,34 @@ from torch import fx, nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from placement_rl import zoo
+from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Shape
 from placement_rl.graph.importer import op_type_of
 from placement_rl.ops import INPUT_OPS, VIEW_OPS
 from placement_rl.progress import Progress
-from placement_rl.sim.cost import ProfileEntry, ProfileTable
+from placement_rl.sim.cost import PRECISIONS, ProfileEntry, ProfileTable
 
-#: Untimed runs of forward and of forward + backward before the timed repeats of each op.
+#: Untimed runs of forward and of backward (CPU: forward + backward) before the timed repeats of each op.
 WARMUP_RUNS = 2
+
+#: CUDA: tries of the spin that keeps the GPU busy while the host issues an op's runs (each 4x longer).
+BUSY_TRIES = 3
+
+#: CUDA: the shortest spin (seconds) before a timed loop; also the margin above twice the host's estimate.
+MIN_BUSY_S = 1e-3
+
+#: CUDA: the longest spin (seconds); an op whose runs take the host longer to issue is timed without one.
+MAX_BUSY_S = 2.0
 
 #: Op types that are never measured: graph inputs, constants and views (no work).
 UNMEASURED_OPS = INPUT_OPS | VIEW_OPS
 
-#: The table key without the device type: ``(op_type, output_shape, param_bytes)``.
-OpKey = tuple[str, Shape, int]
+#: The autocast dtype of each mixed precision; other precisions run without autocast.
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+
+#: The table key without the device type: ``(op_type, output_shape, param_bytes, op_name)``, ``op_name``
+#: ``None`` for the shape key's name-less entry.
+OpKey = tuple[str, Shape, int, str | None]
 
 
 def profile_models(
@@ -89,6 +148,7 @@ def profile_models(
     max_ops_per_model: int | None = None,
     progress: bool = True,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    precision: str = "fp32",
 ) -> ProfileTable:
     """Measure the forward and backward time of every op of the given zoo models.
 
@@ -105,21 +165,26 @@ def profile_models(
         device_type: the entries' device type label, which must equal the topology's ``device_type``
             for the simulator to use them (e.g. ``"V100-SXM2-32GB"``); default ``"CPU"`` on the CPU and
             ``torch.cuda.get_device_name()`` on CUDA.
-        repeats: timed runs per op (of forward, and of forward + backward) after warm-up; the median
-            is recorded.
+        repeats: timed runs per op (of forward, and of backward) after warm-up; CUDA: runs back to back
+            per timed loop; CPU: runs whose median is recorded.
         max_ops_per_model: measure only the first this many ops (in execution order, before
             deduplication) of each model, at every batch size; ``None`` for all.
         progress: show a ``tqdm`` progress bar over the graph nodes run.
         options: per-model zoo options, e.g. ``{"rnnlm": {"steps": 2}}``.
+        precision: the training precision to measure in, a name of
+            :data:`placement_rl.sim.cost.PRECISIONS` (``fp32``, ``tf32``, ``bf16-mixed``,
+            ``fp16-mixed``); recorded as the table's ``precision``.
 
     Returns:
-        The table; its ``device`` describes the hardware and PyTorch build measured.
+        The table; its ``device`` describes the hardware and PyTorch build measured, its ``precision``
+        the precision and its ``timing`` ``"cuda_events"`` on CUDA, ``"wall"`` on the CPU.
 
     Raises:
-        UnknownNameError: for an unknown model name or model option.
+        UnknownNameError: for an unknown model name, model option or precision.
         ValueError: for an empty model list, options for a model not listed, a batch size below 1,
             a batch split that is not a positive divisor of a model's batch size, ``repeats`` or
-            ``max_ops_per_model`` below 1, or a device that is not the CPU or an available CUDA GPU.
+            ``max_ops_per_model`` below 1, a device that is not the CPU or an available CUDA GPU, or a
+            precision the device cannot run.
     """
     if isinstance(models, str):
         models = [models]
@@ -133,32 +198,38 @@ def profile_models(
         raise ValueError(f"profile_models: repeats = {repeats!r}; expected a positive integer")
     if max_ops_per_model is not None and (not isinstance(max_ops_per_model, int) or max_ops_per_model < 1):
         raise ValueError(f"profile_models: max_ops_per_model = {max_ops_per_model!r}; expected a positive int or None")
+    if precision not in PRECISIONS:
+        raise UnknownNameError("precision", precision, PRECISIONS)
     torch_device = _resolve_device(device)
+    _check_precision(precision, torch_device)
     label = device_type if device_type is not None else _default_device_type(torch_device)
 
     # Validate every model's arguments before measuring anything.
     plans = [_plan(name, batch_size, batch_splits, options.get(name, {})) for name in models]
     bar = Progress(0, "profiling", "node", enabled=progress, leave=False)  # its total grows per model
     measured: dict[OpKey, ProfileEntry] = {}
+    by_signature: dict[Hashable, ProfileEntry] = {}
     try:
-        for p in plans:
-            with torch.device(torch_device):
-                module = p.model.build(**p.options)
-            module.train()
-            gm = fx.symbolic_trace(module)
-            nodes_per_pass = sum(1 for n in gm.graph.nodes if n.op != "output")
-            bar.grow(len(p.batch_sizes) * nodes_per_pass)
-            for batch in p.batch_sizes:
-                bar.describe(f"{p.name} batch {batch}")
-                inputs = _random_inputs(gm, p.model.example_inputs(batch, **p.options), torch_device)
-                runner = _ProfilingInterpreter(gm, measured, torch_device, repeats, max_ops_per_model, bar)
-                runner.profile(inputs)
-                bar.advance(nodes_per_pass - runner.nodes_run)
-            del module, gm
+        with _on_device(torch_device), _precision_mode(precision, torch_device):
+            timer: _Timer = _CudaTimer(torch_device) if torch_device.type == "cuda" else _WallTimer(torch_device)
+            for p in plans:
+                with torch.device(torch_device):
+                    module = p.model.build(**p.options)
+                module.train()
+                gm = fx.symbolic_trace(module)
+                nodes_per_pass = sum(1 for n in gm.graph.nodes if n.op != "output")
+                bar.grow(len(p.batch_sizes) * nodes_per_pass)
+                for batch in p.batch_sizes:
+                    bar.describe(f"{p.name} batch {batch}")
+                    inputs = _random_inputs(gm, p.model.example_inputs(batch, **p.options), torch_device)
+                    runner = _ProfilingInterpreter(gm, measured, by_signature, timer, repeats, max_ops_per_model, bar)
+                    runner.profile(inputs)
+                    bar.advance(nodes_per_pass - runner.nodes_run)
+                del module, gm
     finally:
         bar.close()
-    entries = {(label, op_type, shape, param_bytes): e for (op_type, shape, param_bytes), e in measured.items()}
-    return ProfileTable(entries, _describe_hardware(torch_device, label))
+    entries = {(label, *key): e for key, e in measured.items()}
+    return ProfileTable(entries, _describe_hardware(torch_device, label), precision, timer.timing)
 
 
 # ------------------------------------------------------------------ arguments
@@ -248,11 +319,94 @@ def _random_inputs(gm: fx.GraphModule, examples: Sequence[torch.Tensor], device:
     return inputs
 
 
+# ------------------------------------------------------------------ precision
+
+
+def _check_precision(precision: str, device: torch.device) -> None:
+    """Refuse a precision that ``device`` cannot run (see the module docstring)."""
+    if precision == "tf32" and device.type != "cuda":
+        raise ValueError(
+            f"profile_models: precision 'tf32' on {device}: TF32 is a math mode of CUDA tensor cores, so on the "
+            "CPU it would measure fp32; profile the CPU in 'fp32', 'bf16-mixed' or 'fp16-mixed'"
+        )
+    dtype = AUTOCAST_DTYPES.get(precision)
+    if dtype is None:
+        return
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+                raise ValueError(
+                    f"profile_models: precision {precision!r} on {device} ({torch.cuda.get_device_name(device)}): "
+                    "this GPU does not support bfloat16; use 'fp16-mixed', 'tf32' or 'fp32'"
+                )
+    reason = ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autocast(device.type, dtype=dtype):
+                supported = torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type) == dtype
+        except (RuntimeError, ValueError) as exc:
+            supported, reason = False, str(exc)
+    if not supported:
+        reason = reason or "; ".join(str(w.message) for w in caught) or "autocast stayed off"
+        raise ValueError(
+            f"profile_models: precision {precision!r} cannot run on {device}: torch {torch.__version__} has no "
+            f"torch.autocast({device.type!r}, dtype={dtype}) ({reason})"
+        )
+
+
+@contextlib.contextmanager
+def _precision_mode(precision: str, device: torch.device) -> Iterator[None]:
+    """TF32 on for every precision but ``fp32`` (torch's defaults), autocast for the mixed ones; restored after."""
+    if precision == "fp32":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        dtype = AUTOCAST_DTYPES.get(precision)
+        if dtype is None:
+            yield
+        else:  # no weight-cast cache: each op's forward casts its weights, as its first use in a step does
+            with torch.autocast(device.type, dtype=dtype, cache_enabled=False):
+                yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _on_device(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """``device`` current for CUDA streams, events and ``torch.cuda._sleep``."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+class _AutocastOff:
+    """Autocast off inside, for a backward (training runs it after the autocast region); cheaper to enter
+    than ``torch.autocast(enabled=False)``, which matters inside the CPU's timed loop."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+        self.active = torch.is_autocast_enabled(device_type)
+
+    def __enter__(self) -> None:
+        if self.active:
+            torch.set_autocast_enabled(self.device_type, False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            torch.set_autocast_enabled(self.device_type, True)
+
+
 # ------------------------------------------------------------------ the interpreter
 
 
 class _StopProfiling(Exception):
     """Raised inside the interpreter once ``max_ops_per_model`` ops were seen."""
+
+
+#: ``(op_type, output_shape, param_bytes)`` of a node, as the importer computes them.
+ShapeKey = tuple[str, Shape, int]
 
 
 @dataclass
@@ -268,7 +422,7 @@ class _ImporterView:
     def __post_init__(self) -> None:
         self.modules = dict(self.gm.named_modules())
 
-    def op_key(self, node: fx.Node, value: Any, env: Mapping[fx.Node, Any]) -> OpKey | None:
+    def op_key(self, node: fx.Node, value: Any, env: Mapping[fx.Node, Any]) -> ShapeKey | None:
         """The node's ``(op_type, output_shape, param_bytes)``, or ``None`` when it is no op of the graph.
 
         Must be called for every node, in execution order (parameter ownership depends on it).
@@ -328,20 +482,26 @@ class _ImporterView:
 
 
 class _ProfilingInterpreter(fx.Interpreter):
-    """Runs the traced model node by node and times each op not measured yet (see the module docstring)."""
+    """Runs the traced model node by node and times each op not measured yet (see the module docstring).
+
+    ``measured`` (the entries by key, op name or ``None``) and ``by_signature`` (entries by op signature)
+    are shared by every model and batch size of one :func:`profile_models` call.
+    """
 
     def __init__(
         self,
         gm: fx.GraphModule,
         measured: dict[OpKey, ProfileEntry],
-        device: torch.device,
+        by_signature: dict[Hashable, ProfileEntry],
+        timer: _Timer,
         repeats: int,
         max_ops: int | None,
         bar: Progress,
     ) -> None:
         super().__init__(gm)
         self.measured = measured
-        self.device = device
+        self.by_signature = by_signature
+        self.timer = timer
         self.repeats = repeats
         self.max_ops = max_ops
         self.bar = bar
@@ -367,82 +527,279 @@ class _ProfilingInterpreter(fx.Interpreter):
         key = self.view.op_key(n, result, self.env)
         if key is not None and key[0] not in UNMEASURED_OPS:
             self.ops_seen += 1
-            if key not in self.measured:
-                self.measured[key] = self._measure(n)
+            op_type, shape, param_bytes = key
+            if (op_type, shape, param_bytes, n.name) not in self.measured:  # else: the first measurement wins
+                entry = self._measure(n)
+                self.measured[op_type, shape, param_bytes, n.name] = entry
+                self.measured.setdefault((op_type, shape, param_bytes, None), entry)
         self.nodes_run += 1
         self.bar.advance(1, entries=len(self.measured))
         return _detach(result)
 
     def _measure(self, n: fx.Node) -> ProfileEntry:
+        """The node's entry: one measured before for its signature, else a new measurement."""
         args, kwargs = self.fetch_args_kwargs_from_env(n)
-        call = self._callable(n, args, kwargs)
+        module = self.fetch_attr(str(n.target)) if n.op == "call_module" else None
+        signature = _signature(n, module, args, kwargs)
+        if signature is not None and signature in self.by_signature:
+            return self.by_signature[signature]
+        call = _callable(n, module, args, kwargs)
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if n.op == "call_module":
-            tensors += list(self.fetch_attr(str(n.target)).parameters())
+        if module is not None:
+            tensors += list(module.parameters())
         grad_inputs = _unique([t for t in tensors if t.requires_grad])
         try:
-            return _time_op(call, grad_inputs, self.repeats, self.device)
+            entry, hidden = self.timer.time_op(call, grad_inputs, self.repeats)
         except Exception as exc:  # e.g. an in-place op on a leaf that requires grad
             warnings.warn(
                 f"profile_models: could not time node {n.format_node()} ({exc}); recorded 0 s",
                 RuntimeWarning,
                 stacklevel=2,
             )
-            return ProfileEntry(0.0, 0.0)
+            host = 0.0 if self.timer.measures_host else None
+            entry, hidden = ProfileEntry(0.0, 0.0, host, host), True
+        if not hidden:
+            warnings.warn(
+                f"profile_models: node {n.format_node()} could not be issued ahead of the GPU (does it "
+                "synchronize?): timed without the spin, its GPU time is an upper bound and its host time "
+                "includes waiting for the GPU",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if signature is not None:
+            self.by_signature[signature] = entry
+        return entry
 
-    def _callable(self, n: fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
-        if n.op == "call_module":
-            module = self.fetch_attr(str(n.target))
-            return lambda: module(*args, **kwargs)
-        if n.op == "call_method":
-            obj, *rest = args
-            method = str(n.target)
-            return lambda: getattr(obj, method)(*rest, **kwargs)
-        target = n.target
-        assert callable(target), n.format_node()
-        return lambda: target(*args, **kwargs)
+
+def _callable(n: fx.Node, module: nn.Module | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    if module is not None:
+        return lambda: module(*args, **kwargs)
+    if n.op == "call_method":
+        obj, *rest = args
+        method = str(n.target)
+        return lambda: getattr(obj, method)(*rest, **kwargs)
+    target = n.target
+    assert callable(target), n.format_node()
+    return lambda: target(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ signatures
+
+
+class _NoSignature(Exception):
+    """A value that is not plain data: the op is measured, never looked up by signature."""
+
+
+#: Values compared by value in a signature.
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), torch.dtype, torch.device, torch.layout)
+
+#: ``nn.Module`` bookkeeping left out of a module's signature (parameters and buffers enter by shape).
+_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+
+
+def _signature(n: fx.Node, module: nn.Module | None, args: Any, kwargs: Any) -> Hashable | None:
+    """What determines an op's time (module docstring, step 4), hashable; ``None`` when not plain data."""
+    try:
+        if module is not None:
+            op: Hashable = ("module", _module_signature(module))
+        elif n.op == "call_method":
+            op = ("method", str(n.target))
+        else:
+            try:
+                hash(n.target)
+            except TypeError:
+                raise _NoSignature from None
+            op = ("function", n.target)
+        return op, _value_signature(args), _value_signature(kwargs)
+    except _NoSignature:
+        return None
+
+
+def _module_signature(module: nn.Module) -> Hashable:
+    """The module's type, plain attributes (its hyperparameters), parameter and buffer shapes, children's."""
+    attrs = []
+    for name, value in sorted(vars(module).items()):
+        if name in _MODULE_INTERNALS:
+            continue
+        if name.startswith("_") and isinstance(value, (dict, set)):
+            if value:  # hooks change what a call does
+                raise _NoSignature
+            continue
+        attrs.append((name, _value_signature(value)))
+    params = tuple((name, tuple(p.shape), p.dtype, p.requires_grad) for name, p in module.named_parameters())
+    buffers = tuple((name, tuple(b.shape), b.dtype) for name, b in module.named_buffers())
+    children = tuple((name, _module_signature(child)) for name, child in module.named_children())
+    return type(module), tuple(attrs), params, buffers, children
+
+
+def _value_signature(value: Any) -> Hashable:
+    """A tensor by its shape, strides, dtype, device and ``requires_grad``; plain values by value."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise _NoSignature
+        return "tensor", tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad
+    if isinstance(value, _PLAIN):
+        return type(value).__name__, value
+    if isinstance(value, slice):
+        return "slice", _value_signature(value.start), _value_signature(value.stop), _value_signature(value.step)
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, tuple(_value_signature(v) for v in value)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return "dict", tuple((k, _value_signature(v)) for k, v in value.items())
+    raise _NoSignature
 
 
 # ------------------------------------------------------------------ timing
 
 
-def _time_op(
-    call: Callable[[], Any], grad_inputs: Sequence[torch.Tensor], repeats: int, device: torch.device
-) -> ProfileEntry:
-    """Median forward seconds and median (forward + backward) - forward seconds of ``call``."""
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-    outputs = _grad_outputs(call())
-    grad_outputs = [torch.ones_like(o) for o in outputs]
-    differentiable = bool(outputs) and bool(grad_inputs)
+class _Timer:
+    """Times one op's forward and backward (module docstring, step 4)."""
 
-    def forward() -> None:
-        call()
+    #: :attr:`ProfileTable.timing` of the entries.
+    timing: str = ""
+    #: Whether the entries have host times.
+    measures_host: bool = False
 
-    def forward_backward() -> None:
-        outs = _grad_outputs(call())
-        torch.autograd.grad(outs, list(grad_inputs), grad_outputs=grad_outputs, allow_unused=True)
-
-    forward_s = _median_seconds(forward, repeats, sync)
-    if not differentiable:
-        return ProfileEntry(forward_s, 0.0)
-    both_s = _median_seconds(forward_backward, repeats, sync)
-    return ProfileEntry(forward_s, max(0.0, both_s - forward_s))
+    def time_op(
+        self, call: Callable[[], Any], grad_inputs: Sequence[torch.Tensor], repeats: int
+    ) -> tuple[ProfileEntry, bool]:
+        """The op's entry, and whether every timed loop ran as intended (CUDA: the GPU kept busy)."""
+        raise NotImplementedError
 
 
-def _median_seconds(fn: Callable[[], None], repeats: int, sync: Callable[[], None] | None) -> float:
+class _WallTimer(_Timer):
+    """The CPU: medians of wall-clock runs; no host times."""
+
+    timing = "wall"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def time_op(
+        self, call: Callable[[], Any], grad_inputs: Sequence[torch.Tensor], repeats: int
+    ) -> tuple[ProfileEntry, bool]:
+        outputs = _grad_outputs(call())
+        grad_outputs = [torch.ones_like(o) for o in outputs]
+        inputs = list(grad_inputs)
+        autocast_off = _AutocastOff(self.device.type)
+
+        def forward() -> None:
+            call()
+
+        def forward_backward() -> None:
+            outs = _grad_outputs(call())
+            with autocast_off:
+                torch.autograd.grad(outs, inputs, grad_outputs=grad_outputs, allow_unused=True)
+
+        forward_s = _median_seconds(forward, repeats)
+        if not outputs or not inputs:
+            return ProfileEntry(forward_s, 0.0), True
+        both_s = _median_seconds(forward_backward, repeats)
+        return ProfileEntry(forward_s, max(0.0, both_s - forward_s)), True
+
+
+def _median_seconds(fn: Callable[[], None], repeats: int) -> float:
     for _ in range(WARMUP_RUNS):
         fn()
     times: list[float] = []
     for _ in range(repeats):
-        if sync is not None:
-            sync()
         start = time.perf_counter()
         fn()
-        if sync is not None:
-            sync()
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
     return median if math.isfinite(median) and median >= 0 else 0.0
+
+
+class _CudaTimer(_Timer):
+    """CUDA: GPU time from events around back-to-back runs, host time from the same loop (module docstring).
+
+    Must be used with its device current (``torch.cuda.device``).
+    """
+
+    timing = "cuda_events"
+    measures_host = True
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.spin_cycles_per_s = _spin_cycles_per_s()
+        self._grad_call_s: float | None = None
+
+    def time_op(
+        self, call: Callable[[], Any], grad_inputs: Sequence[torch.Tensor], repeats: int
+    ) -> tuple[ProfileEntry, bool]:
+        forward_s, host_forward_s, hidden = self._time(call, repeats)
+        outputs = _grad_outputs(call())  # one forward's graph, after the last forward: the backward loop re-runs it
+        inputs = list(grad_inputs)
+        if not outputs or not inputs:
+            return ProfileEntry(forward_s, 0.0, host_forward_s, 0.0), hidden
+        grad_outputs = [torch.ones_like(o) for o in outputs]
+
+        def backward() -> None:
+            torch.autograd.grad(outputs, inputs, grad_outputs=grad_outputs, allow_unused=True, retain_graph=True)
+
+        with _AutocastOff(self.device.type):
+            backward_s, host_backward_s, backward_hidden = self._time(backward, repeats)
+        host_backward_s = max(0.0, host_backward_s - self.grad_call_s())
+        return ProfileEntry(forward_s, backward_s, host_forward_s, host_backward_s), hidden and backward_hidden
+
+    def grad_call_s(self) -> float:
+        """Host seconds of one ``autograd.grad`` call through a view (no kernel), measured once."""
+        if self._grad_call_s is None:
+            x = torch.zeros(1, device=self.device, requires_grad=True)
+            y = x.view(1)
+            ones = torch.ones_like(y)
+            _, self._grad_call_s, _ = self._time(lambda: torch.autograd.grad([y], [x], [ones], retain_graph=True), 50)
+        return self._grad_call_s
+
+    def _time(self, fn: Callable[[], Any], repeats: int) -> tuple[float, float, bool]:
+        """GPU and host seconds per call of ``fn`` run ``repeats`` times back to back behind a spin, and
+        whether the host issued every run before the GPU finished the spin (else timed without it)."""
+        for _ in range(WARMUP_RUNS):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()  # on an idle GPU: the host's time to issue one run
+        busy_s = MIN_BUSY_S + 2 * repeats * (time.perf_counter() - start)
+        for _ in range(BUSY_TRIES):
+            gpu_s, host_s, hidden = _timed_loop(fn, repeats, int(min(busy_s, MAX_BUSY_S) * self.spin_cycles_per_s))
+            if hidden:
+                return gpu_s, host_s, True
+            busy_s *= 4
+        gpu_s, host_s, _ = _timed_loop(fn, repeats, 0)
+        return gpu_s, host_s, False
+
+
+def _timed_loop(fn: Callable[[], Any], repeats: int, spin_cycles: int) -> tuple[float, float, bool]:
+    """``fn`` run ``repeats`` times between two CUDA events after a spin of ``spin_cycles`` GPU cycles:
+    GPU and host seconds per run, and whether the start event was still pending when the host had
+    issued every run (the GPU then ran them back to back, never waiting for the host)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    if spin_cycles > 0:
+        torch.cuda._sleep(spin_cycles)
+    start.record()
+    began = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    host_s = time.perf_counter() - began
+    hidden = spin_cycles > 0 and not start.query()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats, host_s / repeats, hidden
+
+
+def _spin_cycles_per_s() -> float:
+    """GPU cycles per second of ``torch.cuda._sleep`` on the current device (the last of three runs, warm)."""
+    cycles, rate = 2_000_000, 1e9
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        rate = cycles / max(start.elapsed_time(end) / 1e3, 1e-9)
+    return rate
 
 
 def _grad_outputs(value: Any) -> list[torch.Tensor]:
@@ -494,4 +851,12 @@ def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
     return True
 
 
-__all__ = ["profile_models", "UNMEASURED_OPS", "WARMUP_RUNS"]
+__all__ = [
+    "AUTOCAST_DTYPES",
+    "BUSY_TRIES",
+    "MAX_BUSY_S",
+    "MIN_BUSY_S",
+    "UNMEASURED_OPS",
+    "WARMUP_RUNS",
+    "profile_models",
+]

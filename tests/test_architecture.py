@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("plan.core",),
     ("sim",),
     ("plan", "plan.constructors"),  # constructors may judge candidates by simulation (subset data parallelism)
-    ("search", "profiling", "emulate", "execute"),
+    ("search", "profiling", "calibrate", "emulate", "execute"),
     ("methods", "explain", "experiments"),
     ("envs",),
     ("policies", "rl"),

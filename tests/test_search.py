@@ -51,7 +51,9 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
         SearchSpace(graph, topo, dim_kinds=("batch",))
 
 
-@pytest.mark.parametrize("network", ["flow", "circuit", "pairwise"])
+@pytest.mark.parametrize(
+    ("network", "mode"), [("flow", "eager"), ("circuit", "eager"), ("pairwise", "eager"), ("flow", "cuda_graphs")]
+)
 @pytest.mark.parametrize(
     ("model", "options", "preset", "groups", "proposals"),
     [
@@ -61,13 +63,15 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
         ("lenet", {}, "trinity", 0, 600),
     ],
 )
-def test_delta_simulation_equals_full_simulation(model, options, preset, groups, proposals, network, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+def test_delta_simulation_equals_full_simulation(
+    model, options, preset, groups, proposals, network, mode, zoo_graph
+) -> None:  # type: ignore[no-untyped-def]
     graph = zoo_graph(model, **options)
     if groups:
         graph = coarsen(graph, groups)
     topo = load_preset(preset)
-    # 4 MiB buckets: a change moves other ops' shards from bucket to bucket
-    cost = CostModel(network=network, bucket_bytes=4 * 2**20)
+    # 4 MiB buckets: a change moves other ops' shards from bucket to bucket; eager: host lanes
+    cost = CostModel(network=network, bucket_bytes=4 * 2**20, execution_mode=mode)
     space = SearchSpace(graph, topo)
     dp = data_parallel(graph, topo)
     delta = DeltaSimulator(SimContext(graph, topo, cost), [dp[op.name] for op in graph.ops])

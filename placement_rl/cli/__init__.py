@@ -7,7 +7,8 @@
 * :mod:`.rl`: ``train``, ``tune``, ``evaluate``
 * :mod:`.emulate`: ``emulate`` (an emulated cluster against the network models)
 * :mod:`.execute`: ``execute`` (a plan run for real on worker processes, against the simulator)
-* :mod:`.fidelity`: ``fidelity`` (executed plans against the simulator)
+* :mod:`.fidelity`: ``fidelity`` (executed plans against the simulator; ``--cluster gpu`` measures a GPU machine)
+* :mod:`.calibrate`: ``calibrate`` (fit the analytic GPU model to a GPU's measurements)
 
 Every command prints a human-readable table by default and JSON with ``--json``. Bad input (an
 unknown model, topology or option, a malformed file) prints one ``error:`` line naming the bad value
@@ -21,7 +22,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from placement_rl.cli import compare, describe, emulate, execute, fidelity, plan, rl, search
+from placement_rl.cli import calibrate, compare, describe, emulate, execute, fidelity, plan, rl, search
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="placement-rl", description="Place and shard deep-learning training graphs on GPU clusters."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for family in (plan, compare, search, describe, rl, emulate, execute, fidelity):
+    for family in (plan, compare, search, describe, rl, emulate, execute, fidelity, calibrate):
         family.add_commands(sub)
     return parser
 

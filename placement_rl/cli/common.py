@@ -198,6 +198,20 @@ def cost_parser() -> argparse.ArgumentParser:
         "and parameter element and the compute dtype's peak (README, 'Precision')",
     )
     p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
+    p.add_argument(
+        "--execution-mode",
+        type=execution_mode,
+        default="eager",
+        help="how the host drives the GPUs: eager (default: a host lane per device issues every op) or "
+        "cuda_graphs (a captured iteration replayed at near-zero host cost)",
+    )
+    p.add_argument(
+        "--calibration",
+        default="default",
+        help="the analytic GPU model: default (fitted to an H200, carried to other GPUs by their datasheet "
+        "peaks), roofline (the papers' flat efficiency per op type, no host), or a calibration .json "
+        "(placement-rl calibrate --out FILE)",
+    )
     p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
     p.add_argument(
         "--network",
@@ -214,6 +228,30 @@ def cost_parser() -> argparse.ArgumentParser:
         "all-reduce per tensor)",
     )
     return p
+
+
+def execution_mode(text: str) -> str:
+    """An execution mode name (:data:`placement_rl.sim.cost.EXECUTION_MODES`)."""
+    from placement_rl.sim.cost import EXECUTION_MODES
+
+    if text not in EXECUTION_MODES:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("execution mode", text, EXECUTION_MODES)))
+    return text
+
+
+def calibration(spec: str) -> Any:
+    """``default``, ``roofline`` (None: the flat roofline) or a calibration JSON file."""
+    from placement_rl.sim.calibration import DEFAULT_CALIBRATION
+
+    if spec == "default":
+        return DEFAULT_CALIBRATION
+    if spec == "roofline":
+        return None
+    if not spec.endswith(".json"):
+        raise ValueError(f"--calibration {spec!r}: expected default, roofline or a calibration .json file")
+    from placement_rl.calibrate import read_calibration
+
+    return read_calibration(spec)
 
 
 def network_model_name(text: str) -> str:
@@ -258,17 +296,23 @@ def load_instance(args: argparse.Namespace) -> tuple[Any, Any]:
     return load_graph(args.model, args.batch_size, getattr(args, "seq_len", None)), resolve_topology(args.topology)
 
 
-def cost_model(args: argparse.Namespace, topology: Any = None) -> Any:
-    """The cost model of :func:`cost_parser`'s options; with ``topology``, its profile is checked against it.
+def cost_model(args: argparse.Namespace, topology: Any = None, graph: Any = None) -> Any:
+    """The cost model of :func:`cost_parser`'s options; with ``topology``, its profile is checked against it
+    (and with ``graph``, stderr says how many of its ops the profile does not time).
 
     Raises:
-        ValueError: when ``--profile`` has no entry for a device type of ``topology``.
+        ValueError: when ``--profile`` has no entry for a device type of ``topology``, or was measured in
+            another precision than ``--precision``.
     """
     from placement_rl.sim import CommTable, CostModel, ProfileTable
 
     profile = ProfileTable.from_json(args.profile) if args.profile else None
+    if profile is not None:
+        profile.check_precision(args.precision, f"--profile {args.profile}")
     if profile is not None and topology is not None:
         check_profile(profile, topology, args.profile)
+        if graph is not None:
+            report_profile_coverage(profile, graph, topology, args.profile)
     return CostModel(
         optimizer=args.optimizer,
         precision=args.precision,
@@ -276,6 +320,8 @@ def cost_model(args: argparse.Namespace, topology: Any = None) -> Any:
         comm_table=CommTable.from_json(args.comm_table) if args.comm_table else None,
         network=args.network,
         bucket_bytes=args.bucket_bytes,
+        execution_mode=getattr(args, "execution_mode", "eager"),
+        calibration=calibration(getattr(args, "calibration", "default")),
     )
 
 
@@ -287,9 +333,30 @@ def check_profile(profile: Any, topology: Any, path: str) -> None:
     matched = profile.check_matches(types, f"--profile {path}", f"topology {topology.name!r}")
     print(
         f"--profile {path}: {matched} of {len(profile.entries)} entries are for device types of "
-        f"topology {topology.name!r}; ops without a matching entry use the roofline estimate",
+        f"topology {topology.name!r}; ops without a matching entry use the analytic model",
         file=sys.stderr,
     )
+
+
+def report_profile_coverage(profile: Any, graph: Any, topology: Any, path: str) -> None:
+    """Say on stderr how many of ``graph``'s costed ops have no entry in ``profile`` for a device type of
+    ``topology`` (by name or by shape key): those are timed by the analytic model."""
+    from placement_rl.ops import INPUT_OPS, VIEW_OPS
+
+    types = sorted({d.device_type for d in topology.devices})
+    costed = [op for op in graph.ops if op.op_type not in INPUT_OPS and op.op_type not in VIEW_OPS]
+    missing = [
+        op
+        for op in costed
+        if any(profile.lookup(t, op.op_type, op.output_shapes[0], op.param_bytes, op.name) is None for t in types)
+    ]
+    if missing:
+        kinds = sorted({op.op_type for op in missing})
+        print(
+            f"--profile {path}: {len(missing)} of {len(costed)} ops of {graph.name!r} have no entry "
+            f"({', '.join(kinds[:8])}{', ...' if len(kinds) > 8 else ''}); the analytic model times them",
+            file=sys.stderr,
+        )
 
 
 def plan_for(spec: str, graph: Any, topology: Any) -> Any:

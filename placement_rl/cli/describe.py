@@ -12,6 +12,7 @@ from placement_rl.cli.common import (
     name_list,
     non_negative_int,
     positive_int,
+    precision,
     print_json,
     print_table,
 )
@@ -179,13 +180,18 @@ def cmd_profile(args: argparse.Namespace) -> None:
         device_type=args.device_type,
         repeats=args.repeats,
         progress=not args.json,
+        precision=args.precision,
     )
     table.to_json(args.out)
-    device_types = sorted({key[0] for key in table.entries})
+    device_types = list(table.device_types())
     if args.json:
-        print_json({"out": args.out, "entries": len(table), "device_types": device_types, "models": models})
+        report = {"out": args.out, "entries": len(table), "device_types": device_types, "models": models}
+        print_json({**report, "precision": table.precision, "timing": table.timing})
         return
-    print(f"profiled {len(table)} op shapes of {len(models)} model(s) on {args.device} ({', '.join(device_types)})")
+    print(
+        f"profiled {len(table)} entries (op shapes and op names) of {len(models)} model(s) on {args.device} "
+        f"({', '.join(device_types)}) in {table.precision}, timing {table.timing}"
+    )
     print(f"  wrote {args.out}; use it with --profile {args.out}")
 
 
@@ -246,5 +252,17 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or cuda:N")
     p.add_argument("--device-type", default=None, help="label for the entries (default: CPU or the CUDA device name)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timed runs per op; the median is kept")
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=5,
+        help="timed runs per op: on CUDA run back to back and averaged, on the CPU the median is kept",
+    )
+    p.add_argument(
+        "--precision",
+        type=precision,
+        default="fp32",
+        help="precision to measure in: fp32 (default: torch's defaults), tf32 (CUDA only), bf16-mixed or "
+        "fp16-mixed (every op under torch.autocast, TF32 on); recorded in the table",
+    )
     p.set_defaults(func=cmd_profile)

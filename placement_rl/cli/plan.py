@@ -129,7 +129,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         if path:
             output_file(path, "--trace" if path == args.trace else "--gantt")
     plan = plan_for(args.plan, graph, topology)
-    result = simulate(graph, topology, plan, cost_model(args, topology))
+    result = simulate(graph, topology, plan, cost_model(args, topology, graph))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
     if args.trace:
         from placement_rl.sim.trace import write_chrome_trace

@@ -39,7 +39,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     graph, topology = load_instance(args)
     if args.out:
         output_file(args.out)  # before the search, not after it
-    costs = cost_model(args, topology)
+    costs = cost_model(args, topology, graph)
     task_map = chain_map(args.chains, args.budget)
     found = mcmc(
         graph,

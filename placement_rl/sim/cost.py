@@ -67,12 +67,23 @@ from typing import Any
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, Shape
 from placement_rl.io import as_float, as_int, as_list, as_str, check_header, check_keys, read_json, write_json
-from placement_rl.ops import OP_KINDS
+from placement_rl.ops import OP_KINDS, op_kind
+from placement_rl.sim.calibration import DEFAULT_CALIBRATION, Calibration, compute_class
 from placement_rl.topology.core import COMPUTE_DTYPES, Device
 
 #: Fraction of peak FLOP/s reached per op type (fp32, large shapes), from the op taxonomy
 #: (:attr:`placement_rl.ops.OpKind.efficiency`); other types use ``default_efficiency``.
 DEFAULT_EFFICIENCY: dict[str, float] = {t: k.efficiency for t, k in OP_KINDS.items() if k.efficiency is not None}
+
+#: How the host drives the GPUs (:attr:`CostModel.execution_mode`): ``eager`` issues every op's kernels
+#: from Python in program order; ``cuda_graphs`` replays a captured iteration at near-zero host cost.
+EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graphs")
+
+#: A ``synchronized`` profile's op time is trusted as GPU time (less the round trip ``r``) when it is at
+#: least this many round trips; shorter ones are timed by the analytic model (:meth:`CostModel._profiled`).
+SYNCHRONIZED_TRUST = 2.0
+#: ... and kept within this factor of the analytic time either way.
+SYNCHRONIZED_CLAMP = 1.5
 
 #: Optimizer state elements per parameter element (Adam keeps two moments).
 OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
@@ -118,28 +129,112 @@ _FLOAT_ELEMENT_BYTES = (2, 4)
 PROFILE_FORMAT = "placement_rl.profile"
 COMM_FORMAT = "placement_rl.comm_table"
 
+#: The profile schema versions this version reads; it writes the last.
+PROFILE_SCHEMA_VERSIONS = (1, 2)
+
+#: How a profile's times were taken (:attr:`ProfileTable.timing`): ``cuda_events`` (each op run back to
+#: back between two CUDA events while the GPU is kept ahead of the host; :mod:`placement_rl.profiling`),
+#: ``synchronized`` (the device synchronized around every timed run, which charges each op a host round
+#: trip; schema-1 files), ``wall`` (wall clock on the CPU).
+PROFILE_TIMINGS = ("cuda_events", "synchronized", "wall")
+
+#: A profile entry's key: ``(device_type, op_type, output_shape, param_bytes, op_name)``, ``op_name``
+#: ``None`` for the name-less entry of a shape key.
+ProfileKey = tuple[str, str, Shape, int, str | None]
+
 
 @dataclass(frozen=True)
 class ProfileEntry:
-    """Measured time of one op shape on one device type (seconds)."""
+    """Measured time of one op shape on one device type (seconds).
+
+    Attributes:
+        forward_s: device (GPU) seconds of the op's forward.
+        backward_s: device seconds of its backward.
+        host_forward_s: seconds the host thread spends issuing the forward; ``None`` when not measured
+            (schema-1 files, CPU profiles).
+        host_backward_s: the same for the backward.
+    """
 
     forward_s: float
     backward_s: float
+    host_forward_s: float | None = None
+    host_backward_s: float | None = None
 
 
 @dataclass(frozen=True)
 class ProfileTable:
-    """Measured op times: ``(device_type, op_type, output_shape, param_bytes) -> ProfileEntry``.
+    """Measured op times: ``(device_type, op_type, output_shape, param_bytes, op_name) -> ProfileEntry``.
 
     ``output_shape`` is the shape of the measured task's first output and ``param_bytes`` its
-    parameter bytes (together they tell apart, e.g., 1x1 and 3x3 convolutions of one shape).
+    parameter bytes. ``op_name`` is the graph op measured (:attr:`placement_rl.graph.Op.name`), or
+    ``None`` for the shape key's name-less entry, which every op of that key falls back to (the
+    profiler records there the first op it measured with the key). Names tell apart ops that share a
+    shape key but not their work, e.g. a 1x1 and a 3x3 convolution of one output shape and parameter
+    bytes; see :meth:`lookup`.
+
+    ``entries`` may be given with 4-tuple keys ``(device_type, op_type, output_shape, param_bytes)``
+    too, the name-less entries of tables made before op names; they are stored with ``op_name``
+    ``None``, shapes as tuples of ints.
+
+    Attributes:
+        entries: the measured times by key (after construction always 5-tuple keys).
+        device: free text describing the hardware and software measured.
+        precision: the name in :data:`PRECISIONS` the ops ran in; ``""`` when unknown (schema-1 files).
+        timing: how the times were taken, one of :data:`PROFILE_TIMINGS`.
+
+    Raises:
+        ValueError: for an unknown precision or timing, a key that is not a 4- or 5-tuple, or one key
+            given both as a 4-tuple and with ``op_name`` ``None``.
     """
 
-    entries: Mapping[tuple[str, str, Shape, int], ProfileEntry] = field(default_factory=dict)
+    entries: Mapping[tuple[Any, ...], ProfileEntry] = field(default_factory=dict)
     device: str = ""
+    precision: str = ""
+    timing: str = "synchronized"
 
-    def lookup(self, device_type: str, op_type: str, output_shape: Shape, param_bytes: int) -> ProfileEntry | None:
-        return self.entries.get((device_type, op_type, tuple(output_shape), int(param_bytes)))
+    def __post_init__(self) -> None:
+        if self.precision and self.precision not in PRECISIONS:
+            raise ValueError(
+                f"ProfileTable: precision {self.precision!r}; expected one of {list(PRECISIONS)} or '' (unknown)"
+            )
+        if self.timing not in PROFILE_TIMINGS:
+            raise ValueError(f"ProfileTable: timing {self.timing!r}; expected one of {list(PROFILE_TIMINGS)}")
+        entries: dict[ProfileKey, ProfileEntry] = {}
+        for key, entry in self.entries.items():
+            if not isinstance(key, tuple) or len(key) not in (4, 5):
+                raise ValueError(
+                    f"ProfileTable: entry key {key!r}; expected (device_type, op_type, output_shape, param_bytes"
+                    "[, op_name])"
+                )
+            device_type, op_type, shape, param_bytes, *rest = key
+            normal = (device_type, op_type, tuple(int(d) for d in shape), int(param_bytes), rest[0] if rest else None)
+            if normal in entries:
+                raise ValueError(f"ProfileTable: entry key {normal!r} given twice (with and without op_name None)")
+            entries[normal] = entry
+        object.__setattr__(self, "entries", entries)
+
+    def lookup(
+        self, device_type: str, op_type: str, output_shape: Sequence[int], param_bytes: int, op_name: str | None = None
+    ) -> ProfileEntry | None:
+        """The entry of op ``op_name`` at this shape key if there is one, else the key's name-less entry.
+
+        Args:
+            device_type: the device type measured (a topology's ``device_type``).
+            op_type: the op's type.
+            output_shape: the task's first output shape.
+            param_bytes: the task's parameter bytes.
+            op_name: the graph op's name (:attr:`placement_rl.graph.Op.name`); ``None`` looks up the
+                name-less entry only (schema-1 tables have no other).
+
+        Returns:
+            The entry, or ``None`` when the table has neither.
+        """
+        shape = tuple(output_shape)
+        if op_name is not None:
+            named = self.entries.get((device_type, op_type, shape, int(param_bytes), op_name))
+            if named is not None:
+                return named
+        return self.entries.get((device_type, op_type, shape, int(param_bytes), None))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -171,49 +266,101 @@ class ProfileTable:
             )
         return matched
 
+    def check_precision(self, precision: str, source: str = "profile") -> None:
+        """Refuse to time a run in ``precision`` with ops measured in another precision.
+
+        A table of unknown precision (``""``, schema-1 files) passes: it cannot be checked.
+
+        Args:
+            precision: the run's precision, a name in :data:`PRECISIONS`.
+            source: the table's name in the error (e.g. ``"--profile table.json"``).
+
+        Raises:
+            ValueError: naming the table's precision and the run's when they differ.
+        """
+        if self.precision and precision != self.precision:
+            raise ValueError(
+                f"{source}: its ops were measured in precision {self.precision!r}, but the run uses precision "
+                f"{precision!r} (profile with `placement-rl profile --precision {precision}`, or run in "
+                f"{self.precision!r})"
+            )
+
     def to_dict(self) -> dict[str, Any]:
+        """The table as a schema-2 document (``docs/formats.md``)."""
+        rows: list[dict[str, Any]] = []
+        for (dt, ot, shape, pb, name), e in sorted(self.entries.items(), key=_profile_order):
+            row: dict[str, Any] = {"device_type": dt, "op_type": ot, "output_shape": list(shape), "param_bytes": pb}
+            if name is not None:
+                row["op_name"] = name
+            row["forward_s"], row["backward_s"] = e.forward_s, e.backward_s
+            if e.host_forward_s is not None:
+                row["host_forward_s"] = e.host_forward_s
+            if e.host_backward_s is not None:
+                row["host_backward_s"] = e.host_backward_s
+            rows.append(row)
         return {
             "format": PROFILE_FORMAT,
-            "schema_version": 1,
+            "schema_version": PROFILE_SCHEMA_VERSIONS[-1],
             "device": self.device,
-            "entries": [
-                {
-                    "device_type": dt,
-                    "op_type": ot,
-                    "output_shape": list(shape),
-                    "param_bytes": pb,
-                    "forward_s": e.forward_s,
-                    "backward_s": e.backward_s,
-                }
-                for (dt, ot, shape, pb), e in sorted(self.entries.items())
-            ],
+            "precision": self.precision,
+            "timing": self.timing,
+            "entries": rows,
         }
 
     @classmethod
     def from_dict(cls, document: Any) -> ProfileTable:
-        check_header(document, PROFILE_FORMAT, (1,))
-        check_keys(document, "profile", {"format", "schema_version", "entries"}, {"device"})
-        entries: dict[tuple[str, str, Shape, int], ProfileEntry] = {}
+        """Read a schema-1 or schema-2 document (``docs/formats.md``), validating every field.
+
+        Schema 1 has no precision (``""``), timing ``"synchronized"``, no op names and no host times.
+
+        Raises:
+            SchemaError: naming the entry index, the field and what was expected.
+        """
+        check_header(document, PROFILE_FORMAT, PROFILE_SCHEMA_VERSIONS)
+        version = document["schema_version"]
+        required = {"device_type", "op_type", "output_shape", "param_bytes", "forward_s", "backward_s"}
+        if version == 1:
+            check_keys(document, "profile", {"format", "schema_version", "entries"}, {"device"})
+            optional: frozenset[str] = frozenset()
+        else:
+            check_keys(document, "profile", {"format", "schema_version", "entries"}, {"device", "precision", "timing"})
+            optional = frozenset({"op_name", "host_forward_s", "host_backward_s"})
+        precision = as_str(document.get("precision", ""), "profile.precision")
+        if precision and precision not in PRECISIONS:
+            raise SchemaError(f"profile.precision = {precision!r}; expected one of {list(PRECISIONS)} or '' (unknown)")
+        timing = as_str(document.get("timing", "synchronized"), "profile.timing")
+        if timing not in PROFILE_TIMINGS:
+            raise SchemaError(f"profile.timing = {timing!r}; expected one of {list(PROFILE_TIMINGS)}")
+        entries: dict[tuple[Any, ...], ProfileEntry] = {}
+        first_index: dict[tuple[Any, ...], int] = {}
         for i, e in enumerate(as_list(document["entries"], "profile.entries")):
             where = f"profile.entries[{i}]"
-            check_keys(e, where, {"device_type", "op_type", "output_shape", "param_bytes", "forward_s", "backward_s"})
+            check_keys(e, where, required, optional)
             shape = tuple(as_list(e["output_shape"], f"{where}.output_shape"))
             if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
                 raise SchemaError(f"{where}.output_shape: expected non-negative integers, got {list(shape)}")
             times = [as_float(e[k], f"{where}.{k}") for k in ("forward_s", "backward_s")]
             if any(t < 0 or not math.isfinite(t) for t in times):
                 raise SchemaError(f"{where}: times must be finite and non-negative, got {times}")
+            host = [_optional_seconds(e.get(k), f"{where}.{k}") for k in ("host_forward_s", "host_backward_s")]
             param_bytes = as_int(e["param_bytes"], f"{where}.param_bytes")
             if param_bytes < 0:
                 raise SchemaError(f"{where}.param_bytes = {param_bytes}; expected bytes >= 0")
+            op_name = e.get("op_name")
+            if op_name is not None and (not isinstance(op_name, str) or not op_name):
+                raise SchemaError(f"{where}.op_name = {op_name!r}; expected a graph op's name (a non-empty string)")
             key = (
                 as_str(e["device_type"], f"{where}.device_type"),
                 as_str(e["op_type"], f"{where}.op_type"),
                 shape,
                 param_bytes,
+                op_name,
             )
-            entries[key] = ProfileEntry(*times)
-        return cls(entries, str(document.get("device", "")))
+            if version > 1 and key in first_index:
+                raise SchemaError(f"{where}: the same key as profile.entries[{first_index[key]}] ({key})")
+            first_index.setdefault(key, i)
+            entries[key] = ProfileEntry(times[0], times[1], host[0], host[1])
+        return cls(entries, str(document.get("device", "")), precision, timing)
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
         write_json(path, self.to_dict())
@@ -221,6 +368,22 @@ class ProfileTable:
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> ProfileTable:
         return cls.from_dict(read_json(path))
+
+
+def _profile_order(item: tuple[ProfileKey, ProfileEntry]) -> tuple[Any, ...]:
+    """Sort key of a table's entries: by shape key, the name-less entry first, then by op name."""
+    (device_type, op_type, shape, param_bytes, name), _ = item
+    return device_type, op_type, shape, param_bytes, name is not None, name or ""
+
+
+def _optional_seconds(value: Any, where: str) -> float | None:
+    """``None`` for a missing or null value, else finite non-negative seconds (or a ``SchemaError``)."""
+    if value is None:
+        return None
+    seconds = as_float(value, where)
+    if seconds < 0 or not math.isfinite(seconds):
+        raise SchemaError(f"{where} = {value!r}; expected finite, non-negative seconds or null")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -310,6 +473,14 @@ class CostModel:
             or ``pairwise`` (a dedicated connection per device pair, FlexFlow's A2).
         bucket_bytes: gradient bucket size for all-reduce (DDP's 25 MiB); 0 all-reduces every
             parameter tensor on its own (the papers' DP-NCCL).
+        execution_mode: how the host drives the GPUs, a name of :data:`EXECUTION_MODES`: ``eager``
+            (the default: each device's host lane issues every op's kernels in program order,
+            :attr:`host_lane`) or ``cuda_graphs`` (a captured iteration replayed at near-zero host cost).
+        calibration: the calibrated GPU model (:mod:`placement_rl.sim.calibration`: efficiency curves
+            by op size, a kernel floor, host dispatch times and the optimizer step), by default
+            :data:`DEFAULT_CALIBRATION` (fitted to an H200, carried to other GPUs by their datasheet
+            peaks); ``None`` is the flat roofline of the papers (``efficiency`` per op type, no host,
+            no optimizer step).
     """
 
     efficiency: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
@@ -321,11 +492,22 @@ class CostModel:
     comm_table: CommTable | None = None
     network: str = "flow"
     bucket_bytes: int = 25 * 2**20
+    execution_mode: str = "eager"
+    calibration: Calibration | None = field(default_factory=lambda: DEFAULT_CALIBRATION)
 
     def __post_init__(self) -> None:
         from placement_rl.sim.network import network_model
 
         network_model(self.network)  # an unknown name raises, listing the valid ones
+        if self.execution_mode not in EXECUTION_MODES:
+            raise UnknownNameError("execution mode", self.execution_mode, EXECUTION_MODES)
+        if self.calibration is not None and not isinstance(self.calibration, Calibration):
+            raise ValueError(
+                f"calibration = {self.calibration!r}; expected a placement_rl.sim.calibration.Calibration or None "
+                "(None: the flat roofline)"
+            )
+        if self.profile is not None:
+            self.profile.check_precision(self.precision, "profile")
         if isinstance(self.bucket_bytes, bool) or not isinstance(self.bucket_bytes, int) or self.bucket_bytes < 0:
             raise ValueError(
                 f"bucket_bytes = {self.bucket_bytes!r}; expected an integer number of bytes >= 0 "
@@ -414,6 +596,84 @@ class CostModel:
     def op_efficiency(self, op_type: str) -> float:
         return self.efficiency.get(op_type, self.default_efficiency)
 
+    @property
+    def host_lane(self) -> bool:
+        """Whether each device gets a host lane: ``eager`` with a calibration (or with a profile's host times)."""
+        if self.execution_mode != "eager":
+            return False
+        return self.calibration is not None or (
+            self.profile is not None and any(e.host_forward_s is not None for e in self.profile.entries.values())
+        )
+
+    @property
+    def mixed_precision(self) -> bool:
+        """Whether the precision stores activations in fewer bytes than fp32 (autocast's casts)."""
+        return self.precision_spec.activation_bytes < 4
+
+    def op_compute_dtype(self, op_type: str, device: Device) -> str:
+        """The dtype ``op_type`` computes in on ``device`` under this precision.
+
+        Under ``fp32`` with a calibration, convolutions compute in TF32 on devices that have it:
+        PyTorch's default (``torch.backends.cudnn.allow_tf32`` is on, ``torch.backends.cuda.matmul.allow_tf32``
+        off), which is what ``fp32`` training measures on such GPUs.
+        """
+        dtype = self.precision_spec.compute_dtype
+        if (
+            dtype == "fp32"
+            and self.calibration is not None
+            and op_kind(op_type).family == "conv"
+            and device.peak_flops_for("tf32") is not None
+        ):
+            return "tf32"
+        return dtype
+
+    def device_task_times_s(
+        self, op: Op, fraction: float, task_output_shape: Shape, task_param_bytes: int, device: Device
+    ) -> tuple[float, float]:
+        """:meth:`task_times_s` on ``device`` (its type, peak in the op's compute dtype and bandwidth)."""
+        dtype = self.op_compute_dtype(op.op_type, device)
+        peak = self.peak_flops(device) if dtype == self.precision_spec.compute_dtype else device.peak_flops_for(dtype)
+        assert peak is not None
+        return self.task_times_s(
+            op,
+            fraction,
+            task_output_shape,
+            task_param_bytes,
+            device.device_type,
+            peak,
+            device.memory_bandwidth_bytes_per_s,
+            compute_dtype=dtype,
+        )
+
+    def host_times_s(
+        self, op: Op, task_output_shape: Shape, task_param_bytes: int, device_type: str
+    ) -> tuple[float, float]:
+        """(forward, backward) host seconds to issue one task of ``op`` (0 without a host lane).
+
+        A profile entry with measured host times wins; else the calibration's per-group dispatch times.
+        """
+        if not self.host_lane:
+            return 0.0, 0.0
+        if self.profile is not None:
+            entry = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes, op.name)
+            if entry is not None and entry.host_forward_s is not None:
+                return entry.host_forward_s, entry.host_backward_s or 0.0
+        if self.calibration is None:
+            return 0.0, 0.0
+        return self.calibration.host_seconds(op.op_type, self.mixed_precision)
+
+    def update_times_s(self, op: Op, param_fraction: float, bandwidth_bytes_per_s: float) -> tuple[float, float]:
+        """(GPU, host) seconds of the optimizer step over ``param_fraction`` of ``op``'s parameters.
+
+        Both are 0 without a calibration; the host's is 0 without a host lane.
+        """
+        if self.calibration is None or op.param_bytes <= 0:
+            return 0.0, 0.0
+        gpu, host = self.calibration.update_seconds(
+            self.param_elements(op) * param_fraction, 1, OPTIMIZER_STATE_FACTOR[self.optimizer], bandwidth_bytes_per_s
+        )
+        return gpu, (host if self.host_lane else 0.0)
+
     def task_times_s(
         self,
         op: Op,
@@ -423,21 +683,80 @@ class CostModel:
         device_type: str,
         peak_flops: float,
         memory_bandwidth_bytes_per_s: float,
+        compute_dtype: str | None = None,
     ) -> tuple[float, float]:
-        """(forward, backward) seconds of one task computing ``fraction`` of ``op`` on one device."""
+        """(forward, backward) GPU seconds of one task computing ``fraction`` of ``op`` on one device.
+
+        ``compute_dtype`` is the dtype ``peak_flops`` is for (default: the precision's), which picks
+        the calibration's curve (:meth:`op_compute_dtype`).
+        """
+        measured: tuple[float, float] | None = None
         if self.profile is not None:
-            exact = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes)
+            exact = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes, op.name)
             if exact is not None:
-                return exact.forward_s, exact.backward_s
-            whole = self.profile.lookup(device_type, op.op_type, op.output_shapes[0], op.param_bytes)
-            if whole is not None:
-                return whole.forward_s * fraction, whole.backward_s * fraction
-        rate = peak_flops * self.op_efficiency(op.op_type)
+                measured = (exact.forward_s, exact.backward_s)
+            else:
+                whole = self.profile.lookup(device_type, op.op_type, op.output_shapes[0], op.param_bytes, op.name)
+                if whole is not None:
+                    measured = (whole.forward_s * fraction, whole.backward_s * fraction)
+        if measured is not None and (self.calibration is None or self._trusted_profile()):
+            return measured
+        analytic = self._analytic_times_s(
+            op, fraction, peak_flops, memory_bandwidth_bytes_per_s, compute_dtype or self.precision_spec.compute_dtype
+        )
+        if measured is None:
+            return analytic
+        return self._profiled(measured, analytic)
+
+    def _analytic_times_s(
+        self, op: Op, fraction: float, peak_flops: float, bandwidth_bytes_per_s: float, compute_dtype: str
+    ) -> tuple[float, float]:
+        """(forward, backward) GPU seconds of the calibrated model, or of the flat roofline without one."""
         traffic = self.activation_bytes(op.bytes_read + op.bytes_written, op.dtype_bytes) * fraction
-        fwd = max(op.forward_flops * fraction / rate, traffic / memory_bandwidth_bytes_per_s)
-        bwd = max(op.backward_flops * fraction / rate, 2.0 * traffic / memory_bandwidth_bytes_per_s)
+        if self.calibration is not None:
+            cal = self.calibration
+            family = op_kind(op.op_type).family
+            if family == "input":  # graph inputs and constants are there already: no kernel
+                return 0.0, 0.0
+            cls = compute_class(op.op_type, compute_dtype)
+            if cls is not None and self.mixed_precision and op.param_bytes:
+                traffic += 6.0 * self.param_elements(op) * fraction  # autocast's weight cast (fp32 -> low precision)
+            bw = bandwidth_bytes_per_s
+            fwd = cal.gpu_seconds(op.forward_flops * fraction, traffic, cls, peak_flops, bw, False, family)
+            bwd = cal.gpu_seconds(op.backward_flops * fraction, 2.0 * traffic, cls, peak_flops, bw, True, family)
+            return fwd, (bwd if op.backward_flops > 0 or op_kind(op.op_type).backward_factor > 0 else 0.0)
+        rate = peak_flops * self.op_efficiency(op.op_type)
+        fwd = max(op.forward_flops * fraction / rate, traffic / bandwidth_bytes_per_s)
+        bwd = max(op.backward_flops * fraction / rate, 2.0 * traffic / bandwidth_bytes_per_s)
         overhead = self.launch_overhead_s
         return (fwd + overhead if fwd > 0 else 0.0), (bwd + overhead if bwd > 0 else 0.0)
+
+    def _trusted_profile(self) -> bool:
+        """Whether the profile's times are GPU times as they stand (not taken with a synchronize around each op)."""
+        return self.profile is None or self.profile.timing != "synchronized"
+
+    def _profiled(self, measured: tuple[float, float], analytic: tuple[float, float]) -> tuple[float, float]:
+        """GPU seconds from a ``synchronized`` profile's times (forward, backward), per direction.
+
+        The old profiler synchronized around every timed op, so each time holds the round trip ``r``
+        of the synchronization (the calibration's notes ``sync_overhead_s`` and, under mixed
+        precision, ``sync_overhead_mixed_s``, fitted with it) and, for an op whose kernels are short,
+        the host's time to issue them rather than the GPU's. A time of at least
+        :data:`SYNCHRONIZED_TRUST` ``x r`` gives ``time - r``, a shorter one the analytic time; either
+        way the result stays within :data:`SYNCHRONIZED_CLAMP` of the analytic time (measured on the
+        H200 data: trusting such a profile further makes the RNNs' iterations 2-7x too slow).
+        """
+        cal = self.calibration
+        assert cal is not None
+        overhead = cal.notes.get("sync_overhead_mixed_s" if self.mixed_precision else "sync_overhead_s")
+        if not overhead:
+            return measured
+        out = []
+        for time_s, r, fallback in zip(measured, overhead, analytic, strict=True):
+            r = float(r)
+            gpu = time_s - r if time_s >= SYNCHRONIZED_TRUST * r else fallback
+            out.append(min(max(gpu, fallback / SYNCHRONIZED_CLAMP), fallback * SYNCHRONIZED_CLAMP))
+        return out[0], (out[1] if measured[1] > 0 else 0.0)
 
     def effective_bandwidth(self, group: str, bandwidth_bytes_per_s: float, message_bytes: float) -> float:
         """The link bandwidth, or the comm table's measurement for ``group`` at this message size."""

@@ -169,7 +169,7 @@ class DeltaSimulator:
         sync_changed = list(dict.fromkeys([*indices, *owners]))
         old_block, new_block = 2 * Fo + 2 * Co, 2 * Fn + 2 * Cn
         # The synchronization block: parameter-server tasks of unchanged ops, buckets of unchanged groups.
-        block_old = np.full(tasks.duration.shape[0] - new_block, -1, np.int64)
+        block_old = np.full(tasks.host_base - new_block, -1, np.int64)
         ps_src = _remap(old_ops.ptr["sync"], ops.ptr["sync"], sync_changed)
         kept = ps_src >= 0
         block_old[tasks.ps_pos[kept]] = old_block + old_tasks.ps_pos[ps_src[kept]]
@@ -189,19 +189,26 @@ class DeltaSimulator:
         same = np.flatnonzero(~new_changed)
         match = sorter[np.searchsorted(old_key[sorter], new_key[same])] if same.size else same
         block_old[tasks.bucket_pos[same]] = old_block + old_tasks.bucket_pos[match]
+        compute_old = np.concatenate(
+            [np.where(task_src >= 0, task_src, -1), np.where(task_src >= 0, Fo + task_src, -1)]
+        )
+        host = tasks.host_base < tasks.duration.shape[0]  # eager: host tasks follow, one per compute task
         old_id = np.concatenate(
             [
-                np.where(task_src >= 0, task_src, -1),
-                np.where(task_src >= 0, Fo + task_src, -1),
+                compute_old,
                 np.where(com_src >= 0, 2 * Fo + com_src, -1),
                 np.where(com_src >= 0, 2 * Fo + Co + com_src, -1),
                 block_old,
+                np.where(compute_old >= 0, old_tasks.host_base + compute_old, -1) if host else compute_old[:0],
             ]
         )
         removed = []
         for index in indices:
             a, b = old_ops.ptr["task"][index], old_ops.ptr["task"][index + 1]
             removed += [ready[a:b], ready[Fo + a : Fo + b]]
+            if host:
+                hb = old_tasks.host_base
+                removed += [ready[hb + a : hb + b], ready[hb + Fo + a : hb + Fo + b]]
         for e in changed:
             c0, c1 = old_edges.com_ptr[e], old_edges.com_ptr[e + 1]
             removed += [ready[2 * Fo + c0 : 2 * Fo + c1], ready[2 * Fo + Co + c0 : 2 * Fo + Co + c1]]
@@ -223,6 +230,18 @@ class DeltaSimulator:
             p0, p1 = old_ops.ptr["task"][p], old_ops.ptr["task"][p + 1]
             if p1 > p0:
                 t0 = min(t0, float(end[p0:p1].min()))
+        # A new compute task (and its host task) runs after the task before it on its device in program
+        # order: no earlier than that task's end where it is unchanged (a chain of new tasks from the first).
+        fresh = np.flatnonzero(compute_old < 0)
+        before = tasks.chain_prev[fresh]
+        if host and (before < 0).any():  # issued first on its device: its host may start at once
+            t0 = 0.0
+        kept = compute_old[before[before >= 0]]
+        kept = kept[kept >= 0]
+        if kept.size:
+            t0 = min(t0, float(end[kept].min()))
+            if host:
+                t0 = min(t0, float(end[old_tasks.host_base + kept].min()))
         if new_changed.any():
             t0 = min(t0, self._new_bucket_bound(tasks, np.flatnonzero(new_changed), sync_changed))
         if tasks.scheduled_flows:

@@ -18,6 +18,7 @@ TASK_KINDS: tuple[str, ...] = (
     "ps_pull",  # updated parameters pulled from a parameter server
     "sfb_broadcast",  # one replica's sufficient factors sent to another replica (sync ``sfb``)
     "sfb_gradient",  # compute: a replica rebuilding the whole gradient from every replica's factors
+    "host",  # a device's host issuing one compute task's kernels (eager execution)
 )
 COMPUTE_KINDS = (0, 1, 8)
 
@@ -36,7 +37,8 @@ class TaskTable:
         end_s: ``(T,)`` float64 end time.
         num_bytes: ``(T,)`` float64 bytes moved (0 for compute tasks).
         lanes: lane names: the devices first (same order as ``SimResult.device_names``), then the
-            link directions as ``"link <a> -> <b>"``.
+            link directions as ``"link <a> -> <b>"``, then (eager execution) each device's host lane
+            as ``"<device> host"``.
     """
 
     kind: np.ndarray

@@ -30,8 +30,23 @@ all-reduce task that starts once every backward task feeding it has ended, overl
 backward. ``bucket_bytes=0`` all-reduces every tensor on its own (the papers' DP-NCCL).
 
 **Scheduling.** Computation and communication overlap (A1-A4). A global queue ordered by ready time
-takes tasks in turn; a compute task runs FIFO on its device. How communication is timed is the cost
-model's network model (:mod:`placement_rl.sim.network`):
+takes tasks in turn; a compute task runs FIFO on its device. Under a calibrated cost model (the
+default) each device runs its compute tasks in program order, as one CUDA stream does: its forward
+tasks in op order, then its backward tasks in reverse op order, each after the previous one (the
+flat roofline, ``CostModel(calibration=None)``, keeps FlexFlow's list scheduling: FIFO in the order
+tasks become ready).
+
+**Host lanes** (``execution_mode="eager"``, the default). Each device has a host lane, the process
+driving it, with one ``host`` task per compute task, in the same program order: it takes the
+cost model's host time to issue the task (:meth:`~placement_rl.sim.cost.CostModel.host_times_s`),
+and the task's GPU work starts no earlier than its issue ends. The host runs ahead of its GPU
+(launches are asynchronous) and waits only for what it receives from another device (a receive
+blocks until the data is there) and, implicitly, the end of the iteration. So small ops are bound
+by the host, as they are in eager PyTorch on a fast GPU. Under ``cuda_graphs`` there are no host
+tasks (a captured iteration is issued at near-zero host cost). Host tasks are ids
+``[host_base, host_base + 2F)`` after the synchronization block; their lanes are ``"<device> host"``.
+
+How communication is timed is the cost model's network model (:mod:`placement_rl.sim.network`):
 
 * ``flow`` (default): each transfer is a flow along its route and starts when ready; the flows in
   flight share each link direction max-min fairly, rates recomputed whenever one starts or ends; it
@@ -81,9 +96,18 @@ from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
-_FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _ALL_REDUCE, _PS_PUSH, _PS_PULL, _SFB_BROADCAST, _SFB_GRADIENT = range(
-    len(TASK_KINDS)
-)
+(
+    _FORWARD,
+    _BACKWARD,
+    _TRANSFER,
+    _GRAD_TRANSFER,
+    _ALL_REDUCE,
+    _PS_PUSH,
+    _PS_PULL,
+    _SFB_BROADCAST,
+    _SFB_GRADIENT,
+    _HOST,
+) = range(len(TASK_KINDS))
 
 DEFAULT_COST_MODEL = CostModel()
 
@@ -103,8 +127,10 @@ class _CompiledOp:
     samp_lo: np.ndarray  # (P,) sample interval each partition reads
     samp_hi: np.ndarray
     forward_s: np.ndarray  # (T,)
-    backward_s: np.ndarray  # (T,)
+    backward_s: np.ndarray  # (T,) (with the optimizer step of the parameters the task holds, for their owner)
     activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
+    host_forward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,) host seconds to issue
+    host_backward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,)
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Parameter-server and SFB synchronization tasks (owners of parameters only), as a template with
@@ -189,6 +215,8 @@ class _Tasks:
     bucket_member_ptr: np.ndarray  # (B + 1,) each bucket's shards in ``bucket_members``
     bucket_members: np.ndarray  # the owner op of each bucket's shards
     bucket_member_local: np.ndarray  # each of those shards' position among its owner's all-reduced shards
+    host_base: int  # the first host task's id (host tasks, in eager execution: [host_base, host_base + 2F))
+    chain_prev: np.ndarray  # (2F,) the compute task before each on its device in program order, -1 for the first
 
 
 @dataclass
@@ -461,7 +489,7 @@ def _reptr(ptr: np.ndarray, i: int, length: int) -> np.ndarray:
 
 
 _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer that splits them
-    "task": ("devices", "forward_s", "backward_s", "activation_bytes"),
+    "task": ("devices", "forward_s", "backward_s", "activation_bytes", "host_forward_s", "host_backward_s"),
     "static": ("static_devices", "static_bytes"),
     "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward", "sync_seconds"),
     "pull": ("sync_dep_u", "sync_dep_v"),
@@ -575,6 +603,15 @@ class SimContext:
         self._pair_res_base = self.num_resources
         if self.model.holds == "pair":
             self.num_resources += D * D
+        # Each device runs its compute tasks in program order (one CUDA stream), except under the flat
+        # roofline (no calibration), which keeps the papers' list scheduling (FIFO in ready order).
+        self.stream_order = self.cost.calibration is not None or self.cost.host_lane
+        # then, in ``eager`` execution, one host lane per device (device d's host is resource _host_res_base + d)
+        self.host_lane = self.cost.host_lane
+        self._host_res_base = self.num_resources
+        if self.host_lane:
+            self.num_resources += D
+            self._lanes += tuple(f"{d.name} host" for d in devices)
         self._groups: dict[tuple[int, ...], int] = {}
         self._group_tables: _GroupTables | None = None
         self._build_edges()
@@ -675,21 +712,22 @@ class SimContext:
                 shards *= deg
         fraction = 1.0 / P
         task_param_bytes = op.param_bytes // shards
-        times: dict[int, tuple[float, float]] = {}
-        fwd, bwd = np.empty(len(devices)), np.empty(len(devices))
+        key = self._op_key[index]
+        owner = key is not None and self._owner[key] == index
+        times: dict[int, tuple[float, float, float, float]] = {}
+        T = len(devices)
+        fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
         for t, dev in enumerate(devices.tolist()):
             if dev not in times:
                 d = self.topology.devices[dev]
-                times[dev] = self.cost.task_times_s(
-                    op,
-                    fraction,
-                    tuple(out_shape),
-                    task_param_bytes,
-                    d.device_type,
-                    self.cost.peak_flops(d),
-                    d.memory_bandwidth_bytes_per_s,
-                )
-            fwd[t], bwd[t] = times[dev]
+                shape = tuple(out_shape)
+                f, b = self.cost.device_task_times_s(op, fraction, shape, task_param_bytes, d)
+                hf, hb = self.cost.host_times_s(op, shape, task_param_bytes, d.device_type)
+                if owner:  # the optimizer step of the parameter shard this task holds
+                    update_gpu, update_host = self.cost.update_times_s(op, 1.0 / shards, d.memory_bandwidth_bytes_per_s)
+                    b, hb = b + update_gpu, hb + update_host
+                times[dev] = (f, b, hf, hb)
+            fwd[t], bwd[t], host_fwd[t], host_bwd[t] = times[dev]
         compiled = _CompiledOp(
             devices,
             P,
@@ -703,12 +741,13 @@ class SimContext:
             fwd,
             bwd,
             np.full(len(devices), self.cost.activation_bytes(op.bytes_written, op.dtype_bytes) / P),
+            host_fwd,
+            host_bwd,
         )
         compiled.task_shard = shard[np.arange(len(devices)) // R]
         compiled.shards = shards
         compiled.sync_mode = cfg.sync
         compiled.ps_device = self._device_index[cfg.ps_device] if cfg.ps_device else int(devices[0])
-        key = self._op_key[index]
         if cfg.sync == "sfb" and key is not None and self._owner[key] == index and op.param_bytes > 0:
             self._set_sync(compiled, self._sfb_template(op, cfg, compiled))
         elif key is not None and self._owner[key] == index and op.param_bytes > 0:
@@ -1089,10 +1128,29 @@ class SimContext:
         pull_u = first_sync + ps_pos[data["sync_dep_u"] + base]
         pull_v = first_sync + ps_pos[data["sync_dep_v"] + base]
         arange_f = np.arange(F)
-        u = np.concatenate([arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u])
-        v = np.concatenate([F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v])
-        T = first_sync + S
+        # Program order: each device runs its forward tasks in op order, then its backward tasks in
+        # reverse op order, one after the other (one CUDA stream); in eager execution its host lane
+        # issues them in that order, each task's GPU work after its issue, and a receive blocks the
+        # host until the data is there.
+        chain_u, chain_v = _program_order(task_dev, F if self.stream_order else 0)
+        T_plain = first_sync + S
+        host_ids = T_plain + np.arange(2 * F)
+        if self.host_lane:
+            host_u = [chain_u + T_plain, host_ids, fwd_ids, bwd_ids]
+            host_v = [chain_v + T_plain, np.arange(2 * F), T_plain + c_dst, T_plain + F + c_src]
+        else:
+            host_u = host_v = []
+        u = np.concatenate(
+            [arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u, chain_u, *host_u]
+        )
+        v = np.concatenate(
+            [F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v, chain_v, *host_v]
+        )
+        H = 2 * F if self.host_lane else 0
+        T = T_plain + H
         succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
+        chain_prev = np.full(2 * F, -1, np.int64)
+        chain_prev[chain_v] = chain_u
         # Communication: point-to-point tasks (transfers, gradient transfers, pushes, pulls and SFB
         # broadcasts), buckets; then the synchronization block's compute tasks (``sfb_gradient``).
         local = np.flatnonzero(data["sync_kind"] == _SFB_GRADIENT)
@@ -1119,32 +1177,47 @@ class SimContext:
         sync_op[ps_pos] = ps_owner
         sync_op[bucket_pos] = bk.op
         kind = np.concatenate(
-            [np.full(F, _FORWARD), np.full(F, _BACKWARD), np.full(C, _TRANSFER), np.full(C, _GRAD_TRANSFER), sync_kind]
+            [
+                np.full(F, _FORWARD),
+                np.full(F, _BACKWARD),
+                np.full(C, _TRANSFER),
+                np.full(C, _GRAD_TRANSFER),
+                sync_kind,
+                np.full(H, _HOST),
+            ]
         ).astype(np.int8)
-        task_op = np.concatenate([op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], sync_op]).astype(
-            np.int32
-        )
-        res_len = np.concatenate([np.ones(2 * F, np.int64), np.diff(comm.res_ptr)])
+        host_op = op_of_task if H else op_of_task[:0]
+        task_op = np.concatenate(
+            [op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], sync_op, host_op, host_op]
+        ).astype(np.int32)
+        res_len = np.concatenate([np.ones(2 * F, np.int64), np.diff(comm.res_ptr), np.ones(H, np.int64)])
         flows = comm.flows
+        host_dev = task_dev if H else task_dev[:0]
+        host_lane = self.num_devices + 2 * self.num_links + host_dev
         return _Tasks(
-            np.concatenate([data["forward_s"], data["backward_s"], comm.duration]),
-            np.concatenate([task_dev, task_dev, comm.res]).astype(np.int64),
+            np.concatenate(
+                [data["forward_s"], data["backward_s"], comm.duration]
+                + ([data["host_forward_s"], data["host_backward_s"]] if H else [])
+            ),
+            np.concatenate(
+                [task_dev, task_dev, comm.res, self._host_res_base + host_dev, self._host_res_base + host_dev]
+            ).astype(np.int64),
             np.concatenate(([0], np.cumsum(res_len))),
             succ_ptr,
             succ,
             indegree,
             kind,
             task_op,
-            np.concatenate([np.zeros(2 * F), comm.num_bytes]),
+            np.concatenate([np.zeros(2 * F), comm.num_bytes, np.zeros(H)]),
             task_dev,
             task_ptr,
             F,
             C,
             c_src,
             c_dst,
-            np.concatenate([task_dev, task_dev, comm.lane]),
+            np.concatenate([task_dev, task_dev, comm.lane, host_lane, host_lane]),
             _Flows(
-                np.concatenate([np.zeros(2 * F, np.int64), flows.phase_ptr]),
+                np.concatenate([np.zeros(2 * F, np.int64), flows.phase_ptr, np.full(H, flows.phase_ptr[-1], np.int64)]),
                 flows.phase_latency,
                 flows.phase_flow_ptr,
                 flows.num_bytes,
@@ -1161,6 +1234,8 @@ class SimContext:
             np.concatenate(([0], np.cumsum(bk.member_count))).astype(np.int64),
             bk.member_owner,
             bk.member_local,
+            T_plain,
+            chain_prev,
         )
 
     def _buckets(self, ops: OpArrays) -> _Buckets:
@@ -1373,7 +1448,7 @@ class SimContext:
             oom=bool(oom_mask.any()),
             oom_devices=tuple(self.topology.devices[d].name for d in np.nonzero(oom_mask)[0]),
             comm_bytes=float(tasks.num_bytes[2 * F :].sum()),
-            comm_time_s=float(duration[2 * F :].sum()),
+            comm_time_s=float(duration[2 * F : tasks.host_base].sum()),
             link_names=tuple(f"{link.a} <-> {link.b}" for link in self.topology.links),
             link_bytes=link_bytes,
             link_busy_s=link_busy,
@@ -1391,6 +1466,26 @@ class SimContext:
             link_direction_capacity_bytes_per_s=self.network.capacity,
             link_direction_rates=rates,
         )
+
+
+def _program_order(task_dev: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive pairs ``(u, v)`` of compute tasks on one device in program order.
+
+    Program order on a device: its forward tasks by ascending id (op order), then its backward tasks
+    (``F + i``) by descending id. Shapes: ``task_dev`` (F,) device of each forward task; returns two
+    (2F - devices used,) arrays of task ids.
+    """
+    if F == 0:  # no tasks (or no stream order): no pairs
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    forward = np.argsort(task_dev, kind="stable")
+    reverse = np.arange(F - 1, -1, -1)
+    backward = reverse[np.argsort(task_dev[reverse], kind="stable")]
+    ids = np.concatenate([forward, F + backward])
+    dev = np.concatenate([task_dev[forward], task_dev[backward]])
+    order = np.argsort(dev, kind="stable")
+    seq, seq_dev = ids[order], dev[order]
+    same = seq_dev[1:] == seq_dev[:-1]
+    return seq[:-1][same].astype(np.int64), seq[1:][same].astype(np.int64)
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:

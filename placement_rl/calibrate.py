@@ -1,0 +1,573 @@
+"""Fit the calibrated GPU cost model (:mod:`placement_rl.sim.calibration`) to measurements of one GPU.
+
+**Data** (a folder laid out as ``../shared/data/h200/``; ``placement-rl fidelity --cluster gpu``
+writes the same files on any GPU machine):
+
+* ``iterations.jsonl`` and ``iterations_shard_batches.jsonl``: whole training iterations of zoo
+  models in eager PyTorch (forward, backward, plain SGD step), one JSON line per (model, mode,
+  batch) with ``iteration_ms``. Modes used: ``default`` (torch's default math: the ``fp32``
+  precision) and ``bf16`` (autocast bf16: ``bf16-mixed``); other modes are skipped.
+* ``iterations_cuda_graphs.jsonl`` (optional): the same step captured in a CUDA graph and replayed
+  (``bf16_cuda_graph``): GPU time with no host cost (execution mode ``cuda_graphs``).
+* ``profile_*.json`` (optional): ``placement-rl profile`` tables (their ``precision``; schema-1
+  files say nothing, so a file name containing ``bf16`` is ``bf16-mixed`` and others ``fp32``).
+* ``topology_*.json``: the one-GPU topology (its device's datasheet peaks and bandwidth).
+
+**Model of the measurement.** A single-device plan is simulated as the simulator does it (program
+order on one stream, the host lane issuing each task, :mod:`placement_rl.sim.simulator`), which on
+one device reduces to: the host issues task ``i`` by ``I_i = h_1 + ... + h_i`` and the GPU ends it at
+``E_i = max(E_{i-1}, I_i) + g_i``; the iteration takes ``E_n``. ``g`` and ``h`` are the calibration's
+GPU and host times of each task (the optimizer step charged to its owner's backward task). A
+profile entry measured with a synchronize around it is modelled as ``sync_overhead + g`` (one
+overhead for forward, one for backward, fitted with the rest and kept in the calibration's notes,
+so that a synchronized profile can be corrected when it is used).
+
+**Procedure** (:func:`fit`): one least-squares fit of all the calibration's figures at once, in
+log space: the residuals are ``log(predicted / measured)`` of every iteration (weight 1), every
+CUDA-graph iteration (weight 1) and every profile entry's forward and backward time (weight
+``profile_weight``, 0.1 by default, so the ~5,000 per-op times steer the per-class curves without
+outvoting the ~90 whole iterations). Fractions are fitted through a logistic and sizes and times
+through their logarithm (so they stay in range), from a generic start (60% of peak, 80% of
+bandwidth, 20 us per op). Nothing is fitted per model or per row: the same figures serve every op
+of every model, and models measured on the same GPU but not given to the fit check that it
+generalizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+import numpy as np
+
+from placement_rl.errors import SchemaError
+from placement_rl.graph import OpGraph
+from placement_rl.ops import Family, op_kind
+from placement_rl.sim.calibration import COMPUTE_CLASSES, HOST_GROUPS, Calibration, Curve, compute_class, host_group
+from placement_rl.sim.cost import CostModel, ProfileTable
+from placement_rl.topology import Device, DeviceTopology
+
+#: Op families, indexing ``_Tasks.family``.
+FAMILIES: tuple[str, ...] = get_args(Family)
+
+#: Measurement modes of the data -> the cost model's precision.
+MODE_PRECISIONS: dict[str, str] = {"default": "fp32", "bf16": "bf16-mixed", "bf16_cuda_graph": "bf16-mixed"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured iteration: ``model`` at ``batch`` in ``precision``, taking ``iteration_s``."""
+
+    model: str
+    batch: int
+    precision: str
+    execution_mode: str
+    iteration_s: float
+    source: str
+
+
+@dataclass
+class _Tasks:
+    """One single-device iteration as tasks in program order (the fit's view of the simulator). K tasks."""
+
+    flops: np.ndarray  # (K,)
+    num_bytes: np.ndarray  # (K,)
+    compute_class: np.ndarray  # (K,) index into COMPUTE_CLASSES, -1 for memory-bound tasks
+    family: np.ndarray  # (K,) index into FAMILIES (the op's family: its memory curve)
+    backward: np.ndarray  # (K,) bool
+    has_work: np.ndarray  # (K,) bool: a kernel runs
+    host_group: np.ndarray  # (K,) index into HOST_GROUPS, -1 for none
+    autocast: np.ndarray  # (K,) bool: autocast casts its inputs
+    update_elements: np.ndarray  # (K,) parameter elements the optimizer step updates with this task
+    update_tensors: np.ndarray  # (K,)
+    peak_flops: np.ndarray  # (K,)
+    bandwidth: float
+
+
+@dataclass
+class Dataset:
+    """Everything a fit reads: measurements with their task lists, profile entries with their features."""
+
+    device: Device
+    topology: DeviceTopology
+    measurements: list[Measurement] = field(default_factory=list)
+    tasks: list[_Tasks] = field(default_factory=list)
+    profile: _Tasks | None = None  # one task per profile time (forward and backward of each entry)
+    profile_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    profile_mixed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # measured under autocast
+    profile_sources: list[str] = field(default_factory=list)
+    profile_models: list[frozenset[str]] = field(default_factory=list)  # models having each profiled op
+    graphs: dict[tuple[str, int], OpGraph] = field(default_factory=dict)  # (model, batch) -> graph
+    profiles: dict[str, ProfileTable] = field(default_factory=dict)  # precision -> the folder's profile
+
+
+def load_measurements(folder: str | os.PathLike[str], models: Iterable[str] | None = None) -> list[Measurement]:
+    """The measured iterations in ``folder`` (see the module docstring), optionally only of ``models``."""
+    folder = Path(folder)
+    wanted = set(models) if models is not None else None
+    found: list[Measurement] = []
+    for name in ("iterations.jsonl", "iterations_shard_batches.jsonl", "iterations_cuda_graphs.jsonl"):
+        path = folder / name
+        if not path.exists():
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SchemaError(f"{path}:{n}: not JSON ({exc.msg})") from None
+            if "error" in row or row.get("mode") not in MODE_PRECISIONS:
+                continue
+            if wanted is not None and row["model"] not in wanted:
+                continue
+            try:
+                ms = float(row["iteration_ms"])
+                batch = int(row["batch"])
+            except (KeyError, TypeError, ValueError):
+                raise SchemaError(f"{path}:{n}: expected 'iteration_ms' and 'batch', got {sorted(row)}") from None
+            mode = "cuda_graphs" if row["mode"].endswith("cuda_graph") else "eager"
+            found.append(Measurement(row["model"], batch, MODE_PRECISIONS[row["mode"]], mode, ms / 1e3, f"{name}:{n}"))
+    if not found:
+        raise FileNotFoundError(f"{folder}: no iterations*.jsonl with modes {sorted(MODE_PRECISIONS)}")
+    return found
+
+
+def load_topology(folder: str | os.PathLike[str]) -> DeviceTopology:
+    """The one-device topology (``topology_*.json``) the data in ``folder`` was measured on."""
+    tops = sorted(Path(folder).glob("topology_*.json"))
+    if not tops:
+        raise FileNotFoundError(f"{folder}: no topology_*.json (the one-GPU topology the data was measured on)")
+    topology = DeviceTopology.from_json(tops[0])
+    if len(topology.devices) != 1:
+        raise ValueError(f"{tops[0]}: expected a one-device topology, got {len(topology.devices)} devices")
+    return topology
+
+
+def profile_precision(table: ProfileTable, path: Path) -> str:
+    """A profile's precision: its own field, else from the file name (schema-1 files)."""
+    recorded = getattr(table, "precision", "")
+    if recorded:
+        return str(recorded)
+    return "bf16-mixed" if "bf16" in path.name else "fp32"
+
+
+def graph_tasks(graph: OpGraph, device: Device, cost: CostModel) -> _Tasks:
+    """``graph`` on one device as the simulator orders it: forward ops in order, then backward in reverse."""
+    ops = graph.ops
+    rows: list[tuple[Any, ...]] = []
+    owners: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        key = op.param_key or (f"\0{op.name}" if op.param_bytes else None)
+        if key is not None:
+            owners.setdefault(key, i)
+    for backward in (False, True):
+        for i in reversed(range(len(ops))) if backward else range(len(ops)):
+            op = ops[i]
+            rows.append(_task_row(op, backward, device, cost, owners.get(op.param_key or f"\0{op.name}") == i))
+    return _stack(rows, device.memory_bandwidth_bytes_per_s)
+
+
+def _task_row(op: Any, backward: bool, device: Device, cost: CostModel, owner: bool) -> tuple[Any, ...]:
+    kind = op_kind(op.op_type)
+    dtype = cost.op_compute_dtype(op.op_type, device)
+    cls = compute_class(op.op_type, dtype)
+    traffic = cost.activation_bytes(op.bytes_read + op.bytes_written, op.dtype_bytes)
+    autocast = cls is not None and cost.mixed_precision
+    if autocast and op.param_bytes:
+        traffic += 6.0 * cost.param_elements(op)
+    group = host_group(op.op_type)
+    work = kind.family != "input" and (backward is False or op.backward_flops > 0 or kind.backward_factor > 0)
+    has_host = group is not None and (not backward or kind.backward_factor > 0 or group == "view")
+    peak = device.peak_flops_for(dtype)
+    assert peak is not None, f"{device.device_type} has no {dtype} peak"
+    flops = op.backward_flops if backward else op.forward_flops
+    num_bytes = (2.0 if backward else 1.0) * traffic
+    return (
+        flops if work else 0.0,
+        num_bytes if work else 0.0,
+        COMPUTE_CLASSES.index(cls) if cls is not None else -1,
+        FAMILIES.index(kind.family),
+        backward,
+        work and (flops > 0 or num_bytes > 0),
+        HOST_GROUPS.index(group) if has_host and group is not None else -1,
+        autocast and not backward,
+        cost.param_elements(op) if backward and owner and op.param_bytes else 0.0,
+        1 if backward and owner and op.param_bytes else 0,
+        peak,
+    )
+
+
+def _stack(rows: Sequence[tuple[Any, ...]], bandwidth: float) -> _Tasks:
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 11
+    return _Tasks(
+        np.array(cols[0], np.float64),
+        np.array(cols[1], np.float64),
+        np.array(cols[2], np.int64),
+        np.array(cols[3], np.int64),
+        np.array(cols[4], np.bool_),
+        np.array(cols[5], np.bool_),
+        np.array(cols[6], np.int64),
+        np.array(cols[7], np.bool_),
+        np.array(cols[8], np.float64),
+        np.array(cols[9], np.int64),
+        np.array(cols[10], np.float64),
+        bandwidth,
+    )
+
+
+def gpu_seconds(cal: Calibration, t: _Tasks) -> np.ndarray:
+    """(K,) GPU seconds of each task under ``cal`` (:meth:`Calibration.gpu_seconds`, vectorized), with the update."""
+    b = t.backward.astype(np.int64)
+    curves = [cal.curve(c) for c in COMPUTE_CLASSES]
+    fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in curves])
+    half = np.array([c.half_size for c in curves])
+    cls = np.maximum(t.compute_class, 0)
+    compute = np.where(
+        (t.compute_class >= 0) & (t.flops > 0), (t.flops + half[cls]) / (t.peak_flops * fraction[cls, b]), 0.0
+    )
+    mem = [cal.memory_curve(f) for f in FAMILIES]
+    m_fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in mem])
+    m_half = np.array([c.half_size for c in mem])
+    memory = np.where(t.num_bytes > 0, (t.num_bytes + m_half[t.family]) / (t.bandwidth * m_fraction[t.family, b]), 0.0)
+    floor = np.where(t.backward, cal.kernel_s[1], cal.kernel_s[0])
+    g = np.where(t.has_work, floor + np.maximum(compute, memory), 0.0)
+    base, _ = cal.update_bytes_per_element
+    update = np.where(
+        t.update_elements > 0,
+        cal.kernel_s[0] + (t.update_elements * base + cal.memory.half_size) / (t.bandwidth * cal.memory.peak_fraction),
+        0.0,
+    )
+    return g + update
+
+
+def host_seconds(cal: Calibration, t: _Tasks) -> np.ndarray:
+    """(K,) host seconds to issue each task (eager execution)."""
+    table = np.array([cal.host_s[g] for g in HOST_GROUPS])
+    grp = np.maximum(t.host_group, 0)
+    h = np.where(t.host_group >= 0, table[grp, t.backward.astype(np.int64)], 0.0)
+    h = h + np.where(t.autocast, cal.autocast_host_s, 0.0)
+    return h + t.update_tensors * cal.host_s["update"][0]
+
+
+def iteration_seconds(cal: Calibration, t: _Tasks, execution_mode: str) -> float:
+    """The simulated single-device iteration: ``E_n`` with ``E_i = max(E_{i-1}, I_i) + g_i`` (module docstring)."""
+    g = gpu_seconds(cal, t)
+    if execution_mode != "eager":
+        return float(g.sum())
+    issued = np.cumsum(host_seconds(cal, t))
+    done = np.cumsum(g)
+    before = np.concatenate(([0.0], done[:-1]))
+    return float(done[-1] + max(0.0, float(np.max(issued - before)))) if g.size else 0.0
+
+
+# ------------------------------------------------------------------------------------ the fit
+_HOST_KEYS: tuple[tuple[str, int], ...] = tuple((g, d) for g in HOST_GROUPS for d in (0, 1) if (g, d) != ("update", 1))
+
+
+def _unpack(
+    x: np.ndarray, classes: Sequence[str], families: Sequence[str], name: str
+) -> tuple[Calibration, tuple[float, float, float, float]]:
+    k = 0
+
+    def frac() -> float:
+        nonlocal k
+        k += 1
+        return float(1.0 / (1.0 + math.exp(-x[k - 1])))
+
+    def pos() -> float:
+        nonlocal k
+        k += 1
+        return float(math.exp(x[k - 1]))
+
+    compute = {c: Curve(frac(), pos(), frac()) for c in classes}
+    memory = Curve(frac(), pos(), frac())
+    by_family = {f: Curve(frac(), pos(), frac()) for f in families}
+    kernel = (pos(), pos())
+    host: dict[str, list[float]] = {g: [0.0, 0.0] for g in HOST_GROUPS}
+    for g, d in _HOST_KEYS:
+        host[g][d] = pos()
+    autocast = pos()
+    sync = (pos(), pos(), pos(), pos())
+    matmul = [compute[c] for c in classes if c.startswith("matmul/")] or list(compute.values())
+    default = Curve(float(np.mean([c.peak_fraction for c in matmul])), float(np.mean([c.half_size for c in matmul])))
+    cal = Calibration(
+        name=name,
+        compute=compute,
+        default_compute=default,
+        memory=memory,
+        memory_by_family=by_family,
+        kernel_s=kernel,
+        host_s={g: (v[0], v[1]) for g, v in host.items()},
+        autocast_host_s=autocast,
+        notes={"sync_overhead_s": list(sync[:2]), "sync_overhead_mixed_s": list(sync[2:])},
+    )
+    return cal, sync
+
+
+def _start(classes: Sequence[str], families: Sequence[str]) -> np.ndarray:
+    logit, mem = math.log(0.6 / 0.4), math.log(0.8 / 0.2)
+    x = [v for _ in classes for v in (logit, math.log(1e8), logit)]
+    x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e6), mem)]
+    x += [math.log(3e-6), math.log(6e-6)]
+    x += [math.log(20e-6)] * len(_HOST_KEYS) + [math.log(5e-6)]
+    x += [math.log(15e-6), math.log(60e-6), math.log(15e-6), math.log(60e-6)]
+    return np.array(x)
+
+
+def build_dataset(
+    folder: str | os.PathLike[str],
+    models: Iterable[str] | None = None,
+    graph_loader: Callable[[str, int], OpGraph] | None = None,
+    with_profiles: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Dataset:
+    """Read ``folder`` and turn every measurement and profile entry into task features.
+
+    Args:
+        folder: the data (module docstring).
+        models: only these models' iterations (default: all the data has).
+        graph_loader: ``(model, batch) -> OpGraph`` (default: the zoo).
+        with_profiles: also read ``profile_*.json``.
+        progress: called with a line per graph built.
+    """
+    from placement_rl import zoo
+
+    load = graph_loader or (lambda m, b: zoo.load(m, batch_size=b))
+    topology = load_topology(folder)
+    device = topology.devices[0]
+    data = Dataset(device, topology)
+    graphs = data.graphs
+
+    def graph(model: str, batch: int) -> OpGraph:
+        if (model, batch) not in graphs:
+            if progress:
+                progress(f"building {model} at batch {batch}")
+            graphs[(model, batch)] = load(model, batch)
+        return graphs[(model, batch)]
+
+    for m in load_measurements(folder, models):
+        cost = CostModel(precision=m.precision, optimizer="sgd")
+        data.measurements.append(m)
+        data.tasks.append(graph_tasks(graph(m.model, m.batch), device, cost))
+    if with_profiles:
+        rows: list[tuple[Any, ...]] = []
+        seconds: list[float] = []
+        mixed: list[bool] = []
+        for path in sorted(Path(folder).glob("profile_*.json")):
+            table = ProfileTable.from_json(path)
+            precision = profile_precision(table, path)
+            data.profiles.setdefault(precision, table)
+            cost = CostModel(precision=precision, optimizer="sgd")
+            ops, owners = _profile_ops(graphs)
+            for key, entry in table.entries.items():
+                shape_key = (key[1], tuple(key[2]), int(key[3]))
+                op = ops.get(shape_key)
+                if op is None:
+                    continue
+                for backward, measured in ((False, entry.forward_s), (True, entry.backward_s)):
+                    row = _task_row(op, backward, device, cost, False)
+                    if measured > 0 and row[5]:
+                        rows.append(row)
+                        seconds.append(measured)
+                        mixed.append(cost.mixed_precision)
+                        data.profile_sources.append(path.name)
+                        data.profile_models.append(owners[shape_key])
+        if rows:
+            data.profile = _stack(rows, device.memory_bandwidth_bytes_per_s)
+            data.profile_seconds = np.array(seconds)
+            data.profile_mixed = np.array(mixed, np.bool_)
+    return data
+
+
+def _profile_ops(
+    graphs: dict[tuple[str, int], OpGraph],
+) -> tuple[dict[tuple[str, Any, int], Any], dict[tuple[str, Any, int], frozenset[str]]]:
+    """Ops of the built graphs by the profile's shape key ``(op_type, output_shape, param_bytes)``, and
+    the models having an op of each key."""
+    ops: dict[tuple[str, Any, int], Any] = {}
+    owners: dict[tuple[str, Any, int], set[str]] = {}
+    for (model, _), g in graphs.items():
+        for op in g.ops:
+            key = (op.op_type, tuple(op.output_shapes[0]), int(op.param_bytes))
+            ops.setdefault(key, op)
+            owners.setdefault(key, set()).add(model)
+    return ops, {k: frozenset(v) for k, v in owners.items()}
+
+
+def subset(data: Dataset, *, exclude: str | None = None, only: str | None = None) -> Dataset:
+    """``data`` without one model (its iterations and every profiled op it has), or with only one model's."""
+    keep = [
+        i
+        for i, m in enumerate(data.measurements)
+        if (exclude is None or m.model != exclude) and (only is None or m.model == only)
+    ]
+    out = Dataset(
+        data.device,
+        data.topology,
+        [data.measurements[i] for i in keep],
+        [data.tasks[i] for i in keep],
+        graphs=data.graphs,
+        profiles=data.profiles,
+    )
+    if data.profile is not None:
+        rows = np.array([exclude is None or exclude not in owners for owners in data.profile_models], np.bool_)
+        if only is not None:
+            rows &= np.array([only in owners for owners in data.profile_models], np.bool_)
+        p = data.profile
+        out.profile = _Tasks(
+            *(getattr(p, f.name)[rows] for f in dataclasses.fields(p) if f.name != "bandwidth"), p.bandwidth
+        )
+        out.profile_seconds = data.profile_seconds[rows]
+        out.profile_mixed = data.profile_mixed[rows]
+        out.profile_sources = [s for s, r in zip(data.profile_sources, rows, strict=True) if r]
+        out.profile_models = [s for s, r in zip(data.profile_models, rows, strict=True) if r]
+    return out
+
+
+def fit(
+    data: Dataset, profile_weight: float = 0.1, name: str = "fitted", max_evaluations: int = 4000
+) -> tuple[Calibration, dict[str, Any]]:
+    """Fit a :class:`Calibration` to ``data`` (module docstring). Returns it and the fit's figures."""
+    from scipy.optimize import least_squares
+
+    classes = [
+        c
+        for c in COMPUTE_CLASSES
+        if any((t.compute_class == COMPUTE_CLASSES.index(c)).any() for t in data.tasks)
+        or (data.profile is not None and (data.profile.compute_class == COMPUTE_CLASSES.index(c)).any())
+    ]
+    used = [t.family[t.compute_class < 0] for t in data.tasks]
+    if data.profile is not None:
+        used.append(data.profile.family[data.profile.compute_class < 0])
+    present = set(np.concatenate(used).tolist()) if used else set()
+    families = [f for i, f in enumerate(FAMILIES) if i in present and f not in ("input", "view")]
+    measured = np.array([m.iteration_s for m in data.measurements])
+    modes = [m.execution_mode for m in data.measurements]
+    weight = math.sqrt(profile_weight)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        cal, sync = _unpack(x, classes, families, name)
+        pred = np.array([iteration_seconds(cal, t, mode) for t, mode in zip(data.tasks, modes, strict=True)])
+        parts = [np.log(pred / measured)]
+        if data.profile is not None and weight > 0:
+            g = gpu_seconds(cal, data.profile)
+            mixed = data.profile_mixed
+            g = g + np.where(
+                data.profile.backward, np.where(mixed, sync[3], sync[1]), np.where(mixed, sync[2], sync[0])
+            )
+            r = np.log(g / data.profile_seconds)  # robust (soft L1 at 0.2): an odd op time is not fitted at all cost
+            parts.append(weight * np.sign(r) * 0.2 * np.sqrt(2.0 * (np.sqrt(1.0 + (r / 0.2) ** 2) - 1.0)))
+        return np.concatenate(parts)
+
+    x0 = _start(classes, families)
+    result = least_squares(residuals, x0, method="trf", max_nfev=max_evaluations, x_scale="jac", ftol=1e-10, xtol=1e-10)
+    cal, _ = _unpack(result.x, classes, families, name)
+    errors = [
+        abs(iteration_seconds(cal, t, mode) / m - 1.0) for t, mode, m in zip(data.tasks, modes, measured, strict=True)
+    ]
+    figures = {
+        "iterations": len(measured),
+        "profile_times": int(data.profile_seconds.shape[0]),
+        "median_error": float(np.median(errors)),
+        "worst_error": float(np.max(errors)),
+        "evaluations": int(result.nfev),
+        "classes": classes,
+    }
+    return cal, figures
+
+
+def write_calibration(path: str | os.PathLike[str], cal: Calibration) -> None:
+    """Write ``cal`` as a ``placement_rl.calibration`` JSON file."""
+    from placement_rl.io import write_json
+
+    write_json(path, cal.to_dict())
+
+
+def read_calibration(path: str | os.PathLike[str]) -> Calibration:
+    """Read a ``placement_rl.calibration`` JSON file (errors name the file and the field)."""
+    from placement_rl.io import read_json
+
+    try:
+        return Calibration.from_dict(read_json(path))
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ evaluation
+@dataclass(frozen=True)
+class Comparison:
+    """One measured iteration against its simulation (the simulator itself, single-device plan)."""
+
+    measurement: Measurement
+    cost_model: str  # "roofline", "calibrated" or "profiled"
+    simulated_s: float
+
+    @property
+    def error(self) -> float:
+        """Relative error ``simulated / measured - 1``."""
+        return self.simulated_s / self.measurement.iteration_s - 1.0
+
+
+def compare(data: Dataset, calibration: Calibration, cost_models: Sequence[str] = ("calibrated",)) -> list[Comparison]:
+    """Simulate every measurement's single-device plan under each named cost model.
+
+    ``roofline``: the flat efficiency table, no host; ``calibrated``: ``calibration``; ``profiled``:
+    ``calibration`` with the folder's profile of the measurement's precision (a synchronized
+    profile's round trip removed, :meth:`CostModel._profiled`). The execution mode is the
+    measurement's (``cuda_graphs`` for captured iterations).
+    """
+    from placement_rl.plan import constructors
+    from placement_rl.sim.simulator import simulate
+
+    topology = data.topology
+    out: list[Comparison] = []
+    for m in data.measurements:
+        graph = data.graphs[(m.model, m.batch)]
+        plan = constructors.single_device(graph, topology)
+        for name in cost_models:
+            if name == "profiled" and m.precision not in data.profiles:
+                continue
+            cost = CostModel(
+                precision=m.precision,
+                optimizer="sgd",
+                execution_mode=m.execution_mode,
+                calibration=None if name == "roofline" else calibration,
+                profile=data.profiles[m.precision] if name == "profiled" else None,
+            )
+            out.append(Comparison(m, name, simulate(graph, topology, plan, cost).makespan_s))
+    return out
+
+
+def error_table(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
+    """Median and worst absolute error per (cost model, precision, execution mode, batch group).
+
+    The batch group is ``full`` for the zoo batch and ``shards`` for the per-GPU batches of 2-8-way
+    data parallelism (a batch below the largest measured for that model).
+    """
+    full: dict[str, int] = {}
+    for c in comparisons:
+        full[c.measurement.model] = max(full.get(c.measurement.model, 0), c.measurement.batch)
+    groups: dict[tuple[str, str, str, str], list[float]] = {}
+    for c in comparisons:
+        m = c.measurement
+        batch = "full" if m.batch == full[m.model] else "shards"
+        groups.setdefault((c.cost_model, m.precision, m.execution_mode, batch), []).append(abs(c.error))
+    return [
+        {
+            "cost_model": k[0],
+            "precision": k[1],
+            "execution_mode": k[2],
+            "batch": k[3],
+            "rows": len(v),
+            "median_error": float(np.median(v)),
+            "worst_error": float(np.max(v)),
+        }
+        for k, v in sorted(groups.items())
+    ]

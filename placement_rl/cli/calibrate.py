@@ -1,0 +1,79 @@
+"""``placement-rl calibrate``: fit the analytic GPU model to measurements of one GPU (:mod:`placement_rl.calibrate`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from placement_rl.cli.common import json_parser, name_list, print_json, print_table
+from placement_rl.paths import output_file
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from placement_rl import calibrate
+
+    if args.out:
+        output_file(args.out)  # before the fit, not after it
+
+    def say(line: str) -> None:
+        if not args.json:
+            print(line, file=sys.stderr, flush=True)
+
+    say(f"reading {args.data} and building the measured models' graphs")
+    data = calibrate.build_dataset(args.data, models=args.models, progress=say)
+    say(
+        f"fitting to {len(data.measurements)} measured iterations and {data.profile_seconds.shape[0]} profiled op "
+        f"times on {data.device.device_type}"
+    )
+    cal, figures = calibrate.fit(data, profile_weight=args.profile_weight, name=args.name)
+    if args.out:
+        calibrate.write_calibration(args.out, cal)
+    table = calibrate.error_table(calibrate.compare(data, cal, ("roofline", "calibrated", "profiled")))
+    if args.json:
+        print_json({"out": args.out, "fit": figures, "errors": table, "calibration": cal.to_dict()})
+        return
+    print(
+        f"fitted {len(figures['classes'])} compute classes and the host to {figures['iterations']} iterations "
+        f"({figures['evaluations']} evaluations)"
+    )
+    rows: list[list[Any]] = [
+        [
+            r["cost_model"],
+            r["precision"],
+            r["execution_mode"],
+            r["batch"],
+            r["rows"],
+            f"{r['median_error']:.0%}",
+            f"{r['worst_error']:.0%}",
+        ]
+        for r in table
+    ]
+    print_table(["cost model", "precision", "execution", "batch", "rows", "median error", "worst error"], rows)
+    if args.out:
+        print(f"  wrote {args.out}; use it with --calibration {args.out}")
+
+
+def add_commands(sub: Any) -> None:
+    """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    p = sub.add_parser(
+        "calibrate",
+        parents=[json_parser()],
+        help="fit the analytic GPU model (efficiency curves, kernel floor, host) to measured iterations",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a folder of measurements: iterations*.jsonl, profile_*.json, topology_*.json (as written by "
+        "'placement-rl fidelity --cluster gpu')",
+    )
+    p.add_argument("--out", default=None, help="write the calibration (JSON); then --calibration OUT anywhere")
+    p.add_argument("--models", type=name_list, default=None, help="fit only these models' iterations")
+    p.add_argument("--name", default="fitted", help="the calibration's name (default 'fitted')")
+    p.add_argument(
+        "--profile-weight",
+        type=float,
+        default=0.1,
+        help="weight of each profiled op time against a whole iteration's (default 0.1; 0 ignores profiles)",
+    )
+    p.set_defaults(func=cmd_calibrate)

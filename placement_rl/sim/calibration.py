@@ -1,0 +1,344 @@
+"""The calibrated GPU cost model: efficiency curves by op size, a kernel floor, and the host that issues kernels.
+
+The flat roofline (a fixed fraction of peak per op type) predicts a single-GPU training iteration
+on an H200 4-50x too fast in mixed precision: small kernels do not reach peak, and in eager PyTorch
+the host (the Python process driving the GPU) spends tens of microseconds issuing every op, so
+small ops are bound by the host, not by FLOPs or bytes. A :class:`Calibration` holds what it takes
+to predict both, fitted once to measurements (:mod:`placement_rl.calibrate` documents and runs the
+fit) and carried to other GPUs through their datasheet peaks and bandwidths: every figure below is
+either a fraction of a peak, a size, or a time that does not depend on the GPU's speed.
+
+**GPU time** of a task doing ``x`` FLOPs and moving ``b`` bytes (backward: twice the forward's
+bytes) on a device with peak ``P`` (FLOP/s, in the op's compute dtype) and bandwidth ``B``::
+
+    kernel_s[direction] + max(compute, memory)
+    compute = (x + half_flops[c]) / (P * fraction[c][direction])
+    memory  = (b + half_bytes[f]) / (B * bandwidth_fraction[f][direction])
+
+that is, an efficiency that grows with the op's size, ``fraction * x / (x + half_flops)`` (half of
+the best fraction at ``x = half_flops``), per compute class ``c = "<family>/<core>"``: the op's
+family (``conv``, ``matmul``, ``attention``, ``recurrent``; other families have only the memory
+term) and the cores that run it (``simt``: fp32 CUDA cores; ``tensor``: tensor cores, tf32, bf16
+and fp16); and a bandwidth efficiency per op family ``f`` (normalization reads its input twice,
+pooling windows overlap). Forward and backward have their own fractions (a weight gradient is a
+different kernel from the forward's). ``kernel_s`` is the least time any kernel of the task takes.
+
+**Host time** of a task: ``host_s[group][direction]`` seconds to issue it, by op group
+(:data:`HOST_GROUPS`: ``layer`` for ops that are modules or library calls with weights or large
+kernels, ``pointwise`` for element-wise, activation, copy and reduction ops, ``view`` for views,
+which launch no kernel but still cost the host a dispatch), plus ``autocast_host_s`` per op whose
+inputs autocast converts (the compute families) under mixed precision.
+
+**Optimizer update** (charged to the backward task of the op owning the parameters): the GPU
+reads and writes the fp32 weights and reads the gradient and every optimizer moment
+(``update_bytes_per_element``), at the memory term's bandwidth, and the host issues it in
+``host_s["update"]`` seconds per parameter tensor.
+
+Under mixed precision autocast also casts every weight a compute op reads to the low-precision
+dtype in forward (4 bytes read, 2 written per element) and the weight gradient back in backward:
+that traffic is added to the op's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement_rl.errors import SchemaError
+from placement_rl.io import as_float, check_header, check_keys
+from placement_rl.ops import op_kind
+
+CALIBRATION_FORMAT = "placement_rl.calibration"
+
+#: Op families timed by a compute-efficiency curve (the others only by bytes moved).
+COMPUTE_FAMILIES: tuple[str, ...] = ("conv", "matmul", "attention", "recurrent")
+#: Which cores run an op: fp32 CUDA cores or tensor cores (tf32, bf16, fp16).
+CORES: tuple[str, ...] = ("simt", "tensor")
+#: Compute classes, ``"<family>/<core>"``: the keys of :attr:`Calibration.compute`.
+COMPUTE_CLASSES: tuple[str, ...] = tuple(f"{f}/{c}" for f in COMPUTE_FAMILIES for c in CORES)
+#: Host groups: the keys of :attr:`Calibration.host_s` (``update``: per parameter tensor of the optimizer step).
+HOST_GROUPS: tuple[str, ...] = ("layer", "pointwise", "view", "update")
+
+_LAYER_FAMILIES = frozenset({*COMPUTE_FAMILIES, "norm", "pool", "embedding", "loss", "routing"})
+
+
+def host_group(op_type: str) -> str | None:
+    """The :data:`HOST_GROUPS` entry of an op type; ``None`` for graph inputs and constants (nothing is issued)."""
+    family = op_kind(op_type).family
+    if family == "input":
+        return None
+    if family == "view":
+        return "view"
+    return "layer" if family in _LAYER_FAMILIES else "pointwise"
+
+
+def compute_class(op_type: str, dtype: str) -> str | None:
+    """The :data:`COMPUTE_CLASSES` entry of an op type computing in ``dtype``; ``None`` for memory-bound ops."""
+    family = op_kind(op_type).family
+    if family not in COMPUTE_FAMILIES:
+        return None
+    return f"{family}/{'simt' if dtype == 'fp32' else 'tensor'}"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Efficiency growing with size: ``peak_fraction * size / (size + half_size)`` (backward: ``backward_fraction``).
+
+    Attributes:
+        peak_fraction: the fraction of the peak a very large forward op reaches, in (0, 1].
+        half_size: the size (FLOPs or bytes) at which half of the best fraction is reached, >= 0.
+        backward_fraction: the same for backward work (input and weight gradients); default ``peak_fraction``.
+    """
+
+    peak_fraction: float
+    half_size: float
+    backward_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.backward_fraction == 0.0:
+            object.__setattr__(self, "backward_fraction", self.peak_fraction)
+        for name in ("peak_fraction", "backward_fraction"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected a fraction in (0, 1]")
+        if not (self.half_size >= 0.0 and math.isfinite(self.half_size)):
+            raise ValueError(f"Curve.half_size = {self.half_size}; expected a finite size >= 0")
+
+    def seconds(self, size: float, peak_per_s: float, backward: bool = False) -> float:
+        """Time to process ``size`` units at ``peak_per_s`` under this curve (0 for no work)."""
+        if size <= 0:
+            return 0.0
+        return (size + self.half_size) / (peak_per_s * (self.backward_fraction if backward else self.peak_fraction))
+
+    def as_list(self) -> list[float]:
+        return [self.peak_fraction, self.half_size, self.backward_fraction]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted figures of the calibrated cost model (see the module docstring for the formulas).
+
+    Attributes:
+        name: what was fitted, e.g. ``"h200-eager"``.
+        compute: compute class (:data:`COMPUTE_CLASSES`) -> its :class:`Curve` in FLOPs; a class
+            missing here uses ``default_compute``.
+        default_compute: the curve of compute classes without one.
+        memory: the bandwidth :class:`Curve`, in bytes, of ops whose family has none in ``memory_by_family``.
+        memory_by_family: op family (:data:`placement_rl.ops.Family`) -> its bandwidth :class:`Curve`
+            (normalization reads its input more than once, a pooling window overlaps, ...).
+        kernel_s: ``(forward, backward)`` GPU seconds every task with work takes at least.
+        host_s: host group (:data:`HOST_GROUPS`) -> ``(forward, backward)`` seconds the host takes to
+            issue one op (``update``: ``(per parameter tensor, unused)``).
+        autocast_host_s: extra host seconds per compute op under mixed precision (autocast's casts).
+        update_bytes_per_element: bytes the optimizer step moves per parameter element, by number
+            of optimizer moments: ``base + per_moment * moments``.
+        source: where the figures come from (data and procedure).
+    """
+
+    name: str
+    compute: Mapping[str, Curve]
+    default_compute: Curve
+    memory: Curve
+    memory_by_family: Mapping[str, Curve]
+    kernel_s: tuple[float, float]
+    host_s: Mapping[str, tuple[float, float]]
+    autocast_host_s: float = 0.0
+    update_bytes_per_element: tuple[float, float] = (12.0, 8.0)
+    source: str = ""
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.compute) - set(COMPUTE_CLASSES))
+        if unknown:
+            raise ValueError(
+                f"Calibration.compute: unknown classes {unknown}; expected some of {list(COMPUTE_CLASSES)}"
+            )
+        missing = sorted(set(HOST_GROUPS) - set(self.host_s))
+        if missing or set(self.host_s) - set(HOST_GROUPS):
+            raise ValueError(
+                f"Calibration.host_s has groups {sorted(self.host_s)}; expected exactly {list(HOST_GROUPS)}"
+            )
+        for label, values in (
+            ("kernel_s", self.kernel_s),
+            *((f"host_s[{g!r}]", v) for g, v in self.host_s.items()),
+            ("autocast_host_s", (self.autocast_host_s,)),
+            ("update_bytes_per_element", self.update_bytes_per_element),
+        ):
+            if not all(math.isfinite(v) and v >= 0 for v in values):
+                raise ValueError(f"Calibration.{label} = {values}; expected finite values >= 0")
+
+    def curve(self, compute_class_name: str) -> Curve:
+        """The curve of a compute class (``default_compute`` when the calibration has none for it)."""
+        return self.compute.get(compute_class_name, self.default_compute)
+
+    def memory_curve(self, family: str) -> Curve:
+        """The bandwidth curve of an op family (``memory`` when the calibration has none for it)."""
+        return self.memory_by_family.get(family, self.memory)
+
+    def gpu_seconds(
+        self,
+        flops: float,
+        num_bytes: float,
+        compute_class_name: str | None,
+        peak_flops: float,
+        bandwidth_bytes_per_s: float,
+        backward: bool,
+        family: str = "",
+    ) -> float:
+        """GPU seconds of one task: the kernel floor plus the larger of the compute and memory terms (0 for no work)."""
+        if flops <= 0 and num_bytes <= 0:
+            return 0.0
+        memory = self.memory_curve(family).seconds(num_bytes, bandwidth_bytes_per_s, backward)
+        compute = self.curve(compute_class_name).seconds(flops, peak_flops, backward) if compute_class_name else 0.0
+        return self.kernel_s[1 if backward else 0] + max(compute, memory)
+
+    def host_seconds(self, op_type: str, mixed_precision: bool) -> tuple[float, float]:
+        """``(forward, backward)`` host seconds to issue one op of ``op_type`` (0 for inputs and constants)."""
+        group = host_group(op_type)
+        if group is None:
+            return 0.0, 0.0
+        fwd, bwd = self.host_s[group]
+        if mixed_precision and op_kind(op_type).family in COMPUTE_FAMILIES:
+            fwd += self.autocast_host_s
+        backward = op_kind(op_type).backward_factor > 0 or group == "view"
+        return fwd, (bwd if backward else 0.0)
+
+    def update_seconds(
+        self, param_elements: float, tensors: int, moments: float, bandwidth_bytes_per_s: float
+    ) -> tuple[float, float]:
+        """``(gpu, host)`` seconds of the optimizer step over ``param_elements`` in ``tensors`` tensors."""
+        if param_elements <= 0:
+            return 0.0, 0.0
+        base, per_moment = self.update_bytes_per_element
+        gpu = self.kernel_s[0] + self.memory.seconds(
+            param_elements * (base + per_moment * moments), bandwidth_bytes_per_s
+        )
+        return gpu, tensors * self.host_s["update"][0]
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": CALIBRATION_FORMAT,
+            "schema_version": 1,
+            "name": self.name,
+            "source": self.source,
+            "compute": {k: c.as_list() for k, c in sorted(self.compute.items())},
+            "default_compute": self.default_compute.as_list(),
+            "memory": self.memory.as_list(),
+            "memory_by_family": {k: c.as_list() for k, c in sorted(self.memory_by_family.items())},
+            "kernel_s": list(self.kernel_s),
+            "host_s": {g: list(v) for g, v in self.host_s.items()},
+            "autocast_host_s": self.autocast_host_s,
+            "update_bytes_per_element": list(self.update_bytes_per_element),
+            "notes": dict(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, document: Any) -> Calibration:
+        """Parse a ``placement_rl.calibration`` document; errors name the field and what was expected."""
+        check_header(document, CALIBRATION_FORMAT, (1,))
+        required = {
+            "format", "schema_version", "name", "compute", "default_compute", "memory", "kernel_s", "host_s",
+        }  # fmt: skip
+        optional = {"source", "autocast_host_s", "update_bytes_per_element", "notes", "memory_by_family"}
+        check_keys(document, "calibration", required, optional)
+
+        def pair(value: Any, where: str) -> tuple[float, float]:
+            if not isinstance(value, list | tuple) or len(value) != 2:
+                raise SchemaError(f"calibration.{where}: expected a pair of numbers, got {value!r}")
+            return as_float(value[0], f"calibration.{where}[0]"), as_float(value[1], f"calibration.{where}[1]")
+
+        def curve(value: Any, where: str) -> Curve:
+            if not isinstance(value, list | tuple) or len(value) not in (2, 3):
+                raise SchemaError(
+                    f"calibration.{where}: expected [peak fraction, half size(, backward fraction)], got {value!r}"
+                )
+            numbers = [as_float(v, f"calibration.{where}[{i}]") for i, v in enumerate(value)]
+            try:
+                return Curve(*numbers)
+            except ValueError as exc:
+                raise SchemaError(f"calibration.{where}: {exc}") from None
+
+        by_family = document.get("memory_by_family", {})
+        if not isinstance(by_family, dict):
+            raise SchemaError(f"calibration.memory_by_family: expected an object of family -> curve, got {by_family!r}")
+
+        compute = document["compute"]
+        host = document["host_s"]
+        if not isinstance(compute, dict):
+            raise SchemaError(
+                f"calibration.compute: expected an object of class -> [fraction, half FLOPs], got {compute!r}"
+            )
+        if not isinstance(host, dict):
+            raise SchemaError(
+                f"calibration.host_s: expected an object of group -> [forward_s, backward_s], got {host!r}"
+            )
+        notes = document.get("notes", {})
+        try:
+            return cls(
+                name=str(document["name"]),
+                compute={k: curve(v, f"compute[{k!r}]") for k, v in compute.items()},
+                default_compute=curve(document["default_compute"], "default_compute"),
+                memory=curve(document["memory"], "memory"),
+                memory_by_family={k: curve(v, f"memory_by_family[{k!r}]") for k, v in by_family.items()},
+                kernel_s=pair(document["kernel_s"], "kernel_s"),
+                host_s={k: pair(v, f"host_s[{k!r}]") for k, v in host.items()},
+                autocast_host_s=as_float(document.get("autocast_host_s", 0.0), "calibration.autocast_host_s"),
+                update_bytes_per_element=pair(
+                    document.get("update_bytes_per_element", [12.0, 8.0]), "update_bytes_per_element"
+                ),
+                source=str(document.get("source", "")),
+                notes=notes if isinstance(notes, dict) else {},
+            )
+        except ValueError as exc:
+            if isinstance(exc, SchemaError):
+                raise
+            raise SchemaError(f"calibration: {exc}") from None
+
+
+#: The calibration every :class:`~placement_rl.sim.cost.CostModel` uses by default: fitted to one
+#: NVIDIA H200 (eager PyTorch 2.11, CUDA 13) by ``placement-rl calibrate --data shared/data/h200``
+#: (:mod:`placement_rl.calibrate`), figures rounded to 4 digits. ``benchmarks/calibration.py`` measures it.
+DEFAULT_CALIBRATION = Calibration.from_dict(
+    {
+        "format": "placement_rl.calibration",
+        "schema_version": 1,
+        "name": "h200-eager",
+        "source": (
+            "one NVIDIA H200 (PyTorch 2.11, CUDA 13): 92 measured iterations of 9 zoo models (eager fp32 and "
+            "bf16 autocast, zoo batch and 2-8-way data-parallel shards, CUDA-graph replays) and 4,100 op "
+            "times of the project's profiler; fitted by placement-rl calibrate --data shared/data/h200"
+        ),
+        "compute": {
+            "attention/simt": [0.9981, 20870000000.0, 0.548],
+            "attention/tensor": [0.05149, 215100000.0, 0.05005],
+            "conv/tensor": [0.3849, 9272000000.0, 0.2173],
+            "matmul/simt": [0.724, 1810000000.0, 0.7299],
+            "matmul/tensor": [0.6319, 8004000000.0, 0.2707],
+            "recurrent/simt": [0.9997, 2868000000.0, 0.2489],
+            "recurrent/tensor": [0.6, 100000000.0, 0.6],
+        },
+        "default_compute": [0.678, 4907000000.0, 0.678],
+        "memory": [1.0, 379.1, 0.5651],
+        "memory_by_family": {
+            "activation": [0.9052, 34.43, 1.0],
+            "copy": [0.7512, 10.13, 0.7243],
+            "elementwise": [0.8048, 41.9, 1.0],
+            "embedding": [1.0, 11070.0, 0.3951],
+            "loss": [0.852, 132300000.0, 0.3007],
+            "norm": [0.152, 19240000.0, 0.1848],
+            "pool": [0.1803, 5731000.0, 0.1706],
+        },
+        "kernel_s": [1.313e-09, 1.513e-09],
+        "host_s": {
+            "layer": [5.074e-05, 5.553e-06],
+            "pointwise": [8.691e-06, 6.79e-06],
+            "view": [1.569e-05, 1.353e-06],
+            "update": [5.102e-06, 0.0],
+        },
+        "autocast_host_s": 0.0001322,
+        "update_bytes_per_element": [12.0, 8.0],
+        "notes": {"sync_overhead_s": [1.649e-05, 7.939e-05], "sync_overhead_mixed_s": [2.11e-05, 0.0001115]},
+    }
+)
