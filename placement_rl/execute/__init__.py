@@ -135,6 +135,20 @@ def execute(
     graph = graph or source.graph()
     program = lower(graph, topology, plan, cost_model)
     results = (launcher or run_local)(program, graph, source, options)
+    return report_results(graph, topology, plan, program, results, options, cost_model)
+
+
+def report_results(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    plan: Plan,
+    program: Program,
+    results: list[WorkerResult],
+    options: RunOptions,
+    cost_model: CostModel | None = None,
+) -> ExecutionReport:
+    """The report of ``program``'s workers' ``results`` (what :func:`execute` returns once they ran;
+    for callers that run several programs at once, :func:`placement_rl.execute.local.run_local_jobs`)."""
     times = iteration_times_s(results)[options.warmup :]
     fwd, bwd = measured_compute_s(program, results, options.warmup)
     replayed = replay(graph, topology, plan, fwd, bwd, cost_model)
@@ -155,5 +169,6 @@ __all__ = [
     "measured_result",
     "reference_step",
     "replay",
+    "report_results",
     "run_local",
 ]

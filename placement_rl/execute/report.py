@@ -9,11 +9,13 @@
   model's, so what still differs from the measurement is the network and overlap model's alone.
 
 How measured times are taken (:mod:`placement_rl.execute.runtime`): each worker's clock starts after
-a barrier at the start of the iteration. A compute task spans its op's forward or backward call (not
-the assembly of its inputs). Communication is non-blocking: a transfer starts when the sender posts
-it and ends when the receiver's wait for it returns; an all-reduce starts at the first member's post
-and ends at the last member's wait; a push or pull ends when its receiver waits for it. Waits happen
-where the data is needed, so these ends are upper bounds of when the bytes arrived.
+a barrier at the start of the iteration; on the CPU it is the host's wall clock, on CUDA the GPU's
+(CUDA events on the worker's stream), so compute spans are the GPU's work, not the kernel launches. A
+compute task spans its op's forward or backward call (not the assembly of its inputs).
+Communication is non-blocking: a transfer starts when the sender posts it and ends when the
+receiver's wait for it returns; an all-reduce starts at the first member's post and ends at the last
+member's wait; a push or pull ends when its receiver waits for it. Waits happen where the data is
+needed, so these ends are upper bounds of when the bytes arrived.
 """
 
 from __future__ import annotations

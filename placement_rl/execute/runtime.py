@@ -25,8 +25,13 @@ Then every shard is updated with SGD (``p -= lr * grad``); ``duplicate`` replica
 gradient by the replica count (each received ``1 / R`` of the loss's seed). Batch norm over a split
 batch normalizes each partition with its own statistics, as DistributedDataParallel does.
 
-Every instruction is timed (wall clock; on CUDA after a synchronize), and so are the waits for
-communication: the compute times feed the replay, the rest the measured trace.
+Every instruction is timed, and so are the waits for communication: the compute times feed the
+replay, the rest the measured trace. On the CPU the clock is the host's (:class:`WallClock`: an op's
+call returns when its work is done). On CUDA a call returns once its kernels are launched, so the
+times are the GPU's (:class:`CudaClock`): a CUDA event recorded on the current stream at every
+timestamp, resolved after the iteration's final synchronize into seconds since an event recorded at
+its start, with no synchronize in between. The iteration's own time is the host's wall clock between
+a synchronize at its start and one at its end, on both.
 """
 
 from __future__ import annotations
@@ -185,6 +190,58 @@ class Event:
     end_s: float
 
 
+class WallClock:
+    """The host's clock: :meth:`now` is the seconds since :meth:`start` (``time.perf_counter``)."""
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def resolve(self, events: list[Event]) -> list[Event]:
+        """The events as they are: their times are already seconds."""
+        return events
+
+
+class CudaClock:
+    """A GPU's clock: :meth:`now` records a CUDA event on the current stream and returns its index, a
+    stamp that is no time yet; once the stream is synchronized, :meth:`resolve` turns each event's
+    stamps into the seconds between the event :meth:`start` recorded and theirs. The GPU runs a stream's
+    work in order, so a span between two stamps is when the GPU ran what was issued between them.
+
+    Args:
+        make_event: a new timing event (default ``torch.cuda.Event(enable_timing=True)``); anything
+            with ``record()`` and ``elapsed_time(other) -> milliseconds`` (tests pass a fake one).
+    """
+
+    def __init__(self, make_event: Callable[[], Any] | None = None) -> None:
+        self._make = make_event or (lambda: torch.cuda.Event(enable_timing=True))
+        self._origin = self._make()
+        self._stamps: list[Any] = []  # reused from iteration to iteration
+        self._used = 0
+
+    def start(self) -> None:
+        self._used = 0
+        self._origin.record()
+
+    def now(self) -> float:
+        if self._used == len(self._stamps):
+            self._stamps.append(self._make())
+        self._stamps[self._used].record()
+        self._used += 1
+        return float(self._used - 1)
+
+    def resolve(self, events: list[Event]) -> list[Event]:
+        """``events`` with their stamps as seconds since :meth:`start` (call after a synchronize)."""
+        seconds = [self._origin.elapsed_time(e) / 1e3 for e in self._stamps[: self._used]]
+        return [Event(e.kind, e.ref, seconds[int(e.start_s)], seconds[int(e.end_s)]) for e in events]
+
+
+#: What times an iteration's events: :class:`WallClock` on the CPU, :class:`CudaClock` on CUDA.
+Clock = WallClock | CudaClock
+
+
 @dataclass
 class IterationResult:
     """What one worker measured in one iteration."""
@@ -233,12 +290,14 @@ class Worker:
         device: torch.device,
         seed: int = 0,
         lr: float = DEFAULT_LR,
+        clock: Clock | None = None,
     ) -> None:
         self.program = program
         self.graph = graph
         self.rank = rank
         self.device = device
         self.lr = lr
+        self.clock: Clock = clock or (CudaClock() if device.type == "cuda" else WallClock())
         module, examples = source.build()
         self.gm = trace(module)
         self.nodes = {n.name: n for n in self.gm.graph.nodes}
@@ -341,7 +400,7 @@ class Worker:
         """One training iteration: every instruction in order, the waits, the SGD update."""
         self._sync()
         t0 = time.perf_counter()
-        self.t0 = t0
+        self.clock.start()
         self.events: list[Event] = []
         self.outputs: dict[tuple[str, int], list[torch.Tensor]] = {}
         self.leaves: dict[tuple[str, int], list[torch.Tensor]] = {}
@@ -354,22 +413,23 @@ class Worker:
         self.ps_recv: dict[int, tuple[Any, torch.Tensor, float]] = {}
         self.pulled: set[tuple[str, int]] = set()
         self.sent = 0
-        self.loss = 0.0
+        self.losses: list[tuple[torch.Tensor, float]] = []  # read after the final synchronize
         for ins in self.program.instructions[self.rank]:
-            begin = time.perf_counter()
+            begin = self._now()
             getattr(self, f"_do_{ins.kind}")(ins.ref)
-            self._sync()
-            self.events.append(Event(ins.kind, ins.ref, begin - t0, time.perf_counter() - t0))
+            self.events.append(Event(ins.kind, ins.ref, begin, self._now()))
         self._finish()
         self._sync()
-        return IterationResult(time.perf_counter() - t0, self.loss, self.events, self.sent)
+        time_s = time.perf_counter() - t0
+        loss = sum((float(value) * weight for value, weight in self.losses), 0.0)
+        return IterationResult(time_s, loss, self.clock.resolve(self.events), self.sent)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
     def _now(self) -> float:
-        return time.perf_counter() - self.t0
+        return self.clock.now()
 
     # ------------------------------------------------------------- forward
     def _do_forward(self, ref: int) -> None:
@@ -400,7 +460,7 @@ class Worker:
         self.outputs[key] = outs
         self.leaves[key] = leaves
         if spec.seed_gradient:
-            self.loss += float(outs[0].detach()) * spec.seed_gradient
+            self.losses.append((outs[0].detach(), spec.seed_gradient))  # no host sync mid-iteration
         self.events.append(Event("compute_forward", ref, begin, self._now()))
 
     def _assemble(self, spec: TaskSpec, inp: InputSpec) -> torch.Tensor:
