@@ -48,13 +48,13 @@ def _print(table: list[dict[str, object]], title: str) -> None:
         )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="measurements folder (default ../shared/data/h200)")
     parser.add_argument("--refit", action="store_true", help="fit a calibration to --data first")
     parser.add_argument("--cross-validate", action="store_true", help="leave-one-model-out fits")
     parser.add_argument("--json", default=None, help="also write every comparison and the tables here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     data = calibrate.build_dataset(args.data, progress=lambda line: print(line, file=sys.stderr, flush=True))
     cal = DEFAULT_CALIBRATION

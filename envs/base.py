@@ -69,7 +69,21 @@ MAX_ACTIONS = 1 << 22
 #: The values of :attr:`EnvConfig.invalid_action`.
 INVALID_ACTIONS: tuple[str, ...] = ("end", "raise")
 
-_COST_MODEL = Rule(lambda v: v is None or isinstance(v, CostModel), "a CostModel object or null")
+_COST_MODEL = Rule(
+    lambda v: v is None or isinstance(v, CostModel | Mapping),
+    "a CostModel object, a mapping of its options (as an experiment's cost section) or null",
+)
+
+
+def _cost_model(value: CostModel | Mapping[str, Any] | None) -> CostModel:
+    """The env's cost model: the given one, one built from a mapping of options, or the default."""
+    if value is None:
+        return DEFAULT_COST_MODEL
+    if isinstance(value, CostModel):
+        return value
+    from placement_rl.experiments import build_cost_model
+
+    return build_cost_model(value, "env config cost_model")
 
 
 def brief(value: Any, limit: int = 120) -> str:
@@ -102,7 +116,9 @@ class EnvConfig:
         max_edges: edge columns of the observation (default: ``8 * max_nodes``); at most :data:`MAX_EDGES`.
         max_devices: device rows of the observation (random topologies have at most 48 GPUs); at
             most :data:`MAX_DEVICES`.
-        cost_model: the simulator's cost model (default: :data:`placement_rl.sim.simulator.DEFAULT_COST_MODEL`).
+        cost_model: the simulator's cost model (default: :data:`placement_rl.sim.simulator.DEFAULT_COST_MODEL`),
+            or its options as a mapping, e.g. ``{"execution_mode": "cuda_graphs", "precision": "bf16-mixed"}``
+            (the keys of an experiment's ``cost`` section, :func:`placement_rl.experiments.build_cost_model`).
         node2vec_dim: if positive, the observation gets ``node_structure``: a Node2vec embedding
             of each group in the group graph (Trinity's structure feature), computed once per
             instance; at most :data:`MAX_STRUCTURE_DIM`.
@@ -123,7 +139,7 @@ class EnvConfig:
     max_nodes: int | None = option(None, rule=integer(low=1, high=MAX_NODES, null=True))
     max_edges: int | None = option(None, rule=integer(low=1, high=MAX_EDGES, null=True))
     max_devices: int = option(64, rule=integer(low=1, high=MAX_DEVICES))
-    cost_model: CostModel | None = option(None, rule=_COST_MODEL)
+    cost_model: CostModel | Mapping[str, Any] | None = option(None, rule=_COST_MODEL)
     node2vec_dim: int = option(0, rule=integer(low=0, high=MAX_STRUCTURE_DIM))
     invalid_action: str = option("end", rule=choice(INVALID_ACTIONS))
     instance_cache: int = option(_CACHE_INSTANCES, rule=integer(low=1, high=MAX_INSTANCE_CACHE))
@@ -262,7 +278,7 @@ class PlanEnv(gym.Env[dict[str, np.ndarray], Any]):
         self.config = self.config_class.parse(config, **kwargs)
         self.generator: InstanceGenerator = make_generator(self.config.generator)
         self.reward_fn: Reward = make_reward(self.config.reward, self.config.reward_options)
-        self.cost = self.config.cost_model or DEFAULT_COST_MODEL
+        self.cost = _cost_model(self.config.cost_model)
         self.layout = Layout(
             self.config.nodes,
             self.config.edges,

@@ -26,9 +26,11 @@ so that a synchronized profile can be corrected when it is used).
 log space: the residuals are ``log(predicted / measured)`` of every iteration (weight 1), every
 CUDA-graph iteration (weight 1) and every profile entry's forward and backward time (weight
 ``profile_weight``, 0.1 by default, so the ~5,000 per-op times steer the per-class curves without
-outvoting the ~90 whole iterations). Fractions are fitted through a logistic and sizes and times
-through their logarithm (so they stay in range), from a generic start (60% of peak, 80% of
-bandwidth, 20 us per op). Nothing is fitted per model or per row: the same figures serve every op
+outvoting the ~90 whole iterations), plus a weak pull (``prior_weight``, 0.05 per figure in
+logit or log units) towards a generic start (60% of peak and a 5 us ramp per compute class, 80% of
+bandwidth and a 1 us ramp per memory curve, 20 us of host per op), so that a figure the data
+does not decide (a class no measured op is bound by) stays generic instead of drifting. Fractions
+are fitted through a logistic and times through their logarithm (so they stay in range). Nothing is fitted per model or per row: the same figures serve every op
 of every model, and models measured on the same GPU but not given to the fit check that it
 generalizes.
 """
@@ -227,21 +229,21 @@ def gpu_seconds(cal: Calibration, t: _Tasks) -> np.ndarray:
     b = t.backward.astype(np.int64)
     curves = [cal.curve(c) for c in COMPUTE_CLASSES]
     fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in curves])
-    half = np.array([c.half_size for c in curves])
+    half = np.array([c.half_s for c in curves])
     cls = np.maximum(t.compute_class, 0)
     compute = np.where(
-        (t.compute_class >= 0) & (t.flops > 0), (t.flops + half[cls]) / (t.peak_flops * fraction[cls, b]), 0.0
+        (t.compute_class >= 0) & (t.flops > 0), (t.flops / t.peak_flops + half[cls]) / fraction[cls, b], 0.0
     )
     mem = [cal.memory_curve(f) for f in FAMILIES]
     m_fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in mem])
-    m_half = np.array([c.half_size for c in mem])
-    memory = np.where(t.num_bytes > 0, (t.num_bytes + m_half[t.family]) / (t.bandwidth * m_fraction[t.family, b]), 0.0)
+    m_half = np.array([c.half_s for c in mem])
+    memory = np.where(t.num_bytes > 0, (t.num_bytes / t.bandwidth + m_half[t.family]) / m_fraction[t.family, b], 0.0)
     floor = np.where(t.backward, cal.kernel_s[1], cal.kernel_s[0])
     g = np.where(t.has_work, floor + np.maximum(compute, memory), 0.0)
     base, _ = cal.update_bytes_per_element
     update = np.where(
         t.update_elements > 0,
-        cal.kernel_s[0] + (t.update_elements * base + cal.memory.half_size) / (t.bandwidth * cal.memory.peak_fraction),
+        cal.kernel_s[0] + (t.update_elements * base / t.bandwidth + cal.memory.half_s) / cal.memory.peak_fraction,
         0.0,
     )
     return g + update
@@ -279,12 +281,12 @@ def _unpack(
     def frac() -> float:
         nonlocal k
         k += 1
-        return float(1.0 / (1.0 + math.exp(-x[k - 1])))
+        return float(1.0 / (1.0 + math.exp(-min(max(x[k - 1], -30.0), 30.0))))
 
     def pos() -> float:
         nonlocal k
         k += 1
-        return float(math.exp(x[k - 1]))
+        return float(math.exp(min(max(x[k - 1], -60.0), 10.0)))
 
     compute = {c: Curve(frac(), pos(), frac()) for c in classes}
     memory = Curve(frac(), pos(), frac())
@@ -296,7 +298,7 @@ def _unpack(
     autocast = pos()
     sync = (pos(), pos(), pos(), pos())
     matmul = [compute[c] for c in classes if c.startswith("matmul/")] or list(compute.values())
-    default = Curve(float(np.mean([c.peak_fraction for c in matmul])), float(np.mean([c.half_size for c in matmul])))
+    default = Curve(float(np.mean([c.peak_fraction for c in matmul])), float(np.mean([c.half_s for c in matmul])))
     cal = Calibration(
         name=name,
         compute=compute,
@@ -313,8 +315,8 @@ def _unpack(
 
 def _start(classes: Sequence[str], families: Sequence[str]) -> np.ndarray:
     logit, mem = math.log(0.6 / 0.4), math.log(0.8 / 0.2)
-    x = [v for _ in classes for v in (logit, math.log(1e8), logit)]
-    x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e6), mem)]
+    x = [v for _ in classes for v in (logit, math.log(5e-6), logit)]
+    x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e-6), mem)]
     x += [math.log(3e-6), math.log(6e-6)]
     x += [math.log(20e-6)] * len(_HOST_KEYS) + [math.log(5e-6)]
     x += [math.log(15e-6), math.log(60e-6), math.log(15e-6), math.log(60e-6)]
@@ -432,7 +434,11 @@ def subset(data: Dataset, *, exclude: str | None = None, only: str | None = None
 
 
 def fit(
-    data: Dataset, profile_weight: float = 0.1, name: str = "fitted", max_evaluations: int = 4000
+    data: Dataset,
+    profile_weight: float = 0.1,
+    name: str = "fitted",
+    max_evaluations: int = 4000,
+    prior_weight: float = 0.05,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Fit a :class:`Calibration` to ``data`` (module docstring). Returns it and the fit's figures."""
     from scipy.optimize import least_squares
@@ -449,10 +455,15 @@ def fit(
     present = set(np.concatenate(used).tolist()) if used else set()
     families = [f for i, f in enumerate(FAMILIES) if i in present and f not in ("input", "view")]
     measured = np.array([m.iteration_s for m in data.measurements])
+    x0 = _start(classes, families)
     modes = [m.execution_mode for m in data.measurements]
     weight = math.sqrt(profile_weight)
 
     def residuals(x: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", divide="ignore"):
+            return _residuals(x)
+
+    def _residuals(x: np.ndarray) -> np.ndarray:
         cal, sync = _unpack(x, classes, families, name)
         pred = np.array([iteration_seconds(cal, t, mode) for t, mode in zip(data.tasks, modes, strict=True)])
         parts = [np.log(pred / measured)]
@@ -464,9 +475,9 @@ def fit(
             )
             r = np.log(g / data.profile_seconds)  # robust (soft L1 at 0.2): an odd op time is not fitted at all cost
             parts.append(weight * np.sign(r) * 0.2 * np.sqrt(2.0 * (np.sqrt(1.0 + (r / 0.2) ** 2) - 1.0)))
+        parts.append(prior_weight * (x - x0))  # a weak pull to the generic start: figures no data decides stay sane
         return np.concatenate(parts)
 
-    x0 = _start(classes, families)
     result = least_squares(residuals, x0, method="trf", max_nfev=max_evaluations, x_scale="jac", ftol=1e-10, xtol=1e-10)
     cal, _ = _unpack(result.x, classes, families, name)
     errors = [

@@ -419,18 +419,36 @@ def parse_method_entry(
     raise SchemaError(f"{where}: {UnknownNameError('method', name, [*registered, *agents])}")
 
 
+def calibration_named(value: Any, where: str) -> Any:
+    """A cost section's ``calibration``: ``default``, ``roofline`` (None: the flat roofline) or a file path."""
+    from placement_rl.sim.calibration import DEFAULT_CALIBRATION
+
+    if value == "default":
+        return DEFAULT_CALIBRATION
+    if value == "roofline":
+        return None
+    if not isinstance(value, str) or not value.endswith(".json"):
+        raise SchemaError(f"{where}: calibration = {value!r}; expected default, roofline or a calibration .json path")
+    from placement_rl.calibrate import read_calibration
+
+    return read_calibration(value)
+
+
 def build_cost_model(cost: Mapping[str, Any], where: str) -> CostModel:
-    """A :class:`CostModel` from an experiment's ``cost`` section (scalar fields; ``profile`` and
-    ``comm_table`` are file paths)."""
+    """A :class:`CostModel` from an experiment's ``cost`` section (scalar fields such as ``precision``
+    and ``execution_mode``; ``profile`` and ``comm_table`` are file paths; ``calibration`` is
+    ``default``, ``roofline`` or a calibration file path)."""
     from placement_rl.sim import CommTable, ProfileTable
 
     fields = {f.name: f for f in dataclasses.fields(CostModel) if f.init}
     scalar = [n for n, f in fields.items() if isinstance(f.default, (str, int, float, bool))]
     files = [n for n in ("profile", "comm_table") if n in fields]
-    check_known(cost, [*scalar, *files], where)
+    check_known(cost, [*scalar, *files, "calibration"], where)
     kwargs: dict[str, Any] = {}
     for key, value in cost.items():
-        if key in files:
+        if key == "calibration":
+            kwargs[key] = calibration_named(value, where)
+        elif key in files:
             if not isinstance(value, str):
                 raise SchemaError(f"{where}: {key} = {value!r}; expected a JSON file path")
             table = ProfileTable if key == "profile" else CommTable

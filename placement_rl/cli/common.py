@@ -241,17 +241,9 @@ def execution_mode(text: str) -> str:
 
 def calibration(spec: str) -> Any:
     """``default``, ``roofline`` (None: the flat roofline) or a calibration JSON file."""
-    from placement_rl.sim.calibration import DEFAULT_CALIBRATION
+    from placement_rl.experiments import calibration_named
 
-    if spec == "default":
-        return DEFAULT_CALIBRATION
-    if spec == "roofline":
-        return None
-    if not spec.endswith(".json"):
-        raise ValueError(f"--calibration {spec!r}: expected default, roofline or a calibration .json file")
-    from placement_rl.calibrate import read_calibration
-
-    return read_calibration(spec)
+    return calibration_named(spec, "--calibration")
 
 
 def network_model_name(text: str) -> str:

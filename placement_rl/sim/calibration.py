@@ -12,11 +12,12 @@ either a fraction of a peak, a size, or a time that does not depend on the GPU's
 bytes) on a device with peak ``P`` (FLOP/s, in the op's compute dtype) and bandwidth ``B``::
 
     kernel_s[direction] + max(compute, memory)
-    compute = (x + half_flops[c]) / (P * fraction[c][direction])
-    memory  = (b + half_bytes[f]) / (B * bandwidth_fraction[f][direction])
+    compute = (x / P + half_s[c]) / fraction[c][direction]
+    memory  = (b / B + half_s[f]) / bandwidth_fraction[f][direction]
 
-that is, an efficiency that grows with the op's size, ``fraction * x / (x + half_flops)`` (half of
-the best fraction at ``x = half_flops``), per compute class ``c = "<family>/<core>"``: the op's
+that is, an efficiency that grows with the op's size, ``fraction * x / (x + P * half_s)`` (half of
+the best fraction at ``half_s`` seconds of peak work: a kernel's ramp, the same time on any GPU),
+per compute class ``c = "<family>/<core>"``: the op's
 family (``conv``, ``matmul``, ``attention``, ``recurrent``; other families have only the memory
 term) and the cores that run it (``simt``: fp32 CUDA cores; ``tensor``: tensor cores, tf32, bf16
 and fp16); and a bandwidth efficiency per op family ``f`` (normalization reads its input twice,
@@ -84,16 +85,21 @@ def compute_class(op_type: str, dtype: str) -> str | None:
 
 @dataclass(frozen=True)
 class Curve:
-    """Efficiency growing with size: ``peak_fraction * size / (size + half_size)`` (backward: ``backward_fraction``).
+    """Efficiency growing with size: ``fraction * size / (size + peak * half_s)`` (backward: ``backward_fraction``).
+
+    A task of ``size`` FLOPs (or bytes) at ``peak`` FLOP/s (or bytes/s) takes
+    ``(size / peak + half_s) / fraction``: the ramp of a kernel (filling the GPU, its tail) costs
+    ``half_s`` seconds of peak work whatever the GPU, so a faster GPU needs a larger op to reach the
+    same fraction of its peak.
 
     Attributes:
         peak_fraction: the fraction of the peak a very large forward op reaches, in (0, 1].
-        half_size: the size (FLOPs or bytes) at which half of the best fraction is reached, >= 0.
+        half_s: seconds of peak work at which half of the best fraction is reached, >= 0.
         backward_fraction: the same for backward work (input and weight gradients); default ``peak_fraction``.
     """
 
     peak_fraction: float
-    half_size: float
+    half_s: float
     backward_fraction: float = 0.0
 
     def __post_init__(self) -> None:
@@ -102,17 +108,17 @@ class Curve:
         for name in ("peak_fraction", "backward_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected a fraction in (0, 1]")
-        if not (self.half_size >= 0.0 and math.isfinite(self.half_size)):
-            raise ValueError(f"Curve.half_size = {self.half_size}; expected a finite size >= 0")
+        if not (self.half_s >= 0.0 and math.isfinite(self.half_s)):
+            raise ValueError(f"Curve.half_s = {self.half_s}; expected finite seconds >= 0")
 
     def seconds(self, size: float, peak_per_s: float, backward: bool = False) -> float:
         """Time to process ``size`` units at ``peak_per_s`` under this curve (0 for no work)."""
         if size <= 0:
             return 0.0
-        return (size + self.half_size) / (peak_per_s * (self.backward_fraction if backward else self.peak_fraction))
+        return (size / peak_per_s + self.half_s) / (self.backward_fraction if backward else self.peak_fraction)
 
     def as_list(self) -> list[float]:
-        return [self.peak_fraction, self.half_size, self.backward_fraction]
+        return [self.peak_fraction, self.half_s, self.backward_fraction]
 
 
 @dataclass(frozen=True)
@@ -121,10 +127,10 @@ class Calibration:
 
     Attributes:
         name: what was fitted, e.g. ``"h200-eager"``.
-        compute: compute class (:data:`COMPUTE_CLASSES`) -> its :class:`Curve` in FLOPs; a class
+        compute: compute class (:data:`COMPUTE_CLASSES`) -> its :class:`Curve` over FLOPs; a class
             missing here uses ``default_compute``.
         default_compute: the curve of compute classes without one.
-        memory: the bandwidth :class:`Curve`, in bytes, of ops whose family has none in ``memory_by_family``.
+        memory: the bandwidth :class:`Curve`, over bytes, of ops whose family has none in ``memory_by_family``.
         memory_by_family: op family (:data:`placement_rl.ops.Family`) -> its bandwidth :class:`Curve`
             (normalization reads its input more than once, a pooling window overlaps, ...).
         kernel_s: ``(forward, backward)`` GPU seconds every task with work takes at least.
@@ -252,7 +258,7 @@ class Calibration:
         def curve(value: Any, where: str) -> Curve:
             if not isinstance(value, list | tuple) or len(value) not in (2, 3):
                 raise SchemaError(
-                    f"calibration.{where}: expected [peak fraction, half size(, backward fraction)], got {value!r}"
+                    f"calibration.{where}: expected [peak fraction, half seconds(, backward fraction)], got {value!r}"
                 )
             numbers = [as_float(v, f"calibration.{where}[{i}]") for i, v in enumerate(value)]
             try:
@@ -311,34 +317,34 @@ DEFAULT_CALIBRATION = Calibration.from_dict(
             "times of the project's profiler; fitted by placement-rl calibrate --data shared/data/h200"
         ),
         "compute": {
-            "attention/simt": [0.9981, 20870000000.0, 0.548],
-            "attention/tensor": [0.05149, 215100000.0, 0.05005],
-            "conv/tensor": [0.3849, 9272000000.0, 0.2173],
-            "matmul/simt": [0.724, 1810000000.0, 0.7299],
-            "matmul/tensor": [0.6319, 8004000000.0, 0.2707],
-            "recurrent/simt": [0.9997, 2868000000.0, 0.2489],
-            "recurrent/tensor": [0.6, 100000000.0, 0.6],
+            "attention/simt": [0.6222, 0.0001923, 0.3671],
+            "attention/tensor": [0.5616, 6.943e-06, 0.5537],
+            "conv/tensor": [0.4054, 1.549e-05, 0.2188],
+            "matmul/simt": [0.7129, 2.564e-05, 0.7266],
+            "matmul/tensor": [0.6195, 8.297e-06, 0.2622],
+            "recurrent/simt": [0.8627, 3.699e-05, 0.232],
+            "recurrent/tensor": [0.6, 5e-06, 0.6],
         },
-        "default_compute": [0.678, 4907000000.0, 0.678],
-        "memory": [1.0, 379.1, 0.5651],
+        "default_compute": [0.6662, 1.697e-05, 0.6662],
+        "memory": [0.9705, 1.615e-07, 0.5684],
         "memory_by_family": {
-            "activation": [0.9052, 34.43, 1.0],
-            "copy": [0.7512, 10.13, 0.7243],
-            "elementwise": [0.8048, 41.9, 1.0],
-            "embedding": [1.0, 11070.0, 0.3951],
-            "loss": [0.852, 132300000.0, 0.3007],
-            "norm": [0.152, 19240000.0, 0.1848],
-            "pool": [0.1803, 5731000.0, 0.1706],
+            "activation": [0.8978, 1.529e-07, 0.991],
+            "copy": [0.7519, 1.407e-07, 0.7714],
+            "elementwise": [0.8043, 2.21e-07, 0.9832],
+            "embedding": [0.9643, 5.148e-07, 0.4044],
+            "loss": [0.7859, 1.393e-05, 0.7412],
+            "norm": [0.1469, 3.763e-06, 0.1891],
+            "pool": [0.1803, 1.276e-06, 0.1712],
         },
-        "kernel_s": [1.313e-09, 1.513e-09],
+        "kernel_s": [1.24e-07, 1.882e-07],
         "host_s": {
-            "layer": [5.074e-05, 5.553e-06],
-            "pointwise": [8.691e-06, 6.79e-06],
-            "view": [1.569e-05, 1.353e-06],
-            "update": [5.102e-06, 0.0],
+            "layer": [5.552e-05, 1.764e-05],
+            "pointwise": [1.173e-05, 5.181e-06],
+            "view": [1.525e-05, 7.566e-06],
+            "update": [1.029e-05, 0.0],
         },
-        "autocast_host_s": 0.0001322,
+        "autocast_host_s": 0.0001186,
         "update_bytes_per_element": [12.0, 8.0],
-        "notes": {"sync_overhead_s": [1.649e-05, 7.939e-05], "sync_overhead_mixed_s": [2.11e-05, 0.0001115]},
+        "notes": {"sync_overhead_s": [1.659e-05, 8.053e-05], "sync_overhead_mixed_s": [1.976e-05, 0.0001068]},
     }
 )
