@@ -30,9 +30,10 @@ outvoting the ~90 whole iterations), plus a weak pull (``prior_weight``, 0.05 pe
 logit or log units) towards a generic start (60% of peak and a 5 us ramp per compute class, 80% of
 bandwidth and a 1 us ramp per memory curve, 20 us of host per op), so that a figure the data
 does not decide (a class no measured op is bound by) stays generic instead of drifting. Fractions
-are fitted through a logistic and times through their logarithm (so they stay in range). Nothing is fitted per model or per row: the same figures serve every op
-of every model, and models measured on the same GPU but not given to the fit check that it
-generalizes.
+are fitted through a logistic and times through their logarithm (so they stay in range).
+Nothing is fitted per model or per row: the same figures serve every op of every model, and
+models measured on the same GPU but not given to the fit check that it generalizes
+(``benchmarks/calibration.py --cross-validate`` leaves each measured model out in turn).
 """
 
 from __future__ import annotations

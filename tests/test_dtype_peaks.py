@@ -36,7 +36,19 @@ def test_catalogue_peaks_per_dtype() -> None:
         assert peaks[p100]["fp16"] == pytest.approx(2 * DEVICE_TYPES[p100].peak_flops, rel=0.01)
     for slow in ("GTX-1080Ti", "K80"):  # no fast fp16: the fp32 units do the math
         assert peaks[slow] == {"fp16": DEVICE_TYPES[slow].peak_flops}
-    assert [name for name, p in peaks.items() if "bf16" in p] == ["H100-SXM5-80GB"]
+    # bf16 only from Ampere on (the catalogue's A100, L4, L40S, H100, H200 and B200 entries)
+    assert [name for name, p in peaks.items() if "bf16" in p] == [
+        "A100-SXM4-40GB",
+        "A100-SXM4-80GB",
+        "A100-PCIE-40GB",
+        "A100-PCIE-80GB",
+        "L4",
+        "L40S",
+        "H100-SXM5-80GB",
+        "H200-SXM-141GB",
+        "H200",
+        "B200",
+    ]
 
 
 def test_every_preset_and_random_device_has_an_fp16_peak() -> None:

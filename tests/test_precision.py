@@ -45,7 +45,8 @@ def _pair(**device: object) -> DeviceTopology:
 
 
 def _cost(precision: str, optimizer: str = "adam") -> CostModel:
-    return CostModel(efficiency={}, default_efficiency=1.0, optimizer=optimizer, precision=precision)
+    # hand-computed under the papers' flat roofline (calibration=None): F FLOPs take exactly F / peak seconds
+    return CostModel(efficiency={}, default_efficiency=1.0, optimizer=optimizer, precision=precision, calibration=None)
 
 
 def _fc(element_bytes: int = 4, name: str = "fc") -> Op:

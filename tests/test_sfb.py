@@ -21,8 +21,9 @@ from placement_rl.topology import Device, DeviceTopology, Link
 
 B, IN, OUT, SMALL = 4, 4096, 4096, 16
 F32 = 4
-# Efficiency 1, no launch overhead: an op of F FLOPs takes F / 1e12 s (memory bandwidth 1e15 B/s).
-EXACT = CostModel(efficiency={}, default_efficiency=1.0, bucket_bytes=0)
+# Efficiency 1, no launch overhead: an op of F FLOPs takes F / 1e12 s (memory bandwidth 1e15 B/s); hand-computed
+# under the papers' flat roofline, hence calibration=None (no host lane, no optimizer step).
+EXACT = CostModel(efficiency={}, default_efficiency=1.0, bucket_bytes=0, calibration=None)
 
 
 def _dims(batch: int = B) -> tuple[ParallelDim, ...]:

@@ -15,8 +15,9 @@ from placement_rl.sim.cost import CostModel
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
 
-# Efficiency 1 and (almost) infinite memory bandwidth: an op of F FLOPs takes F / 1e12 seconds.
-EXACT = CostModel(efficiency={}, default_efficiency=1.0, optimizer="adam")
+# Efficiency 1 and (almost) infinite memory bandwidth: an op of F FLOPs takes F / 1e12 seconds (hand-computed
+# under the papers' flat roofline, hence calibration=None).
+EXACT = CostModel(efficiency={}, default_efficiency=1.0, optimizer="adam", calibration=None)
 LINK_BW = 10e9
 LINK_LAT = 1e-6
 RING_LAT = 2 * LINK_LAT  # every device-to-device route crosses two links of the star

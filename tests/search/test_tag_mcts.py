@@ -16,6 +16,7 @@ from placement_rl.plan import TAG_OPTIONS, data_parallel, data_parallel_per_tens
 from placement_rl.search.mcts import MCTS, MCTSConfig, mcts_search, self_play
 from placement_rl.search.tag import TagProblem, device_groups, device_subsets, leaf_value
 from placement_rl.sim import simulate
+from placement_rl.sim.cost import CostModel
 from placement_rl.topology import random_topology, resolve_topology
 
 
@@ -124,7 +125,10 @@ def test_memory_mask_refuses_what_does_not_fit(zoo_graph: Callable[..., OpGraph]
 def test_mcts_with_a_uniform_prior_reaches_the_exhaustive_optimum(zoo_graph: Callable[..., OpGraph]) -> None:
     graph = zoo_graph("lenet")
     topo = resolve_topology("trinity")  # one machine: one device group of 4 GPUs
-    p = TagProblem(graph, coarsen(graph, 4), topo)  # 4 groups x 4 options: 256 plans
+    # The flat roofline (calibration=None): the instance's mixed optimum (1.7x over data parallelism) was
+    # built for it; under the calibrated eager model lenet is host-bound and the best plan gains only 1.09x.
+    cost = CostModel(calibration=None)
+    p = TagProblem(graph, coarsen(graph, 4), topo, cost=cost)  # 4 groups x 4 options: 256 plans
     assert p.num_groups == 4 and p.num_actions == 4
     best = min(
         (p.evaluate(d) for d in itertools.product(range(p.num_actions), repeat=4)),
@@ -134,7 +138,7 @@ def test_mcts_with_a_uniform_prior_reaches_the_exhaustive_optimum(zoo_graph: Cal
     found = mcts_search(p, iterations=400)
     assert found.evaluation.makespan_s == best.makespan_s and not found.evaluation.oom
     assert len(found.decisions) == 4
-    assert simulate(graph, topo, p.plan(found.decisions)).makespan_s == best.makespan_s
+    assert simulate(graph, topo, p.plan(found.decisions), cost).makespan_s == best.makespan_s
     assert found.anytime[-1][2] == pytest.approx(best.speedup)
 
 

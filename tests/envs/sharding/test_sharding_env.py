@@ -16,6 +16,7 @@ from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
 from placement_rl.envs.observation import COL_CURRENT, COL_DECIDED, DEV_COL_MEMORY_USED_GIB
 from placement_rl.plan import Plan
 from placement_rl.search.space import SearchSpace
+from placement_rl.sim.cost import CostModel
 
 ID = "placement_rl/Sharding-v0"
 
@@ -206,8 +207,12 @@ def test_bad_actions() -> None:
 
 # ------------------------------------------------------------------------------ greedy
 def test_greedy_beats_random() -> None:
-    """alexnet (batch 32) on trinity: greedy 3.9x over data parallelism, random 1.1x on average."""
-    env = make(small("alexnet"))
+    """alexnet (batch 32) on trinity: greedy 3.4x over data parallelism, random 1.4x on average.
+
+    The 2x margin was set under the papers' flat roofline, so the env is pinned to it (calibration=None);
+    the calibrated default gives greedy 2.6x, random 1.3x.
+    """
+    env = make(small("alexnet"), cost_model=CostModel(calibration=None))
     greedy = run_episode(env, GreedyAgent(), seed=0)
     assert run_episode(env, GreedyAgent(), seed=0)["speedup"] == greedy["speedup"]
     random_mean = float(np.mean([run_episode(env, RandomAgent(s), seed=s)["speedup"] for s in range(5)]))
