@@ -203,8 +203,11 @@ def _has_network_field() -> bool:
 
 
 def cost_model(profile: ProfileTable, network: str) -> CostModel:
-    """The default cost model with ``profile`` and, where ``CostModel`` has the field, ``network``."""
+    """The flat cost model (no calibration: a step takes exactly its profiled time, and no host lane
+    issues it) with ``profile`` and, where ``CostModel`` has the field, ``network``."""
     options: dict[str, Any] = {"profile": profile}
+    if "calibration" in {f.name for f in dataclasses.fields(CostModel)}:
+        options["calibration"] = None
     if _has_network_field():
         options["network"] = network
     elif network != LEGACY_NETWORK_MODEL:
