@@ -59,6 +59,9 @@ from placement_rl.topology import Device, DeviceTopology
 #: Op families, indexing ``_Tasks.family``.
 FAMILIES: tuple[str, ...] = get_args(Family)
 
+#: The batch splits profiles are taken at (``placement-rl profile --splits 1,2,4,8``).
+PROFILE_SPLITS: tuple[int, ...] = (1, 2, 4, 8)
+
 #: Measurement modes of the data -> the cost model's precision.
 MODE_PRECISIONS: dict[str, str] = {"default": "fp32", "bf16": "bf16-mixed", "bf16_cuda_graph": "bf16-mixed"}
 
@@ -240,7 +243,9 @@ def gpu_seconds(cal: Calibration, t: _Tasks) -> np.ndarray:
     m_half = np.array([c.half_s for c in mem])
     memory = np.where(t.num_bytes > 0, (t.num_bytes / t.bandwidth + m_half[t.family]) / m_fraction[t.family, b], 0.0)
     floor = np.where(t.backward, cal.kernel_s[1], cal.kernel_s[0])
-    g = np.where(t.has_work, floor + np.maximum(compute, memory), 0.0)
+    serial = np.array([cal.serial.get(c, 0.0) for c in COMPUTE_CLASSES])
+    both = np.maximum(compute, memory) + np.where(t.compute_class >= 0, serial[cls], 0.0) * np.minimum(compute, memory)
+    g = np.where(t.has_work, floor + both, 0.0)
     base, _ = cal.update_bytes_per_element
     update = np.where(
         t.update_elements > 0,
@@ -290,6 +295,7 @@ def _unpack(
         return float(math.exp(min(max(x[k - 1], -60.0), 10.0)))
 
     compute = {c: Curve(frac(), pos(), frac()) for c in classes}
+    serial = {c: frac() for c in classes}
     memory = Curve(frac(), pos(), frac())
     by_family = {f: Curve(frac(), pos(), frac()) for f in families}
     kernel = (pos(), pos())
@@ -310,6 +316,7 @@ def _unpack(
         host_s={g: (v[0], v[1]) for g, v in host.items()},
         autocast_host_s=autocast,
         notes={"sync_overhead_s": list(sync[:2]), "sync_overhead_mixed_s": list(sync[2:])},
+        serial=serial,
     )
     return cal, sync
 
@@ -317,6 +324,7 @@ def _unpack(
 def _start(classes: Sequence[str], families: Sequence[str]) -> np.ndarray:
     logit, mem = math.log(0.6 / 0.4), math.log(0.8 / 0.2)
     x = [v for _ in classes for v in (logit, math.log(5e-6), logit)]
+    x += [math.log(0.2 / 0.8)] * len(classes)  # serial: a fifth of the shorter of compute and memory
     x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e-6), mem)]
     x += [math.log(3e-6), math.log(6e-6)]
     x += [math.log(20e-6)] * len(_HOST_KEYS) + [math.log(5e-6)]
@@ -329,6 +337,7 @@ def build_dataset(
     models: Iterable[str] | None = None,
     graph_loader: Callable[[str, int], OpGraph] | None = None,
     with_profiles: bool = True,
+    profile_models: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> Dataset:
     """Read ``folder`` and turn every measurement and profile entry into task features.
@@ -338,6 +347,11 @@ def build_dataset(
         models: only these models' iterations (default: all the data has).
         graph_loader: ``(model, batch) -> OpGraph`` (default: the zoo).
         with_profiles: also read ``profile_*.json``.
+        profile_models: more zoo models whose ops the profiles may hold (built at their zoo batch over
+            1, 2, 4 and 8, the profiler's splits), to name profile entries no measured model has
+            (schema-1 profiles do not say which model an op is from); their iterations, if measured
+            elsewhere, are not read. Left-out cross-validation drops an op's entries only when the
+            left-out model has that op.
         progress: called with a line per graph built.
     """
     from placement_rl import zoo
@@ -360,6 +374,11 @@ def build_dataset(
         data.measurements.append(m)
         data.tasks.append(graph_tasks(graph(m.model, m.batch), device, cost))
     if with_profiles:
+        for model in profile_models:
+            full = zoo.spec(model).default_batch_size
+            for k in PROFILE_SPLITS:
+                if full // k >= 1:
+                    graph(model, full // k)
         rows: list[tuple[Any, ...]] = []
         seconds: list[float] = []
         mixed: list[bool] = []

@@ -15,6 +15,10 @@ from placement_rl.sim import CostModel, DeltaSimulator
 from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import load_preset
 
+#: The papers' flat model: the exact-optimum instances were built for it (under the calibrated model lenet
+#: on 4 GPUs is bound by the host issuing kernels; FlexFlow's one-op chain then ends 1% above the optimum).
+ROOFLINE = CostModel(calibration=None)
+
 
 def test_budget_parsing() -> None:
     assert Budget.parse("30s") == Budget(seconds=30.0)
@@ -135,12 +139,12 @@ def test_mcmc_reaches_the_exhaustive_optimum(model, options, four_gpus, zoo_grap
     topo, devices = four_gpus
     graph = coarsen(zoo_graph(model, **options), 4)  # 4 op groups x 10 configurations on 4 GPUs: 10^4 plans
     space = SearchSpace(graph, topo, devices=devices)
-    exact = exhaustive(graph, topo, space)
+    exact = exhaustive(graph, topo, space, cost_model=ROOFLINE)
     assert exact.complete and exact.leaves + exact.pruned >= 1
     # A chain may stop on FlexFlow's rule near the optimum (rnnlm: seeds 0 and 1 end 0.075% above it
     # under flows), so up to three seeds: one reaches the optimum, and none ends more than 0.1% above.
     for seed in range(3):
-        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices)
+        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices, cost_model=ROOFLINE)
         assert found.plan.validate(graph, topo) is None
         assert found.cost_s <= exact.cost_s * 1.001
         if found.cost_s == pytest.approx(exact.cost_s, rel=1e-12):
@@ -150,7 +154,7 @@ def test_mcmc_reaches_the_exhaustive_optimum(model, options, four_gpus, zoo_grap
     # FlexFlow's proposals with neighbour and group moves (the "soap" mix stays in the same space):
     # the optimum with every seed 0-9 (benchmarks/search.py exact)
     for seed in range(10):
-        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices, proposals="soap")
+        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices, proposals="soap", cost_model=ROOFLINE)
         assert found.cost_s == pytest.approx(exact.cost_s, rel=1e-12), f"seed {seed}: {found.cost_s}"
 
 

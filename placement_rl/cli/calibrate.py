@@ -21,7 +21,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             print(line, file=sys.stderr, flush=True)
 
     say(f"reading {args.data} and building the measured models' graphs")
-    data = calibrate.build_dataset(args.data, models=args.models, progress=say)
+    data = calibrate.build_dataset(
+        args.data, models=args.models, profile_models=profile_models(args.profile_models), progress=say
+    )
     say(
         f"fitting to {len(data.measurements)} measured iterations and {data.profile_seconds.shape[0]} profiled op "
         f"times on {data.device.device_type}"
@@ -54,6 +56,21 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         print(f"  wrote {args.out}; use it with --calibration {args.out}")
 
 
+def profile_models(spec: str) -> list[str]:
+    """``zoo`` (every zoo model), ``none`` or a comma-separated list of zoo models."""
+    from placement_rl import zoo
+
+    if spec == "zoo":
+        return zoo.names()
+    if spec == "none":
+        return []
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in zoo.names()]
+    if unknown:
+        raise ValueError(f"--profile-models: unknown zoo models {unknown}; expected zoo, none or some of {zoo.names()}")
+    return names
+
+
 def add_commands(sub: Any) -> None:
     """Add this module's commands to the ``placement-rl`` sub-parsers."""
     p = sub.add_parser(
@@ -75,5 +92,11 @@ def add_commands(sub: Any) -> None:
         type=float,
         default=0.1,
         help="weight of each profiled op time against a whole iteration's (default 0.1; 0 ignores profiles)",
+    )
+    p.add_argument(
+        "--profile-models",
+        default="zoo",
+        help="zoo models whose ops the profiles may name, built to read them: zoo (default, every zoo model; "
+        "about a minute more), none, or a comma-separated list",
     )
     p.set_defaults(func=cmd_calibrate)

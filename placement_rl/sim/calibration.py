@@ -11,7 +11,7 @@ either a fraction of a peak, a size, or a time that does not depend on the GPU's
 **GPU time** of a task doing ``x`` FLOPs and moving ``b`` bytes (backward: twice the forward's
 bytes) on a device with peak ``P`` (FLOP/s, in the op's compute dtype) and bandwidth ``B``::
 
-    kernel_s[direction] + max(compute, memory)
+    kernel_s[direction] + max(compute, memory) + serial[c] * min(compute, memory)
     compute = (x / P + half_s[c]) / fraction[c][direction]
     memory  = (b / B + half_s[f]) / bandwidth_fraction[f][direction]
 
@@ -21,7 +21,10 @@ per compute class ``c = "<family>/<core>"``: the op's
 family (``conv``, ``matmul``, ``attention``, ``recurrent``; other families have only the memory
 term) and the cores that run it (``simt``: fp32 CUDA cores; ``tensor``: tensor cores, tf32, bf16
 and fp16); and a bandwidth efficiency per op family ``f`` (normalization reads its input twice,
-pooling windows overlap). Forward and backward have their own fractions (a weight gradient is a
+pooling windows overlap). ``serial[c]`` (in [0, 1]) is how much of the shorter of the two terms
+a compute class does not hide behind the longer one, so its efficiency also falls with its
+arithmetic intensity (FLOPs per byte): 0 is the roofline's perfect overlap, 1 runs them one after
+the other. Forward and backward have their own fractions (a weight gradient is a
 different kernel from the forward's). ``kernel_s`` is the least time any kernel of the task takes.
 
 **Host time** of a task: ``host_s[group][direction]`` seconds to issue it, by op group
@@ -137,6 +140,8 @@ class Calibration:
         host_s: host group (:data:`HOST_GROUPS`) -> ``(forward, backward)`` seconds the host takes to
             issue one op (``update``: ``(per parameter tensor, unused)``).
         autocast_host_s: extra host seconds per compute op under mixed precision (autocast's casts).
+        serial: compute class -> the share in [0, 1] of the shorter of its compute and memory terms
+            that is added to the longer (0 for classes missing here).
         update_bytes_per_element: bytes the optimizer step moves per parameter element, by number
             of optimizer moments: ``base + per_moment * moments``.
         source: where the figures come from (data and procedure).
@@ -153,6 +158,7 @@ class Calibration:
     update_bytes_per_element: tuple[float, float] = (12.0, 8.0)
     source: str = ""
     notes: Mapping[str, Any] = field(default_factory=dict)
+    serial: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.compute) - set(COMPUTE_CLASSES))
@@ -165,6 +171,9 @@ class Calibration:
             raise ValueError(
                 f"Calibration.host_s has groups {sorted(self.host_s)}; expected exactly {list(HOST_GROUPS)}"
             )
+        bad = {k: v for k, v in self.serial.items() if k not in COMPUTE_CLASSES or not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"Calibration.serial = {bad}; expected compute classes -> shares in [0, 1]")
         for label, values in (
             ("kernel_s", self.kernel_s),
             *((f"host_s[{g!r}]", v) for g, v in self.host_s.items()),
@@ -197,7 +206,8 @@ class Calibration:
             return 0.0
         memory = self.memory_curve(family).seconds(num_bytes, bandwidth_bytes_per_s, backward)
         compute = self.curve(compute_class_name).seconds(flops, peak_flops, backward) if compute_class_name else 0.0
-        return self.kernel_s[1 if backward else 0] + max(compute, memory)
+        overlap = self.serial.get(compute_class_name, 0.0) if compute_class_name else 0.0
+        return self.kernel_s[1 if backward else 0] + max(compute, memory) + overlap * min(compute, memory)
 
     def host_seconds(self, op_type: str, mixed_precision: bool) -> tuple[float, float]:
         """``(forward, backward)`` host seconds to issue one op of ``op_type`` (0 for inputs and constants)."""
@@ -237,6 +247,7 @@ class Calibration:
             "host_s": {g: list(v) for g, v in self.host_s.items()},
             "autocast_host_s": self.autocast_host_s,
             "update_bytes_per_element": list(self.update_bytes_per_element),
+            "serial": dict(sorted(self.serial.items())),
             "notes": dict(self.notes),
         }
 
@@ -247,7 +258,7 @@ class Calibration:
         required = {
             "format", "schema_version", "name", "compute", "default_compute", "memory", "kernel_s", "host_s",
         }  # fmt: skip
-        optional = {"source", "autocast_host_s", "update_bytes_per_element", "notes", "memory_by_family"}
+        optional = {"source", "autocast_host_s", "update_bytes_per_element", "notes", "memory_by_family", "serial"}
         check_keys(document, "calibration", required, optional)
 
         def pair(value: Any, where: str) -> tuple[float, float]:
@@ -295,6 +306,9 @@ class Calibration:
                     document.get("update_bytes_per_element", [12.0, 8.0]), "update_bytes_per_element"
                 ),
                 source=str(document.get("source", "")),
+                serial={
+                    k: as_float(v, f"calibration.serial[{k!r}]") for k, v in dict(document.get("serial", {})).items()
+                },
                 notes=notes if isinstance(notes, dict) else {},
             )
         except ValueError as exc:
@@ -313,38 +327,47 @@ DEFAULT_CALIBRATION = Calibration.from_dict(
         "name": "h200-eager",
         "source": (
             "one NVIDIA H200 (PyTorch 2.11, CUDA 13): 92 measured iterations of 9 zoo models (eager fp32 and "
-            "bf16 autocast, zoo batch and 2-8-way data-parallel shards, CUDA-graph replays) and 4,100 op "
+            "bf16 autocast, zoo batch and 2-8-way data-parallel shards, CUDA-graph replays) and 5,444 op "
             "times of the project's profiler; fitted by placement-rl calibrate --data shared/data/h200"
         ),
         "compute": {
-            "attention/simt": [0.6222, 0.0001923, 0.3671],
-            "attention/tensor": [0.5616, 6.943e-06, 0.5537],
-            "conv/tensor": [0.4054, 1.549e-05, 0.2188],
-            "matmul/simt": [0.7129, 2.564e-05, 0.7266],
-            "matmul/tensor": [0.6195, 8.297e-06, 0.2622],
-            "recurrent/simt": [0.8627, 3.699e-05, 0.232],
-            "recurrent/tensor": [0.6, 5e-06, 0.6],
+            "attention/simt": [0.6239, 0.0001924, 0.3642],
+            "attention/tensor": [0.5122, 5.977e-06, 0.6123],
+            "conv/tensor": [0.4602, 1.538e-05, 0.2733],
+            "matmul/simt": [0.7275, 2.435e-05, 0.799],
+            "matmul/tensor": [0.6328, 8.348e-06, 0.2576],
+            "recurrent/simt": [0.8523, 3.471e-05, 0.243],
+            "recurrent/tensor": [0.6313, 2.292e-06, 0.6468],
         },
-        "default_compute": [0.6662, 1.697e-05, 0.6662],
-        "memory": [0.9705, 1.615e-07, 0.5684],
+        "default_compute": [0.6802, 1.635e-05, 0.6802],
+        "memory": [0.8714, 3.066e-07, 0.6293],
         "memory_by_family": {
-            "activation": [0.8978, 1.529e-07, 0.991],
-            "copy": [0.7519, 1.407e-07, 0.7714],
-            "elementwise": [0.8043, 2.21e-07, 0.9832],
-            "embedding": [0.9643, 5.148e-07, 0.4044],
-            "loss": [0.7859, 1.393e-05, 0.7412],
-            "norm": [0.1469, 3.763e-06, 0.1891],
-            "pool": [0.1803, 1.276e-06, 0.1712],
+            "activation": [0.8833, 1.647e-07, 0.9934],
+            "copy": [0.7518, 1.368e-07, 0.7484],
+            "elementwise": [0.8231, 1.995e-07, 0.988],
+            "embedding": [0.9676, 6.794e-07, 0.3249],
+            "loss": [0.8784, 2.242e-05, 0.3856],
+            "norm": [0.1679, 4.782e-06, 0.2141],
+            "pool": [0.2007, 1.915e-06, 0.1718],
         },
-        "kernel_s": [1.24e-07, 1.882e-07],
+        "kernel_s": [1.237e-07, 1.832e-07],
         "host_s": {
-            "layer": [5.552e-05, 1.764e-05],
-            "pointwise": [1.173e-05, 5.181e-06],
-            "view": [1.525e-05, 7.566e-06],
-            "update": [1.029e-05, 0.0],
+            "layer": [5.972e-05, 8.291e-06],
+            "pointwise": [9.832e-06, 6.735e-06],
+            "view": [1.087e-05, 1.05e-05],
+            "update": [9.048e-06, 0.0],
         },
-        "autocast_host_s": 0.0001186,
+        "autocast_host_s": 0.000119,
         "update_bytes_per_element": [12.0, 8.0],
-        "notes": {"sync_overhead_s": [1.659e-05, 8.053e-05], "sync_overhead_mixed_s": [1.976e-05, 0.0001068]},
+        "serial": {
+            "attention/simt": 0.1943,
+            "attention/tensor": 0.2082,
+            "conv/tensor": 0.9645,
+            "matmul/simt": 0.8351,
+            "matmul/tensor": 0.1208,
+            "recurrent/simt": 0.1974,
+            "recurrent/tensor": 0.09802,
+        },
+        "notes": {"sync_overhead_s": [1.677e-05, 8.05e-05], "sync_overhead_mixed_s": [1.951e-05, 0.0001039]},
     }
 )

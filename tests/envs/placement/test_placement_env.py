@@ -61,12 +61,23 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         ("one_shot_groups", 10**7, r"one_shot_groups = 10000000; expected an integer >= 1 and <= 1024"),
         ("node2vec_dim", 10**6, r"node2vec_dim = 1000000; expected an integer >= 0 and <= 128"),
         ("invalid_action", "ignore", r"invalid_action = 'ignore'; expected one of \['end', 'raise'\]"),
-        ("cost_model", "fast", r"cost_model = 'fast'; expected a CostModel object or null"),
+        ("cost_model", "fast", r"cost_model = 'fast'; expected a CostModel object, a mapping of its options"),
     ],
 )
 def test_bad_config_values(key: str, value: Any, expected: str) -> None:
     with pytest.raises(ValueError, match=f"PlacementConfig: {expected}"):
         make(**{key: value})
+
+
+def test_cost_model_options_as_a_mapping() -> None:
+    # An env config written in YAML names the cost model's options; the env builds the model.
+    env = make(cost_model={"execution_mode": "cuda_graphs", "optimizer": "sgd"})
+    assert env.unwrapped.cost.execution_mode == "cuda_graphs" and env.unwrapped.cost.optimizer == "sgd"
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"execution mode 'lazy'; expected one of: cuda_graphs, eager"):
+        make(cost_model={"execution_mode": "lazy"}).reset(seed=0)
+    with pytest.raises(ValueError, match=r"env config cost_model.*calibration = 'h100'; expected default, roofline"):
+        make(cost_model={"calibration": "h100"}).reset(seed=0)
 
 
 def test_one_shot_limits_that_tie_fields() -> None:
