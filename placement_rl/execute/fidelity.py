@@ -367,7 +367,7 @@ def profile_cases(cases: Sequence[FidelityCase], workers: int, repeats: int = 5)
             device = table.device
             for k, v in table.entries.items():
                 entries.setdefault(k, v)
-    return ProfileTable(entries, device)
+    return ProfileTable(entries, device, timing="wall")
 
 
 # ----------------------------------------------------------------------------------- the overheads
@@ -414,7 +414,7 @@ def calibrate_overheads(
     case = CALIBRATION
     with realtime(realtime_priority):
         profile = profile_cases([case], 1, profile_repeats)
-    cost_model = CostModel(profile=profile)
+    cost_model = CostModel(profile=profile, calibration=None)  # CPU workers: measured op times, no host lane
     graph = case.source.graph()
     plan = constructors.single_device(graph, topology)
     options = RunOptions(iterations=iterations, warmup=1, threads=1)
@@ -467,7 +467,7 @@ def with_overheads(
                 shapes.add((shape[0] // workers, *shape[1:]))
             for s in shapes:
                 entries.setdefault((CPU_DEVICE_TYPE, op.op_type, s, op.param_bytes), view)
-    return ProfileTable(entries, profile.device)
+    return ProfileTable(entries, profile.device, profile.precision, profile.timing)
 
 
 # ----------------------------------------------------------------------------------------- the run
@@ -707,7 +707,9 @@ def run_fidelity(
         profile = profile_cases(cases, world, profile_repeats)
         peak, bandwidth = measure_cpu()
     say(f"profiled {len(profile)} op shapes in {time.perf_counter() - started:.0f} s; CPU {peak / 1e9:.1f} GFLOP/s")
-    base = dataclasses.replace(cost_model or CostModel(), profile=profile)
+    # CPU workers run each op synchronously: its measured wall time holds its dispatch, so no host lane
+    # and no GPU calibration (the flat model with the profile), unless the caller gives a cost model.
+    base = dataclasses.replace(cost_model or CostModel(calibration=None), profile=profile)
 
     with _cluster(kind, machines, per_machine, nic_gbit, realtime_priority) as launcher:
         samples = launcher.ping_pong(world, world - 1, PING_SIZES, repeats=ping_repeats)

@@ -36,6 +36,7 @@ from typing import Any
 
 from placement_rl.execute.lower import Program
 from placement_rl.execute.runtime import Event, IterationResult, WorkerResult
+from placement_rl.sim.calibration import Calibration
 from placement_rl.sim.cost import CommTable, CostModel, ProfileTable
 
 
@@ -58,6 +59,8 @@ def cost_model_to_dict(cost_model: CostModel) -> dict[str, Any]:
         "comm_table": None if cost_model.comm_table is None else cost_model.comm_table.to_dict(),
         "network": cost_model.network,
         "bucket_bytes": cost_model.bucket_bytes,
+        "execution_mode": cost_model.execution_mode,
+        "calibration": None if cost_model.calibration is None else cost_model.calibration.to_dict(),
     }
 
 
@@ -65,10 +68,12 @@ def cost_model_from_dict(document: dict[str, Any]) -> CostModel:
     """Inverse of :func:`cost_model_to_dict`."""
     fields = dict(document)
     profile, comm = fields.pop("profile"), fields.pop("comm_table")
+    calibration = fields.pop("calibration", None)
     return CostModel(
         **fields,
         profile=None if profile is None else ProfileTable.from_dict(profile),
         comm_table=None if comm is None else CommTable.from_dict(comm),
+        calibration=None if calibration is None else Calibration.from_dict(calibration),
     )
 
 
