@@ -6,7 +6,9 @@ writes the same files on any GPU machine):
 * ``iterations.jsonl`` and ``iterations_shard_batches.jsonl``: whole training iterations of zoo
   models in eager PyTorch (forward, backward, plain SGD step), one JSON line per (model, mode,
   batch) with ``iteration_ms``. Modes used: ``default`` (torch's default math: the ``fp32``
-  precision) and ``bf16`` (autocast bf16: ``bf16-mixed``); other modes are skipped.
+  precision), ``fp32`` (TF32 off everywhere: ``fp32`` on the device without its TF32 peak, so that
+  convolutions are timed on CUDA cores, as on GPUs before Ampere) and ``bf16`` (autocast bf16:
+  ``bf16-mixed``); other modes are skipped.
 * ``iterations_cuda_graphs.jsonl`` (optional): the same step captured in a CUDA graph and replayed
   (``bf16_cuda_graph``): GPU time with no host cost (execution mode ``cuda_graphs``).
 * ``profile_*.json`` (optional): ``placement-rl profile`` tables (their ``precision``; schema-1
@@ -63,7 +65,15 @@ FAMILIES: tuple[str, ...] = get_args(Family)
 PROFILE_SPLITS: tuple[int, ...] = (1, 2, 4, 8)
 
 #: Measurement modes of the data -> the cost model's precision.
-MODE_PRECISIONS: dict[str, str] = {"default": "fp32", "bf16": "bf16-mixed", "bf16_cuda_graph": "bf16-mixed"}
+MODE_PRECISIONS: dict[str, str] = {
+    "default": "fp32",
+    "fp32": "fp32",
+    "bf16": "bf16-mixed",
+    "bf16_cuda_graph": "bf16-mixed",
+}
+#: Modes measured with TF32 off everywhere: convolutions on CUDA cores, as on a GPU without TF32 (the
+#: device is taken without its TF32 peak, so the ``conv/simt`` curve is what times them).
+NO_TF32_MODES = frozenset({"fp32"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,12 @@ class Measurement:
     execution_mode: str
     iteration_s: float
     source: str
+    tf32: bool = True  # False: measured with TF32 off (convolutions on CUDA cores)
+
+    @property
+    def group(self) -> str:
+        """The precision as error tables name it (``fp32 no-TF32`` for TF32-off measurements)."""
+        return self.precision if self.tf32 else f"{self.precision} no-TF32"
 
 
 @dataclass
@@ -139,10 +155,29 @@ def load_measurements(folder: str | os.PathLike[str], models: Iterable[str] | No
             except (KeyError, TypeError, ValueError):
                 raise SchemaError(f"{path}:{n}: expected 'iteration_ms' and 'batch', got {sorted(row)}") from None
             mode = "cuda_graphs" if row["mode"].endswith("cuda_graph") else "eager"
-            found.append(Measurement(row["model"], batch, MODE_PRECISIONS[row["mode"]], mode, ms / 1e3, f"{name}:{n}"))
+            found.append(
+                Measurement(
+                    row["model"],
+                    batch,
+                    MODE_PRECISIONS[row["mode"]],
+                    mode,
+                    ms / 1e3,
+                    f"{name}:{n}",
+                    tf32=row["mode"] not in NO_TF32_MODES,
+                )
+            )
     if not found:
         raise FileNotFoundError(f"{folder}: no iterations*.jsonl with modes {sorted(MODE_PRECISIONS)}")
     return found
+
+
+def without_tf32(topology: DeviceTopology) -> DeviceTopology:
+    """``topology`` with its devices' TF32 peaks removed (TF32 off: fp32 math on CUDA cores)."""
+    devices = [
+        dataclasses.replace(d, peak_flops_by_dtype=tuple((k, v) for k, v in d.peak_flops_by_dtype if k != "tf32"))
+        for d in topology.devices
+    ]
+    return DeviceTopology(topology.name, devices, topology.links, topology.switches)
 
 
 def load_topology(folder: str | os.PathLike[str]) -> DeviceTopology:
@@ -372,7 +407,8 @@ def build_dataset(
     for m in load_measurements(folder, models):
         cost = CostModel(precision=m.precision, optimizer="sgd")
         data.measurements.append(m)
-        data.tasks.append(graph_tasks(graph(m.model, m.batch), device, cost))
+        measured_on = device if m.tf32 else without_tf32(topology).devices[0]
+        data.tasks.append(graph_tasks(graph(m.model, m.batch), measured_on, cost))
     if with_profiles:
         for model in profile_models:
             full = zoo.spec(model).default_batch_size
@@ -557,13 +593,14 @@ def compare(data: Dataset, calibration: Calibration, cost_models: Sequence[str] 
     from placement_rl.plan import constructors
     from placement_rl.sim.simulator import simulate
 
-    topology = data.topology
     out: list[Comparison] = []
+    strict = without_tf32(data.topology)
     for m in data.measurements:
+        topology = data.topology if m.tf32 else strict
         graph = data.graphs[(m.model, m.batch)]
         plan = constructors.single_device(graph, topology)
         for name in cost_models:
-            if name == "profiled" and m.precision not in data.profiles:
+            if name == "profiled" and (m.precision not in data.profiles or not m.tf32):
                 continue
             cost = CostModel(
                 precision=m.precision,
@@ -589,7 +626,7 @@ def error_table(comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
     for c in comparisons:
         m = c.measurement
         batch = "full" if m.batch == full[m.model] else "shards"
-        groups.setdefault((c.cost_model, m.precision, m.execution_mode, batch), []).append(abs(c.error))
+        groups.setdefault((c.cost_model, m.group, m.execution_mode, batch), []).append(abs(c.error))
     return [
         {
             "cost_model": k[0],
