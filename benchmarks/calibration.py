@@ -40,10 +40,10 @@ DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / 
 
 def _print(table: list[dict[str, object]], title: str) -> None:
     print(f"\n{title}")
-    print(f"{'cost model':<11} {'precision':<11} {'execution':<12} {'batch':<7} {'rows':>4} {'median':>7} {'worst':>7}")
+    print(f"{'cost model':<11} {'precision':<13} {'execution':<12} {'batch':<7} {'rows':>4} {'median':>7} {'worst':>7}")
     for r in table:
         print(
-            f"{r['cost_model']!s:<11} {r['precision']!s:<11} {r['execution_mode']!s:<12} {r['batch']!s:<7} "
+            f"{r['cost_model']!s:<11} {r['precision']!s:<13} {r['execution_mode']!s:<12} {r['batch']!s:<7} "
             f"{r['rows']!s:>4} {float(r['median_error']):>7.1%} {float(r['worst_error']):>7.1%}"  # type: ignore[arg-type]
         )
 
