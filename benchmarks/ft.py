@@ -95,9 +95,15 @@ def time_table(models: list[str], max_configs: int | None, timeout_s: float, tol
 
 
 def estimate_table(
-    models: list[str], max_configs: int | None, tolerance: float, network: str = "flow", bucket_bytes: int = 25 * 2**20
+    models: list[str],
+    max_configs: int | None,
+    tolerance: float,
+    network: str = "flow",
+    bucket_bytes: int = 25 * 2**20,
+    calibration: str = "default",
 ) -> None:
     from placement_rl import zoo
+    from placement_rl.experiments import calibration_named
     from placement_rl.plan import data_parallel
     from placement_rl.search.ft import device_memory_bytes, run_ft, simulated_best
     from placement_rl.search.ft.costs import build_cost_graph
@@ -105,8 +111,10 @@ def estimate_table(
     from placement_rl.topology import load_preset
 
     topology = load_preset("tensoropt")
-    cost = CostModel(network=network, bucket_bytes=bucket_bytes)
-    print(f"simulator: network {network}, gradient buckets {bucket_bytes:,} bytes")
+    gpu_model = calibration_named(calibration, "--calibration")
+    cost = CostModel(network=network, bucket_bytes=bucket_bytes, calibration=gpu_model)
+    ft_cost = CostModel(calibration=gpu_model)  # FT's op times from the same GPU model
+    print(f"simulator: network {network}, gradient buckets {bucket_bytes:,} bytes, calibration {calibration}")
     print(
         "| model | plan | FT estimate ms | simulated ms | error | vs DP (simulated) "
         "| FT memory GiB | simulated peak GiB |"
@@ -114,7 +122,7 @@ def estimate_table(
     print("|---|---|---|---|---|---|---|---|")
     for model in models:
         graph = zoo.load(model)
-        costs, configs = build_cost_graph(graph, topology, max_configs=max_configs)
+        costs, configs = build_cost_graph(graph, topology, max_configs=max_configs, cost_model=ft_cost)
         dp_plan = data_parallel(graph, topology)
         dp_index = [
             next((s for s, c in enumerate(cs) if c == dp_plan.configs[op.name]), 0)
@@ -132,7 +140,9 @@ def estimate_table(
         dp = simulate(graph, topology, dp_plan, cost)
         rows = [("data parallel", dp_time, dp_mem, dp)]
         for mode in ("collectives", "point_to_point"):
-            result = run_ft(graph, topology, max_configs=max_configs, tolerance=tolerance, rescheduling=mode)
+            result = run_ft(
+                graph, topology, max_configs=max_configs, tolerance=tolerance, rescheduling=mode, cost_model=ft_cost
+            )
             best = result.fastest_within(device_memory_bytes(topology))
             label = "collectives" if mode == "collectives" else "point to point"
             if best is not None:
@@ -186,12 +196,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--bucket-bytes", type=int, default=25 * 2**20, help="estimate: gradient bucket (0: per tensor)"
     )
+    parser.add_argument(
+        "--calibration",
+        default="default",
+        help="estimate: the GPU model of FT and the simulator: default (calibrated, host lanes) or roofline",
+    )
     args = parser.parse_args(argv)
     models = args.models.split(",")
     if args.what == "time":
         time_table(models, args.max_configs, args.timeout, args.tolerance)
     else:
-        estimate_table(models, args.max_configs, args.tolerance, args.network, args.bucket_bytes)
+        estimate_table(models, args.max_configs, args.tolerance, args.network, args.bucket_bytes, args.calibration)
 
 
 if __name__ == "__main__":

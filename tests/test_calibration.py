@@ -206,9 +206,7 @@ def test_the_default_model_is_slower_than_the_roofline_for_small_ops_on_a_fast_g
 
 
 def test_tf32_off_measurements_time_convolutions_on_cuda_cores(tmp_path: Path, zoo_graph) -> None:  # type: ignore[no-untyped-def]
-    rows = [
-        {"model": "lenet", "mode": mode, "batch": 8, "iteration_ms": 1.0} for mode in ("default", "fp32", "tf32")
-    ]
+    rows = [{"model": "lenet", "mode": mode, "batch": 8, "iteration_ms": 1.0} for mode in ("default", "fp32", "tf32")]
     folder = _folder(tmp_path, rows)
     data = calibrate.build_dataset(folder, graph_loader=lambda m, b: zoo_graph(m, batch_size=b))
     assert [m.group for m in data.measurements] == ["fp32", "fp32 no-TF32"]  # tf32 mode: not a precision here
