@@ -9,6 +9,9 @@ from __future__ import annotations
 # runs competing (seconds in the comments; about a third of that on an idle machine): node id without
 # parameters -> the parameter ids that are slow, or () for every case. A zoo graph is imported once per
 # session (`zoo_graph`), so a first import is charged to whichever test asks first.
+#: The delta-simulation property test's (network model, execution mode) ids.
+_DELTA_MODES = ("flow-eager", "circuit-eager", "pairwise-eager", "flow-cuda_graphs")
+
 SLOW: dict[str, tuple[str, ...]] = {
     # torch.export of a shrunk transformer plus FlopCounterMode over its CPU forward and backward
     # (6-15 s under load; the session's first torch.export also pays about 5 s of warm-up)
@@ -32,10 +35,10 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_plan.py::test_expert_rules": (),  # 5.6 s idle: imports vgg19 and gnmt (40 steps) for their plans
     "tests/test_cli.py::test_search_mcmc_writes_the_best_plan": (),  # 22 s
     "tests/test_search.py::test_mcmc_reaches_the_exhaustive_optimum": (),  # 18 s + 21 s: exhaustive, 10 soap seeds
-    "tests/test_search.py::test_delta_simulation_equals_full_simulation": (  # per network model
-        *(f"inception_v3-options0-tensoropt-0-250-{m}" for m in ("flow", "circuit", "pairwise")),  # 18 s
-        *(f"rnnlm-options1-tag-testbed-0-500-{m}" for m in ("flow", "circuit", "pairwise")),  # 11 s
-        *(f"transformer-options2-h100-2x8-60-400-{m}" for m in ("flow", "circuit", "pairwise")),  # 8 s
+    "tests/test_search.py::test_delta_simulation_equals_full_simulation": (  # per network model and execution mode
+        *(f"inception_v3-options0-tensoropt-0-250-{m}" for m in _DELTA_MODES),  # 5-14 s idle each
+        *(f"rnnlm-options1-tag-testbed-0-500-{m}" for m in _DELTA_MODES),  # 4-13 s
+        *(f"transformer-options2-h100-2x8-60-400-{m}" for m in _DELTA_MODES),  # 3-13 s
     ),
     "tests/test_coarsen.py::test_every_op_in_exactly_one_group": (
         "gnmt-60",  # 35 s
