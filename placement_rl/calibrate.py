@@ -479,8 +479,8 @@ def subset(data: Dataset, *, exclude: str | None = None, only: str | None = None
         if only is not None:
             rows &= np.array([only in owners for owners in data.profile_models], np.bool_)
         p = data.profile
-        out.profile = _Tasks(
-            *(getattr(p, f.name)[rows] for f in dataclasses.fields(p) if f.name != "bandwidth"), p.bandwidth
+        out.profile = dataclasses.replace(
+            p, **{f.name: getattr(p, f.name)[rows] for f in dataclasses.fields(p) if f.name != "bandwidth"}
         )
         out.profile_seconds = data.profile_seconds[rows]
         out.profile_mixed = data.profile_mixed[rows]

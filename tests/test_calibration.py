@@ -213,3 +213,24 @@ def test_tf32_off_measurements_time_convolutions_on_cuda_cores(tmp_path: Path, z
     classes = [{calibrate.COMPUTE_CLASSES[c] for c in t.compute_class if c >= 0} for t in data.tasks]
     assert "conv/tensor" in classes[0] and "conv/simt" not in classes[0]  # torch's default: cuDNN in TF32
     assert "conv/simt" in classes[1] and "conv/tensor" not in classes[1]
+
+
+def test_leaving_a_model_out_drops_its_iterations_and_its_profiled_ops(tmp_path: Path, zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    rows = [{"model": m, "mode": "default", "batch": 8, "iteration_ms": 1.0} for m in ("lenet", "alexnet")]
+    folder = _folder(tmp_path, rows)
+    lenet, alexnet = zoo_graph("lenet", batch_size=8), zoo_graph("alexnet", batch_size=8)
+    conv = next(op for op in lenet.ops if op.op_type == "conv2d")
+    linear = next(op for op in alexnet.ops if op.op_type == "linear")
+    entries = {
+        ("H200", op.op_type, tuple(op.output_shapes[0]), op.param_bytes): ProfileEntry(1e-4, 2e-4)
+        for op in (conv, linear)
+    }
+    ProfileTable(entries, precision="fp32").to_json(folder / "profile_fp32.json")
+    data = calibrate.build_dataset(folder, graph_loader=lambda m, b: zoo_graph(m, batch_size=b))
+    assert data.profile_seconds.shape[0] == 4  # forward and backward of both ops
+    without = calibrate.subset(data, exclude="lenet")
+    assert [m.model for m in without.measurements] == ["alexnet"] and len(without.tasks) == 1
+    assert without.profile_seconds.shape[0] == 2 and all("lenet" not in o for o in without.profile_models)
+    only = calibrate.subset(data, only="lenet")
+    assert [m.model for m in only.measurements] == ["lenet"] and only.profile_seconds.shape[0] == 2
+    assert only.profile is not None and only.profile.flops.shape[0] == 2
