@@ -96,16 +96,16 @@ def test_the_h200_label_of_the_measured_data_resolves() -> None:
         canonical.peak_flops_by_dtype,
         canonical.memory_bandwidth_bytes_per_s,
     )
-    if H200_TOPOLOGY.is_file():  # the measured machine's topology: the same datasheet peaks
-        (measured,) = DeviceTopology.from_json(H200_TOPOLOGY).devices
-        spec = DEVICE_TYPES[measured.device_type]
-        assert measured.device_type == "H200"
-        assert (measured.peak_flops, measured.memory_bandwidth_bytes_per_s) == pytest.approx(
-            (spec.peak_flops, spec.memory_bandwidth_bytes_per_s)
-        )
-        assert dict(measured.peak_flops_by_dtype) == pytest.approx(dict(spec.peak_flops_by_dtype))
-        document = json.loads(H200_TOPOLOGY.read_text())
-        assert document["devices"][0]["memory_bytes"] <= spec.memory_bytes  # 140.4 GiB usable of 141
+    # the measured machine's topology (shared/data/h200, beside the checkout): the same datasheet peaks
+    (measured,) = DeviceTopology.from_json(H200_TOPOLOGY).devices
+    spec = DEVICE_TYPES[measured.device_type]
+    assert measured.device_type == "H200"
+    assert (measured.peak_flops, measured.memory_bandwidth_bytes_per_s) == pytest.approx(
+        (spec.peak_flops, spec.memory_bandwidth_bytes_per_s)
+    )
+    assert dict(measured.peak_flops_by_dtype) == pytest.approx(dict(spec.peak_flops_by_dtype))
+    document = json.loads(H200_TOPOLOGY.read_text())
+    assert document["devices"][0]["memory_bytes"] <= spec.memory_bytes  # 140.4 GiB usable of 141
 
 
 # -------------------------------------------------------------------------------- DGX presets
