@@ -54,7 +54,7 @@ import numpy as np
 from placement_rl.errors import SchemaError
 from placement_rl.graph import OpGraph
 from placement_rl.ops import Family, op_kind
-from placement_rl.sim.calibration import COMPUTE_CLASSES, HOST_GROUPS, Calibration, Curve, compute_class, host_group
+from placement_rl.sim.calibration import COMPUTE_CLASSES, HOST_GROUPS, Calibration, Curve, host_group
 from placement_rl.sim.cost import CostModel, ProfileTable
 from placement_rl.topology import Device, DeviceTopology
 
@@ -218,11 +218,8 @@ def graph_tasks(graph: OpGraph, device: Device, cost: CostModel) -> _Tasks:
 def _task_row(op: Any, backward: bool, device: Device, cost: CostModel, owner: bool) -> tuple[Any, ...]:
     kind = op_kind(op.op_type)
     dtype = cost.op_compute_dtype(op.op_type, device)
-    cls = compute_class(op.op_type, dtype)
-    traffic = cost.activation_bytes(op.bytes_read + op.bytes_written, op.dtype_bytes)
+    cls, traffic = cost.calibrated_work(op, dtype)
     autocast = cls is not None and cost.mixed_precision
-    if autocast and op.param_bytes:
-        traffic += 6.0 * cost.param_elements(op)
     group = host_group(op.op_type)
     work = kind.family != "input" and (backward is False or op.backward_flops > 0 or kind.backward_factor > 0)
     has_host = group is not None and (not backward or kind.backward_factor > 0 or group == "view")

@@ -58,6 +58,7 @@ Under the default ``fp32`` every figure of an fp32-traced graph is the traced on
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -596,9 +597,12 @@ class CostModel:
     def op_efficiency(self, op_type: str) -> float:
         return self.efficiency.get(op_type, self.default_efficiency)
 
-    @property
+    @functools.cached_property
     def host_lane(self) -> bool:
-        """Whether each device gets a host lane: ``eager`` with a calibration (or with a profile's host times)."""
+        """Whether each device gets a host lane: ``eager`` with a calibration (or with a profile's host times).
+
+        Computed once: every compiled task asks.
+        """
         if self.execution_mode != "eager":
             return False
         return self.calibration is not None or (
@@ -708,6 +712,19 @@ class CostModel:
             return analytic
         return self._profiled(measured, analytic)
 
+    def calibrated_work(self, op: Op, compute_dtype: str) -> tuple[str | None, float]:
+        """The calibrated model's view of a whole op: its compute class and the bytes its forward moves.
+
+        The bytes are the op's activation traffic in this precision plus, under mixed precision,
+        autocast's cast of every weight a compute op reads (4 bytes read, 2 written per element);
+        backward moves twice as much. :mod:`placement_rl.calibrate` fits with the same figures.
+        """
+        cls = compute_class(op.op_type, compute_dtype)
+        traffic = self.activation_bytes(op.bytes_read + op.bytes_written, op.dtype_bytes)
+        if cls is not None and self.mixed_precision and op.param_bytes:
+            traffic += 6.0 * self.param_elements(op)
+        return cls, traffic
+
     def _analytic_times_s(
         self, op: Op, fraction: float, peak_flops: float, bandwidth_bytes_per_s: float, compute_dtype: str
     ) -> tuple[float, float]:
@@ -718,9 +735,8 @@ class CostModel:
             family = op_kind(op.op_type).family
             if family == "input":  # graph inputs and constants are there already: no kernel
                 return 0.0, 0.0
-            cls = compute_class(op.op_type, compute_dtype)
-            if cls is not None and self.mixed_precision and op.param_bytes:
-                traffic += 6.0 * self.param_elements(op) * fraction  # autocast's weight cast (fp32 -> low precision)
+            cls, traffic = self.calibrated_work(op, compute_dtype)
+            traffic *= fraction
             bw = bandwidth_bytes_per_s
             fwd = cal.gpu_seconds(op.forward_flops * fraction, traffic, cls, peak_flops, bw, False, family)
             bwd = cal.gpu_seconds(op.backward_flops * fraction, 2.0 * traffic, cls, peak_flops, bw, True, family)

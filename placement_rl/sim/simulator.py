@@ -1134,9 +1134,8 @@ class SimContext:
         # host until the data is there.
         chain_u, chain_v = _program_order(task_dev, F if self.stream_order else 0)
         T_plain = first_sync + S
-        host_ids = T_plain + np.arange(2 * F)
         if self.host_lane:
-            host_u = [chain_u + T_plain, host_ids, fwd_ids, bwd_ids]
+            host_u = [chain_u + T_plain, T_plain + np.arange(2 * F), fwd_ids, bwd_ids]
             host_v = [chain_v + T_plain, np.arange(2 * F), T_plain + c_dst, T_plain + F + c_src]
         else:
             host_u = host_v = []
