@@ -234,3 +234,19 @@ def test_leaving_a_model_out_drops_its_iterations_and_its_profiled_ops(tmp_path:
     only = calibrate.subset(data, only="lenet")
     assert [m.model for m in only.measurements] == ["lenet"] and only.profile_seconds.shape[0] == 2
     assert only.profile is not None and only.profile.flops.shape[0] == 2
+
+
+@pytest.mark.slow
+def test_the_shipped_calibration_carries_to_a_gpu_it_was_not_fitted_to() -> None:
+    """The H200 fit, simulated against the 72 eager iterations measured on an H100 (benchmarks/data/h100):
+    every (precision, batch group) within 20% median and 60% worst, where the roofline is 43-92% median."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h100"
+    data = calibrate.build_dataset(folder, with_profiles=False)
+    assert data.device.device_type == "H100-SXM5-80GB" and len(data.measurements) == 72
+    table = calibrate.error_table(calibrate.compare(data, DEFAULT_CALIBRATION, ("roofline", "calibrated")))
+    calibrated = [row for row in table if row["cost_model"] == "calibrated"]
+    roofline = {(r["precision"], r["batch"]): r for r in table if r["cost_model"] == "roofline"}
+    assert len(calibrated) == 4
+    for row in calibrated:
+        assert row["median_error"] < 0.20 and row["worst_error"] < 0.60, row
+        assert row["median_error"] < roofline[(row["precision"], row["batch"])]["median_error"] / 3, row
