@@ -19,6 +19,7 @@ import torch
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
 from placement_rl.zoo.cnn import MODELS as _CNN_MODELS
+from placement_rl.zoo.gpt import MODELS as _GPT_MODELS
 from placement_rl.zoo.llama import MODELS as _LLAMA_MODELS
 from placement_rl.zoo.sequence import MODELS as _SEQUENCE_MODELS
 from placement_rl.zoo.spec import ZooModel
@@ -40,8 +41,12 @@ _ORDER = (
     "rnntc",
     "llama",
     "llama_7b",
+    "gpt",
+    "gpt_1.7b",
+    "gpt_175b",
+    "gpt_1t",
 )
-_MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS, *_LLAMA_MODELS)}
+_MODELS: dict[str, ZooModel] = {m.name: m for m in (*_CNN_MODELS, *_SEQUENCE_MODELS, *_LLAMA_MODELS, *_GPT_MODELS)}
 assert set(_MODELS) == set(_ORDER), sorted(set(_MODELS) ^ set(_ORDER))
 
 
