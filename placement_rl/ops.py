@@ -35,8 +35,8 @@ norm        5 x out        2    yes   sample       norm        group_norm, insta
 norm        5 x out        1    yes   sample       norm        local_response_norm
 activation  1 x out        1    yes   elementwise  activation  relu
 activation  2 x out        1    yes   elementwise  activation  hardtanh, leaky_relu, relu6
-activation  3 x out        1    yes   elementwise  activation  elu
-activation  4 x out        1    yes   elementwise  activation  sigmoid
+activation  3 x out        1    yes   elementwise  activation  elu, softplus
+activation  4 x out        1    yes   elementwise  activation  log_sigmoid, sigmoid
 activation  5 x out        1    yes   elementwise  activation  silu, tanh
 activation  8 x out        1    yes   elementwise  activation  gelu
 activation  5 x in         1    yes   rows         activation  log_softmax, softmax
@@ -46,10 +46,11 @@ pool        in             1    yes   pool         pool        adaptive_avg_pool
                                                                adaptive_avg_pool3d, adaptive_max_pool1d,
                                                                adaptive_max_pool2d, adaptive_max_pool3d
 elementwise 1 x out        1    yes   elementwise  elementwise abs, add, compare, div, exp, log, masked_fill, mul,
-                                                               neg, pow, scale, sqrt, sub, where
+                                                               neg, pow, round, scale, sign, sqrt, sub, where
 elementwise 2 x out        1    yes   elementwise  elementwise clamp, rsqrt
 elementwise 2 x out        1    yes   elementwise  activation  dropout
 reduction   1 x in         1    yes   sample+sum   elementwise max, mean, sum
+reduction   2 x in         1    yes   sample+sum   elementwise vector_norm
 loss        5 x in         1    yes   sample+sum   loss        bce_loss, cross_entropy, l1_loss, mse_loss, nll_loss
 view        0              0    no    sample       shape       expand, flatten, identity, permute, reshape, squeeze,
                                                                transpose, unsqueeze, view
@@ -74,7 +75,9 @@ Two columns keep today's choices on purpose. ``obs``: the observation's families
 the policy's input (``NODE_DIM``), so ``dropout`` stays an ``activation`` and ``fill`` an ``input``
 there, as trained policies saw them. ``bwd`` of ``local_response_norm`` is 1 (the other norms: 2),
 as the importer has always counted it. An op type not in the table is :data:`UNKNOWN`: the importer
-charges it a conservative 8 FLOPs per element and warns; its observation family is ``other``.
+charges it a conservative 8 FLOPs per element and warns once per import (one ``UserWarning`` naming
+every such type with its op count and share of the graph's forward FLOPs, also recorded as the
+graph's ``metadata["unknown_ops"]``); its observation family is ``other``.
 """
 
 from __future__ import annotations
@@ -283,6 +286,9 @@ _KINDS: dict[str, OpKind] = {
     "tanh": _pointwise(5, "activation", "activation"),
     "silu": _pointwise(5, "activation", "activation"),
     "gelu": _pointwise(8, "activation", "activation"),
+    # softplus log(1 + exp(x)): exp, add, log; log-sigmoid -log(1 + exp(-x)) one negation more
+    "softplus": _pointwise(3, "activation", "activation"),
+    "log_sigmoid": _pointwise(4, "activation", "activation"),
     "softmax": OpKind("activation", "activation", "per_input_element", 5.0, parallel_rule="rows"),
     "log_softmax": OpKind("activation", "activation", "per_input_element", 5.0, parallel_rule="rows"),
     # pooling
@@ -315,12 +321,17 @@ _KINDS: dict[str, OpKind] = {
     "compare": _pointwise(1),
     "clamp": _pointwise(2),
     "scale": _pointwise(1),
+    "sign": _pointwise(1),
+    # ceil, floor, round, trunc: one rounding instruction per element
+    "round": _pointwise(1),
     # Dropout is element-wise arithmetic (mask, scale), but trained policies saw it as an activation.
     "dropout": _pointwise(2, obs="activation"),
     # reductions and losses
     "mean": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
     "sum": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
     "max": OpKind("reduction", "elementwise", "per_input_element", 1.0, reduces=True),
+    # a p-norm over some axes (torch.linalg.vector_norm, Tensor.norm): |x|^p and a sum per element
+    "vector_norm": OpKind("reduction", "elementwise", "per_input_element", 2.0, reduces=True),
     "cross_entropy": _loss(),
     "nll_loss": _loss(),
     "mse_loss": _loss(),

@@ -109,7 +109,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from placement_rl import zoo
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Shape
-from placement_rl.graph.importer import op_type_of
+from placement_rl.graph.importer import op_type_of, symbolic_trace
 from placement_rl.ops import INPUT_OPS, VIEW_OPS
 from placement_rl.progress import Progress
 from placement_rl.sim.cost import PRECISIONS, ProfileEntry, ProfileTable
@@ -216,7 +216,7 @@ def profile_models(
                 with torch.device(torch_device):
                     module = p.model.build(**p.options)
                 module.train()
-                gm = fx.symbolic_trace(module)
+                gm = symbolic_trace(module)  # the importer's leaves: op names match the graph's
                 nodes_per_pass = sum(1 for n in gm.graph.nodes if n.op != "output")
                 bar.grow(len(p.batch_sizes) * nodes_per_pass)
                 for batch in p.batch_sizes:

@@ -166,7 +166,14 @@ def test_derived_sets_equal_the_tables_they_replace() -> None:
         "identity",
     }
     assert ops.INPUT_OPS == {"input", "constant"}
-    reductions = {"mean", "sum", "max", "histogram", "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "bce_loss"}
+    reductions = {
+        "mean",
+        "sum",
+        "max",
+        "vector_norm",
+        "histogram",
+        *"cross_entropy nll_loss mse_loss l1_loss bce_loss".split(),
+    }
     assert ops.REDUCTION_OPS == reductions
     from placement_rl.profiling import UNMEASURED_OPS
 

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from torch import fx
 
 from placement_rl import zoo
+from placement_rl.graph.importer import symbolic_trace
 
 #: Each precision's label in the H200 data's ``mode`` column (``shared/data/h200/README.md``).
 MODES: dict[str, str] = {"fp32": "default", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
@@ -163,7 +163,7 @@ def measure_plain_iterations(
         module = spec.build(**opts)
     module.train()
     with torch.device("meta"):
-        gm = fx.symbolic_trace(spec.build(**opts))  # the placeholders the profiler's input rules read
+        gm = symbolic_trace(spec.build(**opts))  # the placeholders the profiler's input rules read
     optimizer = torch.optim.SGD(module.parameters(), lr=lr)
     params = sum(p.numel() for p in module.parameters())
     out = []

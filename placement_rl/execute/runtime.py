@@ -99,7 +99,9 @@ class ModelSource:
 
 def trace(module: nn.Module) -> fx.GraphModule:
     """The fx graph of ``module`` exactly as the importer traces it (same node names)."""
-    return fx.symbolic_trace(module)
+    from placement_rl.graph.importer import symbolic_trace
+
+    return symbolic_trace(module)  # the importer's leaves, so op names match the graph's
 
 
 def materialize(

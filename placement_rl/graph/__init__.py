@@ -2,6 +2,7 @@
 op groups (:mod:`.coarsen`).
 
 ``from_torch`` is imported lazily (it imports torch); everything else here is numpy only.
+``register_leaf`` (:mod:`.leaves`) makes a layer class of one's own one op in both importers.
 """
 
 from placement_rl.graph.ir import (
@@ -19,6 +20,7 @@ from placement_rl.graph.ir import (
     Tensor,
     from_torch,
 )
+from placement_rl.graph.leaves import register_leaf
 
 __all__ = [
     "DIM_KINDS",
@@ -34,4 +36,5 @@ __all__ = [
     "SplitClass",
     "Tensor",
     "from_torch",
+    "register_leaf",
 ]

@@ -7,9 +7,11 @@ operators whose nodes carry their shapes (fake tensors) and the module call that
 the fx importer builds:
 
 * **one op per leaf-module call**: every ATen node issued inside a call of a known layer
-  (``nn.Linear``, ``nn.LayerNorm``, ``nn.LSTM``, ... and the childless custom layers of
-  :data:`CUSTOM_LEAVES`, such as GPT-2's ``Conv1D`` or an ``RMSNorm``) belongs to that call's op; its
-  parameters are the op's parameters;
+  (``nn.Linear``, ``nn.LayerNorm``, ``nn.LSTM``, ... found by ``isinstance``, so Falcon's
+  ``FalconLinear(nn.Linear)`` is one; the classes registered with
+  :func:`placement_rl.graph.register_leaf`; and the childless custom layers of :data:`CUSTOM_LEAVES`,
+  such as GPT-2's ``Conv1D`` or an ``RMSNorm``) belongs to that call's op; its parameters are the op's
+  parameters;
 * **one op per tensor function** outside such layers (a ``matmul``, ``add``, ``softmax``, ``view``),
   typed by :data:`ATEN_TYPES` (an ATen name missing there keeps its own name and is family ``other``);
 * buffers and constants a tensor function reads are one ``constant`` op each (a layer's own buffers,
@@ -19,7 +21,11 @@ the fx importer builds:
 * **shapes** from export's fake tensors. The batch is exported as a dynamic dimension (``Dim.AUTO``
   on dimension 0 of every tensor input), so an output axis whose extent is an expression of the
   batch symbol is a **sample** dimension: the batch axis is found even when it is folded into
-  another one (``(B * S, V)`` logits).
+  another one (``(B * S, V)`` logits). Export makes the batch a constant when the code turns it into a
+  Python int (``len(x)``, as CLIP's loss does): then the module is exported again at ``B + 1`` and the
+  axes whose extent changed are the sample dimensions, or, when the two graphs differ, the import is
+  refused naming the source line. A batch of 1 is exported as 2 (export specializes sizes 0 and 1) and
+  the symbolic sizes are evaluated at 1. An op that drops the batch without reducing it is refused.
 
 FLOPs come from torch's own registry, ``torch.utils.flop_counter``: each ATen node is run once on
 ``meta`` tensors of its shapes under ``FlopCounterMode`` (results cached per signature), which
@@ -39,9 +45,10 @@ calls counts, since every row meets exactly one expert's matrix).
 normalization, softmax, reductions, copies): ``FlopCounterMode`` counts them as 0 and so does this
 importer; the simulator's roofline still charges them their bytes read and written, which is what
 bounds them on a GPU. A node whose op type is not in the taxonomy at all (family ``other``) is charged
-a conservative 8 FLOPs per element of its largest input or output, as in the fx importer. The graph's
-metadata records both: ``flop_fallback_ops`` (op types counted 0 by the registry) and
-``unknown_aten_ops`` (ATen names charged the conservative estimate).
+a conservative 8 FLOPs per element of its largest input or output, as in the fx importer, and one
+``UserWarning`` per import names every such ATen op with its count and share of the forward FLOPs. The
+graph's metadata records ``flop_fallback_ops`` (op types counted 0 by the registry), ``unknown_ops``
+(the warning's rows) and ``unknown_aten_ops`` (their names).
 """
 
 from __future__ import annotations
@@ -59,7 +66,8 @@ from torch import fx, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl.graph.ir import Op, OpGraph, ParallelDim, Shape, Tensor
-from placement_rl.ops import VIEW_OPS, OpKind, op_kind
+from placement_rl.graph.leaves import leaf_op_type
+from placement_rl.ops import OP_KINDS, VIEW_OPS, OpKind, op_kind
 
 #: ATen overload-packet name -> op type of the taxonomy (:mod:`placement_rl.ops`).
 ATEN_TYPES: dict[str, str] = {
@@ -96,6 +104,9 @@ ATEN_TYPES: dict[str, str] = {
     "hardtanh": "hardtanh",
     "leaky_relu": "leaky_relu",
     "elu": "elu",
+    "softplus": "softplus",
+    "log_sigmoid": "log_sigmoid",
+    "log_sigmoid_forward": "log_sigmoid",
     "softmax": "softmax",
     "_softmax": "softmax",
     "log_softmax": "log_softmax",
@@ -121,6 +132,12 @@ ATEN_TYPES: dict[str, str] = {
     "sin": "exp",
     "cos": "exp",
     "reciprocal": "div",
+    "sign": "sign",
+    "sgn": "sign",
+    "ceil": "round",
+    "floor": "round",
+    "round": "round",
+    "trunc": "round",
     "floor_divide": "div",
     "remainder": "div",
     "fmod": "div",
@@ -166,6 +183,9 @@ ATEN_TYPES: dict[str, str] = {
     "prod": "sum",
     "all": "sum",
     "any": "sum",
+    "linalg_vector_norm": "vector_norm",
+    "norm": "vector_norm",
+    "frobenius_norm": "vector_norm",
     # pooling
     "max_pool1d": "max_pool1d",
     "max_pool2d": "max_pool2d",
@@ -197,6 +217,10 @@ ATEN_TYPES: dict[str, str] = {
     "nonzero": "gather",
     "scatter": "scatter",
     "scatter_add": "scatter",
+    "scatter_": "scatter",
+    "scatter_add_": "scatter",
+    "scatter_reduce": "scatter",
+    "scatter_reduce_": "scatter",
     "index_add": "scatter",
     "index_add_": "scatter",
     "index_put": "scatter",
@@ -216,6 +240,9 @@ ATEN_TYPES: dict[str, str] = {
     "permute": "permute",
     "transpose": "transpose",
     "t": "transpose",
+    "numpy_T": "transpose",
+    "mT": "transpose",
+    "adjoint": "transpose",
     "unsqueeze": "unsqueeze",
     "squeeze": "squeeze",
     "expand": "expand",
@@ -223,6 +250,7 @@ ATEN_TYPES: dict[str, str] = {
     "view_as": "view",
     "alias": "identity",
     "detach": "identity",
+    "detach_": "identity",
     "lift_fresh_copy": "identity",
     # copies
     "cat": "cat",
@@ -237,6 +265,8 @@ ATEN_TYPES: dict[str, str] = {
     "chunk": "chunk",
     "contiguous": "contiguous",
     "clone": "clone",
+    "copy_": "clone",
+    "copy": "clone",
     "_to_copy": "to",
     "to": "to",
     "type_as": "to",
@@ -374,8 +404,16 @@ def from_export(
     batch_size: int | None = None,
     metadata: dict[str, Any] | None = None,
     leaf_types: Mapping[type[nn.Module], str] | None = None,
+    check_backward: bool = True,
 ) -> OpGraph:
     """Trace ``module`` with ``torch.export`` into an :class:`OpGraph` of its forward pass.
+
+    The batch: dimension 0 of every tensor input is exported as a dynamic dimension, and the output
+    axes whose extent is an expression of it are the sample dimensions. When export makes it a
+    constant instead (the model calls ``len(x)`` or ``int(x.shape[0])``, or the batch is 1), the
+    module is exported a second time at batch ``B + 1`` and the axes whose extent changed are the
+    sample dimensions; ``metadata["batch_specialized"]`` names the source line. When the two graphs
+    differ, or an op drops the batch axis without reducing it, the import is refused.
 
     Args:
         module: any module ``torch.export.export(..., strict=False)`` can trace; build it under
@@ -386,25 +424,33 @@ def from_export(
         batch_size: recorded on the graph (default: dimension 0 of the first tensor input).
         metadata: extra JSON-serializable notes stored on the graph.
         leaf_types: ``torch.nn`` layer class -> op type of the layers that are one op each (default the
-            fx importer's table).
+            fx importer's table; a subclass of a listed class is a leaf too, and so is a class
+            registered with :func:`placement_rl.graph.register_leaf`).
+        check_backward: first run one forward and backward pass of the module on meta tensors
+            (:func:`placement_rl.graph.importer.check_training_step`: nothing allocated) and refuse a
+            module whose training step fails; ``metadata["backward_check"]`` records the outcome.
 
     Returns:
         The graph, ops in execution order, FLOPs from ``torch.utils.flop_counter``.
 
     Raises:
-        ExportError: (a ``ValueError``) when export fails: the op and the source line are named.
-        ValueError: for inputs without a batch dimension.
+        ExportError: (a ``ValueError``) when export fails: the op and the source line are named; also
+            when export made the batch a constant and a second export cannot recover it, or an op
+            loses the batch axis (the op and the source line are named).
+        ValueError: for inputs without a batch dimension; for a module whose backward pass fails.
     """
+    from placement_rl.graph.importer import _MODULE_TYPES, check_training_step, report_unknown_ops
+
     tensors = [x for x in (*example_inputs, *(example_kwargs or {}).values()) if isinstance(x, torch.Tensor)]
     if not tensors:
         raise ValueError("from_export: no tensor among the example inputs; expected the inputs of forward()")
     for x in tensors:
-        if x.dim() == 0:
-            raise ValueError(f"from_export: an example input has shape {tuple(x.shape)}; expected a batch dimension")
+        if x.dim() == 0 or x.shape[0] == 0:
+            raise ValueError(
+                f"from_export: an example input has shape {tuple(x.shape)}; expected a batch dimension of 1 or more"
+            )
     batch = int(tensors[0].shape[0])
     if leaf_types is None:
-        from placement_rl.graph.importer import _MODULE_TYPES
-
         leaf_types = _MODULE_TYPES
     # Inputs live where the weights live (meta for models built on it), as under fx; values are never read.
     weight: torch.Tensor | None = next(iter(module.parameters()), None)
@@ -418,17 +464,133 @@ def from_export(
 
     example_inputs = [placed(x) for x in example_inputs]
     example_kwargs = {k: placed(v) for k, v in (example_kwargs or {}).items()}
-    program = export_module(module, example_inputs, example_kwargs)
-    builder = _ExportBuilder(program, module, leaf_types, batch)
+    backward_note = check_training_step(module, example_inputs, example_kwargs) if check_backward else None
+    # torch.export specializes a dimension of size 0 or 1: a batch of 1 is exported as 2, and the
+    # graph's sizes are its symbolic sizes evaluated at 1.
+    export_batch = max(batch, 2)
+    export_args = [_grown(x, batch, export_batch) for x in example_inputs]
+    export_kwargs = {k: _grown(v, batch, export_batch) for k, v in example_kwargs.items()}
+    program = export_module(module, export_args, export_kwargs)
+    specialized = _specialized_batch(program)
+    plus_vals: dict[fx.Node, Any] | None = None
+    if specialized is not None:
+        if export_batch != batch:
+            raise ExportError(
+                f"from_export: {specialized}; at batch {batch} a second export cannot recover the sample "
+                "dimensions (torch.export specializes sizes 0 and 1): import at batch 2 or more"
+            )
+        plus_vals = _export_at_next_batch(module, export_args, export_kwargs, program, specialized)
+    builder = _ExportBuilder(program, module, leaf_types, batch, plus_vals, export_batch)
     ops, edges = builder.build()
-    meta = {
+    if builder.lost:
+        node, group = builder.lost[0]
+        raise ExportError(
+            f"from_export: op {group.name!r} ({group.op_type}) reads a tensor that carries the batch but "
+            f"none of its outputs does{_source_of(node)}: the batch dimension is lost there "
+            f"({len(builder.lost)} such op(s)); a graph without it would replicate what follows on every "
+            "data-parallel device. Keep the batch in that op's output (index with x.shape[0], not a "
+            "constant), or reduce it away with a reduction (sum, mean, a loss)"
+        )
+    meta: dict[str, Any] = {
         "source": "torch.export",
         "module": type(module).__name__,
         "flop_fallback_ops": sorted(builder.fallback_types),
         "unknown_aten_ops": sorted(builder.unknown),
-        **(metadata or {}),
     }
+    if specialized is not None:
+        meta["batch_specialized"] = f"{specialized}; sample dimensions from a second export at batch {batch + 1}"
+    if backward_note is not None:
+        meta["backward_check"] = backward_note
+    meta["unknown_ops"] = report_unknown_ops("from_export", ops, builder.unknown)
+    meta.update(metadata or {})
     return OpGraph(name or type(module).__name__, ops, edges, batch_size=batch_size or batch, metadata=meta)
+
+
+def _specialized_batch(program: torch.export.ExportedProgram) -> str | None:
+    """Where export made the batch a constant: ``None`` when dimension 0 of every tensor input is symbolic.
+
+    Dimension 0 of every tensor input was exported as ``Dim.AUTO``; export specializes it to its
+    example value when the code turns it into a Python int (``len(x)``, ``int(x.shape[0])``, a
+    ``range`` over it), or when the example batch is 0 or 1. The description names the input and,
+    when the shape environment recorded it, the source line that did it.
+    """
+    user_inputs = set(program.graph_signature.user_inputs)
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dim() == 0:
+            continue
+        size = val.shape[0]
+        if isinstance(size, torch.SymInt) and size.node.expr.free_symbols:
+            continue
+        what = f"torch.export made the batch dimension of input {node.name!r} the constant {int(size)}"
+        if isinstance(size, torch.SymInt):
+            raw = getattr(size.node, "_expr", None)
+            slocs = getattr(size.node.shape_env, "replacements_slocs", {})
+            sloc = slocs.get(raw) if raw is not None else None
+            frame = getattr(sloc, "framework_loc", None)
+            if isinstance(frame, traceback.FrameSummary):
+                return f"{what} at {frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+            if sloc is not None:
+                return f"{what} at {sloc}"
+        else:
+            what = f"torch.export kept the batch dimension of input {node.name!r} static"
+        return what
+    return None
+
+
+def _export_at_next_batch(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    example_kwargs: Mapping[str, Any],
+    program: torch.export.ExportedProgram,
+    specialized: str,
+) -> dict[fx.Node, Any]:
+    """The values (fake tensors) of ``program``'s nodes when exported at batch ``B + 1``, node for node.
+
+    Raises:
+        ExportError: when the second export fails or its graph is not the first one's, node for node
+            (the batch then decides control flow, and no one graph describes every batch).
+    """
+
+    batch = next(int(x.shape[0]) for x in (*example_inputs, *example_kwargs.values()) if isinstance(x, torch.Tensor))
+    try:
+        plus = export_module(
+            module,
+            [_grown(x, batch, batch + 1) for x in example_inputs],
+            {k: _grown(v, batch, batch + 1) for k, v in example_kwargs.items()},
+        )
+    except ExportError as exc:
+        raise ExportError(f"from_export: {specialized}, and exporting at batch {batch + 1} failed: {exc}") from exc
+    nodes, plus_nodes = list(program.graph.nodes), list(plus.graph.nodes)
+    same = len(nodes) == len(plus_nodes) and all(
+        a.op == b.op and a.target == b.target for a, b in zip(nodes, plus_nodes, strict=True)
+    )
+    if not same:
+        raise ExportError(
+            f"from_export: {specialized}, and the graph exported at batch {batch + 1} differs from the one at "
+            f"batch {batch}, so the sample dimensions cannot be recovered. Keep the batch symbolic on that line "
+            "(x.shape[0] instead of len(x) or int(...)), or import with tracer='fx'"
+        )
+    return {a: b.meta.get("val") for a, b in zip(nodes, plus_nodes, strict=True)}
+
+
+def _grown(x: Any, batch: int, new_batch: int) -> Any:
+    """A tensor of ``batch`` samples grown to ``new_batch`` with copies of its first (the values stay valid)."""
+    if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch and new_batch > batch:
+        return torch.cat([x, x[:1].expand(new_batch - batch, *x.shape[1:])])
+    return x
+
+
+def _source_of(node: fx.Node) -> str:
+    """`` at file:line: code`` of the innermost frame of ``node``'s stack trace (empty when it has none)."""
+    trace = str(node.meta.get("stack_trace") or "")
+    found = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
+    if not found:
+        return ""
+    filename, line, code = found[-1]
+    return f" (at {filename}:{line}: {code.strip()})"
 
 
 class _ExportBuilder:
@@ -440,8 +602,11 @@ class _ExportBuilder:
         module: nn.Module,
         leaf_types: Mapping[type[nn.Module], str],
         batch: int,
+        plus_vals: Mapping[fx.Node, Any] | None = None,
+        export_batch: int | None = None,
     ) -> None:
         self.program = program
+        self.export_batch = batch if export_batch is None else export_batch
         self.graph = program.graph
         self.modules = dict(module.named_modules())
         self.leaf_types = leaf_types
@@ -458,6 +623,11 @@ class _ExportBuilder:
         self.unknown: set[str] = set()
         self.fallback_types: set[str] = set()
         self.flop_cache: dict[Any, tuple[float, float]] = {}
+        # batch specialized by export: a node's sample axes are those whose extent differs at batch B + 1
+        self.plus_vals = plus_vals
+        self.plus_int = _ExportBuilder._int_at(batch + 1)
+        #: ops that read a tensor carrying the batch but output none: (first node, group)
+        self.lost: list[tuple[fx.Node, _Group]] = []
 
     # ------------------------------------------------------------------ shapes
     def _batch_symbols(self) -> set[Any]:
@@ -470,27 +640,52 @@ class _ExportBuilder:
         return symbols
 
     def _int(self, value: Any) -> int:
-        """A concrete size: the batch symbols evaluated at the batch (export ran at that batch)."""
-        if isinstance(value, torch.SymInt):
-            hint = value.node.hint
-            if hint is not None:
-                return int(hint)
+        """A concrete size: the batch symbols evaluated at the batch, the other symbols at their hints."""
+        if isinstance(value, torch.SymInt) and self.export_batch != self.batch:
             expr = value.node.expr
-            return int(expr.subs({s: self.batch for s in expr.free_symbols}))
-        return int(value)
+            if expr.free_symbols & self.batch_symbols:
+                # export may have run at another batch (2 for a batch of 1): substitute the batch itself
+                env = value.node.shape_env
+                known = getattr(env, "backed_var_to_val", None) or env.var_to_val
+                values = {
+                    s: self.batch if s in self.batch_symbols else known.get(s, self.batch) for s in expr.free_symbols
+                }
+                return int(expr.subs(values))
+        return _ExportBuilder._int_at(self.batch)(value)
 
-    def _describe(self, val: Any) -> Any:
+    @staticmethod
+    def _int_at(batch: int) -> Callable[[Any], int]:
+        def concrete(value: Any) -> int:
+            if isinstance(value, torch.SymInt):
+                hint = value.node.hint
+                if hint is not None:
+                    return int(hint)
+                expr = value.node.expr
+                return int(expr.subs({s: batch for s in expr.free_symbols}))
+            return int(value)
+
+        return concrete
+
+    def _describe(self, val: Any, plus: Any = None) -> Any:
+        """``val`` as :class:`_Info` (tuples recurse); ``plus`` is the value at batch ``B + 1``, if exported."""
         if isinstance(val, torch.Tensor):
             shape = tuple(self._int(d) for d in val.shape)
             stride = tuple(self._int(s) for s in val.stride())
-            axes = tuple(
-                i
-                for i, d in enumerate(val.shape)
-                if isinstance(d, torch.SymInt) and d.node.expr.free_symbols & self.batch_symbols
-            )
+            if self.plus_vals is not None:
+                other = tuple(self.plus_int(d) for d in plus.shape) if isinstance(plus, torch.Tensor) else ()
+                axes = tuple(i for i, (a, b) in enumerate(zip(shape, other, strict=False)) if a != b)
+                if len(other) != len(shape):
+                    axes = ()
+            else:
+                axes = tuple(
+                    i
+                    for i, d in enumerate(val.shape)
+                    if isinstance(d, torch.SymInt) and d.node.expr.free_symbols & self.batch_symbols
+                )
             return _Info(shape, stride, val.dtype, axes)
         if isinstance(val, (tuple, list)):
-            return tuple(self._describe(v) for v in val)
+            others = list(plus) if isinstance(plus, (tuple, list)) and len(plus) == len(val) else [None] * len(val)
+            return tuple(self._describe(v, o) for v, o in zip(val, others, strict=True))
         return None
 
     # ------------------------------------------------------------------ grouping
@@ -502,7 +697,7 @@ class _ExportBuilder:
             mod = self.modules.get(path)
             if mod is None:
                 continue
-            op_type = self.leaf_types.get(type(mod))
+            op_type = leaf_op_type(mod, self.leaf_types)
             if op_type is None and not any(True for _ in mod.children()):
                 cls = type(mod).__name__
                 op_type = next((t for pattern, t in CUSTOM_LEAVES if re.search(pattern, cls)), None)
@@ -573,7 +768,8 @@ class _ExportBuilder:
         self._group_of: dict[fx.Node, _Group] = {}
         self._transparent: dict[fx.Node, fx.Node] = {}
         for node in self.graph.nodes:
-            self.info[node] = self._describe(node.meta.get("val"))
+            plus = self.plus_vals.get(node) if self.plus_vals is not None else None
+            self.info[node] = self._describe(node.meta.get("val"), plus)
             if node.op == "placeholder":
                 self.requires_grad[node] = node.name in self.param_of
             elif node.op == "call_function":
@@ -657,6 +853,8 @@ class _ExportBuilder:
                             ins.append((src, idx + k, info))
             op_type = group.op_type
             kind = op_kind(op_type)
+            if op_type not in OP_KINDS:
+                self.unknown.add(op_type)
             fwd, bwd = self._flops(group, kind, flat_out, [i for _, _, i in ins])
             param_key: str | None = None
             param_bytes = 0
@@ -674,15 +872,19 @@ class _ExportBuilder:
                 ins = []
             samples = [t.batch_axes[0] if t.batch_axes else None for t in flat_out]
             sample_of[group.name] = samples
+            # the first input that carries the batch: the axis a reduction (a loss) may reduce away
             reduce_axis: tuple[int, int] | None = None
-            if ins:
-                src, idx, info = ins[0]
-                axis = sample_of.get(src, [None] * (idx + 1))[idx] if idx < len(sample_of.get(src, [])) else None
+            for src, idx, info in ins:
+                axes = sample_of.get(src, [])
+                axis = axes[idx] if idx < len(axes) else None
                 if axis is not None:
                     reduce_axis = (axis, info.shape[axis])
+                    break
             from placement_rl.graph.importer import parallel_dims
 
             dims, split = parallel_dims(kind, flat_out[0].shape, samples[0], reduce_axis, param_bytes > 0)
+            if reduce_axis is not None and all(a is None for a in samples) and not dims and op_type != "fill":
+                self.lost.append((group.nodes[0], group))
             in_bytes = sum(i.nbytes for _, _, i in ins)
             out_bytes = sum(t.nbytes for t in flat_out)
             read, written = (in_bytes + param_bytes, out_bytes) if kind.moves_bytes else (0, 0)
@@ -771,7 +973,6 @@ class _ExportBuilder:
             fwd += f
             bwd += b
         if fwd == 0.0 and kind.family == "other":
-            self.unknown.add(group.op_type)
             largest = max([math.prod(t.shape) for t in (*flat_out, *ins)])
             return 8.0 * largest, 8.0 * largest * kind.backward_factor
         if fwd == 0.0 and kind.flop_rule not in ("none",):

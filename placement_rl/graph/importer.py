@@ -5,14 +5,22 @@ nodes grouped back into module-level ops, FLOPs from ``torch.utils.flop_counter`
 ``torch.fx`` when export fails; ``tracer="fx"`` asks for fx, which the model zoo uses (faster on
 its models, and the README's figures). The rest of this docstring describes the fx front end.
 
-With fx the module is traced with ``torch.fx.symbolic_trace`` (leaf ``torch.nn`` modules such as ``Conv2d``,
-``Linear`` or ``LSTMCell`` become one op each) and shapes are propagated under ``FakeTensorMode``, so
+With fx the module is traced with ``torch.fx.symbolic_trace`` (leaf layers become one op each: the
+``torch.nn`` layers of ``_MODULE_TYPES`` such as ``Conv2d``, ``Linear`` or ``LSTMCell``, found by
+``isinstance`` so that a subclass with a forward of its own is one too, and the classes registered with
+:func:`placement_rl.graph.register_leaf`) and shapes are propagated under ``FakeTensorMode``, so
 no activation is ever computed and, when the module was built under ``torch.device("meta")``, no
 weight is ever allocated: BERT-Large imports in about a second.
 
 Shapes are propagated twice, with batch ``B`` and ``B + 1``: the output axes whose extent changes
 are the **sample** dimensions. This finds the batch axis even after reshapes that fold the batch
-into another axis (``(B * S, V)`` logits), where a "dimension equal to B" rule would guess.
+into another axis (``(B * S, V)`` logits), where a "dimension equal to B" rule would guess. An op that
+reads a tensor carrying the batch but outputs none (indexing a constant number of rows) is refused with
+a ``ValueError`` naming it, unless it reduces the batch away: a reduction or a loss, or a product that
+contracts it (``x.T @ x``), whose partitions are partial sums (TAG's ``sum`` class).
+
+Before tracing, :func:`from_torch` runs one training step on meta tensors (:func:`check_training_step`)
+and refuses a module whose backward pass would fail.
 
 What each op type is (its family, which formula below, its backward factor, whether it moves bytes,
 its parallel dimensions, its observation family) is the taxonomy :mod:`placement_rl.ops`; this module
@@ -50,15 +58,22 @@ Backward FLOPs: matmul-like ops (conv, linear, matmul, recurrent cells, attentio
 op ``1x`` forward; inputs, parameters and views ``0`` (:attr:`placement_rl.ops.OpKind.backward_factor`).
 
 Ops with no formula get a conservative (high) estimate of ``8`` FLOPs per element of their largest
-input or output, and one ``UserWarning`` lists them.
+input or output, and one ``UserWarning`` per import lists them, each with its op count and share of the
+graph's forward FLOPs; ``metadata["unknown_ops"]`` keeps the list.
 """
 
 from __future__ import annotations
 
+import builtins
+import logging
 import math
 import operator
+import os
+import re
+import sys
+import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +83,7 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from placement_rl.graph import Op, OpGraph, ParallelDim, Shape, SplitClass, Tensor
+from placement_rl.graph.leaves import leaf_op_type
 from placement_rl.ops import OpKind, op_kind
 
 _FUNCTION_TYPES: dict[Any, str] = {
@@ -101,6 +117,15 @@ _FUNCTION_TYPES: dict[Any, str] = {
     F.leaky_relu: "leaky_relu",
     F.hardtanh: "hardtanh",
     F.elu: "elu",
+    F.softplus: "softplus",
+    F.logsigmoid: "log_sigmoid",
+    torch.sign: "sign",
+    torch.ceil: "round",
+    torch.floor: "round",
+    torch.round: "round",
+    torch.trunc: "round",
+    torch.linalg.vector_norm: "vector_norm",
+    torch.norm: "vector_norm",
     torch.exp: "exp",
     torch.log: "log",
     torch.abs: "abs",
@@ -181,6 +206,17 @@ _METHOD_TYPES: dict[str, str] = {
     "mul": "mul",
     "div": "div",
     "sub": "sub",
+    "add_": "add",
+    "mul_": "mul",
+    "div_": "div",
+    "sub_": "sub",
+    "relu_": "relu",
+    "sigmoid_": "sigmoid",
+    "tanh_": "tanh",
+    "exp_": "exp",
+    "clamp_": "clamp",
+    "masked_fill_": "masked_fill",
+    "fill_": "fill",
     "relu": "relu",
     "tanh": "tanh",
     "sigmoid": "sigmoid",
@@ -207,6 +243,21 @@ _METHOD_TYPES: dict[str, str] = {
     "neg": "neg",
     "log": "log",
     "clamp": "clamp",
+    "sign": "sign",
+    "ceil": "round",
+    "floor": "round",
+    "round": "round",
+    "trunc": "round",
+    "norm": "vector_norm",
+    "detach": "identity",
+    "detach_": "identity",
+    "copy_": "clone",
+    "new_empty": "fill",
+    "new_tensor": "fill",
+    "scatter": "scatter",
+    "scatter_": "scatter",
+    "scatter_add": "scatter",
+    "scatter_add_": "scatter",
     "t": "transpose",
     "expand_as": "expand",
     "view_as": "view",
@@ -255,6 +306,8 @@ _MODULE_TYPES: dict[type[nn.Module], str] = {
     nn.SiLU: "silu",
     nn.ELU: "elu",
     nn.LeakyReLU: "leaky_relu",
+    nn.Softplus: "softplus",
+    nn.LogSigmoid: "log_sigmoid",
     nn.Hardtanh: "hardtanh",
     nn.Dropout: "dropout",
     nn.Dropout1d: "dropout",
@@ -287,6 +340,7 @@ def from_torch(
     batch_size: int | None = None,
     metadata: dict[str, Any] | None = None,
     tracer: str = "auto",
+    check_backward: bool = True,
 ) -> OpGraph:
     """Trace ``module`` into an :class:`OpGraph` of its forward pass.
 
@@ -298,6 +352,10 @@ def from_torch(
     bias additions and element-wise arithmetic, which ``FlopCounterMode`` does not (0.05-2.3% more on
     the zoo).
 
+    Both front ends refuse a graph that loses the batch: an op that reads a tensor carrying the batch
+    but outputs none (other than a reduction such as a loss, or a product that contracts it) raises
+    a ``ValueError`` naming it, since data parallelism would replicate it and everything after it.
+
     Args:
         module: any ``torch.nn.Module`` that ``torch.export`` or ``torch.fx.symbolic_trace`` can trace.
             Build it under ``torch.device("meta")`` to avoid allocating weights; real modules work
@@ -308,21 +366,46 @@ def from_torch(
         batch_size: recorded on the graph (default: dimension 0 of the first input).
         metadata: extra JSON-serializable notes stored on the graph.
         tracer: ``"auto"``, ``"export"`` or ``"fx"`` (above).
+        check_backward: first run one training step (forward, then backward from the sum of the
+            floating-point outputs) on fake tensors, :func:`check_training_step`: no weight is
+            allocated and nothing is computed. A module whose backward would fail (an in-place op
+            on a tensor its backward needs) is refused; ``metadata["backward_check"]`` records
+            ``"passed"`` or why the check was skipped.
 
     Returns:
         The graph, ops in execution order, with FLOPs, bytes and parallel dimensions filled in.
 
     Raises:
         ValueError: when the module cannot be traced or shapes cannot be propagated; the message
-            names the failing node (export: the op and the source line, and whether fx was tried).
+            names the failing node (export: the op and the source line, and whether fx was tried);
+            when an op loses the batch; when the training step fails (the error and the op).
     """
     if tracer not in ("auto", "export", "fx"):
         raise ValueError(f"from_torch: tracer = {tracer!r}; expected 'auto', 'export' or 'fx'")
+    note = check_training_step(module, example_inputs) if check_backward else None
+    graph = _trace(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata, tracer=tracer)
+    if note is not None:
+        graph.metadata.setdefault("backward_check", note)
+    return graph
+
+
+def _trace(
+    module: nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    *,
+    name: str | None,
+    batch_size: int | None,
+    metadata: dict[str, Any] | None,
+    tracer: str,
+) -> OpGraph:
+    """:func:`from_torch` without the training-step check."""
     if tracer != "fx":
         from placement_rl.graph.aten import ExportError, from_export
 
         try:
-            return from_export(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
+            return from_export(
+                module, example_inputs, name=name, batch_size=batch_size, metadata=metadata, check_backward=False
+            )
         except ExportError as exc:
             if tracer == "export":
                 raise ExportError(f"{exc} (the fx fallback was not tried: tracer='export')") from exc
@@ -333,6 +416,24 @@ def from_torch(
             graph.metadata["export_error"] = str(exc)
             return graph
     return _from_fx(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
+
+
+class _LeafTracer(fx.Tracer):
+    """``torch.fx``'s tracer, with every leaf layer (:mod:`placement_rl.graph.leaves`) kept whole.
+
+    The default tracer keeps only classes defined in ``torch.nn``: a subclass of ``nn.Linear`` with a
+    forward of its own would be traced through, its weight read by a transpose.
+    """
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return leaf_op_type(m, _MODULE_TYPES) is not None or super().is_leaf_module(m, module_qualified_name)
+
+
+def symbolic_trace(module: nn.Module) -> fx.GraphModule:
+    """``torch.fx.symbolic_trace(module)`` with the importer's leaf layers kept as one call each."""
+    tracer = _LeafTracer()
+    graph = tracer.trace(module)
+    return fx.GraphModule(tracer.root, graph, type(module).__name__)
 
 
 def _from_fx(
@@ -349,8 +450,9 @@ def _from_fx(
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
             raise ValueError(f"from_torch: example_inputs[{i}] must be a tensor whose dim 0 is the batch, got {x!r}")
+    leaf = leaf_op_type(module, _MODULE_TYPES)
     try:
-        gm = _leaf_root(module, len(example_inputs)) if type(module) in _MODULE_TYPES else fx.symbolic_trace(module)
+        gm = _leaf_root(module, leaf, len(example_inputs)) if leaf is not None else symbolic_trace(module)
     except Exception as exc:  # fx raises many types (TraceError, TypeError, ...)
         raise ValueError(f"from_torch: torch.fx could not trace {type(module).__name__}: {exc}") from exc
     batch = int(example_inputs[0].shape[0])
@@ -358,20 +460,258 @@ def _from_fx(
     values_plus = _propagate(gm, example_inputs, 1)
     builder = _Builder(gm, values, values_plus)
     ops, tensors = builder.build()
-    if builder.unknown:
-        warnings.warn(
-            "from_torch: no FLOP formula for op type(s) "
-            f"{sorted(builder.unknown)}; assumed a conservative 8 FLOPs per element",
-            UserWarning,
-            stacklevel=3,
+    if builder.lost:
+        node, op_type = builder.lost[0]
+        raise ValueError(
+            f"from_torch: op {node.name!r} ({op_type}, {node.format_node()}) reads a tensor that carries the batch "
+            f"but none of its outputs does: the batch dimension is lost there ({len(builder.lost)} such op(s)); "
+            "a graph without it would replicate what follows on every data-parallel device. Keep the batch in "
+            "that op's output (index with x.shape[0], not a constant), or reduce it away with a reduction "
+            "(sum, mean, a loss)"
         )
-    meta = {"source": "torch.fx", "module": type(module).__name__, **(metadata or {})}
+    meta: dict[str, Any] = {"source": "torch.fx", "module": type(module).__name__}
+    meta["unknown_ops"] = report_unknown_ops("from_torch", ops, builder.unknown)
+    meta.update(metadata or {})
     return OpGraph(name or type(module).__name__, ops, tensors, batch_size=batch_size or batch, metadata=meta)
 
 
-def _leaf_root(module: nn.Module, num_inputs: int) -> fx.GraphModule:
+def report_unknown_ops(front: str, ops: Sequence[Op], unknown: set[str]) -> list[dict[str, Any]]:
+    """Warn once about the op types an import has no taxonomy row (or no formula) for, and list them.
+
+    Args:
+        front: the function named in the warning (``"from_torch"``, ``"from_export"``).
+        ops: the graph's ops.
+        unknown: the op types to report.
+
+    Returns:
+        One JSON-ready row per type, sorted by FLOP share: ``{"op_type", "count", "forward_flops",
+        "flop_share"}`` (``flop_share``: its ops' share of the graph's forward FLOPs, in [0, 1]).
+    """
+    if not unknown:
+        return []
+    total = sum(op.forward_flops for op in ops)
+    rows: list[dict[str, Any]] = []
+    for op_type in unknown:
+        flops = sum(op.forward_flops for op in ops if op.op_type == op_type)
+        count = sum(op.op_type == op_type for op in ops)
+        rows.append(
+            {
+                "op_type": op_type,
+                "count": count,
+                "forward_flops": flops,
+                "flop_share": flops / total if total > 0 else 0.0,
+            }
+        )
+    rows.sort(key=lambda r: (-r["flop_share"], r["op_type"]))
+    listing = ", ".join(f"{r['op_type']} (x{r['count']}, {100 * r['flop_share']:.3g}% of forward FLOPs)" for r in rows)
+    warnings.warn(
+        f"{front}: no FLOP formula for op type(s) {listing}: no row in the op taxonomy (placement_rl.ops), "
+        "or one whose formula lacks what it needs; family 'other' (no parallel dimension but the batch), "
+        "charged 8 FLOPs per element of the largest input or output where nothing counted them",
+        UserWarning,
+        stacklevel=_caller_outside_the_importer(),
+    )
+    return rows
+
+
+def _caller_outside_the_importer() -> int:
+    """``warnings.warn``'s ``stacklevel`` of the first caller outside ``placement_rl.graph`` (the user's line)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def check_training_step(
+    module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None = None
+) -> str:
+    """Run one forward and backward pass of ``module`` on meta tensors; refuse it if training would fail.
+
+    The parameters, buffers and inputs are ``meta`` tensors of their shapes, dtypes and strides
+    (tensors the forward pass creates without naming a device are meta too): nothing is allocated or
+    computed, a model with real weights is not copied, and the module is not modified
+    (``torch.func.functional_call``; it runs in training mode and gets its mode back). Autograd
+    records the pass as it would on a GPU, version counters included, so an in-place op on a tensor
+    that a backward needs fails here as it would in training. Backward starts from the sum of the
+    floating-point tensors of the output (a loss, or a tuple, list, dict or ``ModelOutput`` of
+    tensors) and asks for the gradients of the parameters (of the floating-point inputs when no
+    parameter needs one) without storing them (``torch.autograd.grad``).
+
+    Args:
+        module: the module to check.
+        example_inputs: positional inputs of ``forward`` (only shapes and dtypes are read).
+        example_kwargs: keyword inputs of ``forward``.
+
+    Returns:
+        ``"passed"``, or ``"skipped: <why>"`` when the pass cannot run on meta tensors at all (an op
+        without a meta kernel, ``.item()``, control flow on values) or nothing needs a gradient.
+
+    Raises:
+        ValueError: naming the error and, where autograd's anomaly mode finds it, the forward source
+            line of the op whose backward failed, when the forward pass fails only with autograd on
+            (an in-place op on a leaf that requires grad) or the backward pass fails (an in-place op
+            on a tensor its backward needs).
+    """
+    note = _training_step(module, example_inputs, example_kwargs or {}, fake=False)
+    if note.startswith("skipped: the forward pass"):
+        # Code that reads values (``.item()``, Hugging Face's mask preparation) fails on meta tensors but
+        # takes its tracing path on fake ones: slower (Python dispatch), so only as the second try.
+        note = _training_step(module, example_inputs, example_kwargs or {}, fake=True)
+    return note
+
+
+def _training_step(
+    module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any], *, fake: bool
+) -> str:
+    """:func:`check_training_step` on meta tensors, or with ``fake`` on fake tensors of the meta device."""
+    if fake:
+        from torch._subclasses.fake_tensor import (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+            UnsupportedOperatorException,
+        )
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+        unsupported: tuple[type[BaseException], ...] = (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+            UnsupportedOperatorException,
+            GuardOnDataDependentSymNode,
+            NotImplementedError,
+        )
+        # FakeTensorMode logs the traceback of every meta kernel that fails: the check reports it once
+        fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+        was_disabled, fake_log.disabled = fake_log.disabled, True
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()):
+                return _run_training_step(module, example_inputs, example_kwargs, "fake", unsupported)
+        finally:
+            fake_log.disabled = was_disabled
+    return _run_training_step(module, example_inputs, example_kwargs, "meta", (NotImplementedError,))
+
+
+def _run_training_step(
+    module: nn.Module,
+    example_inputs: Sequence[Any],
+    example_kwargs: Mapping[str, Any],
+    what: str,
+    unsupported: tuple[type[BaseException], ...],
+) -> str:
+    label = type(module).__name__
+
+    def meta(t: torch.Tensor, grad: bool) -> torch.Tensor:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta", requires_grad=grad)
+
+    params = {n: meta(p, p.requires_grad and p.is_floating_point()) for n, p in module.named_parameters()}
+    state: dict[str, torch.Tensor] = {**params, **{n: meta(b, False) for n, b in module.named_buffers()}}
+    wanted = [p for p in params.values() if p.requires_grad]
+    grad_inputs = not wanted  # no trainable parameter: differentiate with respect to the inputs
+
+    def meta_input(x: Any) -> Any:
+        return meta(x, grad_inputs and x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+
+    args = tuple(meta_input(x) for x in example_inputs)
+    kwargs = {k: meta_input(v) for k, v in example_kwargs.items()}
+    if grad_inputs:
+        wanted = [x for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not wanted:
+        return "skipped: no parameter or input needs a gradient"
+
+    def forward() -> Any:
+        # tensors the forward pass makes without naming a device are meta tensors too
+        with torch.device("meta"):
+            return torch.func.functional_call(module, state, args, kwargs, strict=False)
+
+    was_training = module.training
+    module.train()
+    try:
+        try:
+            with torch.enable_grad():
+                out = forward()
+        except Exception as exc:
+            try:
+                with torch.no_grad():
+                    forward()
+            except Exception:
+                return f"skipped: the forward pass does not run on {what} tensors ({_first_line(exc)})"
+            raise ValueError(
+                f"the training step of {label} fails in its forward pass once autograd records it: "
+                f"{_first_line(exc)}{_user_frame(exc)}"
+            ) from exc
+        outputs = [t for t in _tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
+        if not outputs:
+            return "skipped: no floating-point output depends on a parameter"
+        try:
+            torch.autograd.grad([t.sum() for t in outputs], wanted, allow_unused=True)
+        except unsupported as exc:  # a backward kernel without a meta implementation
+            return f"skipped: the backward pass does not run on {what} tensors ({_first_line(exc)})"
+        except Exception as exc:
+            raise ValueError(
+                f"the training step of {label} fails in its backward pass: {_first_line(exc)}"
+                f"{_anomaly_source(forward, wanted)}"
+            ) from exc
+    finally:
+        module.train(was_training)
+    return "passed"
+
+
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The tensors of an output: a tensor, or tuples, lists and dicts (``ModelOutput``) of them."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensor_leaves(v)]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _tensor_leaves(v)]
+    return []
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line`` of an exception's message, without torch's anomaly-mode hint."""
+    text = str(exc).strip()
+    line = text.splitlines()[0].split(" Hint: enable anomaly detection")[0] if text else ""
+    return f"{type(exc).__name__}: {line}".rstrip(": ")
+
+
+def _user_frame(exc: BaseException) -> str:
+    """`` (at file:line: code)`` of the innermost frame of ``exc``'s traceback outside torch."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename]
+    if not frames or frames[-1].filename == __file__:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})"
+
+
+def _anomaly_source(forward: Callable[[], Any], wanted: list[torch.Tensor]) -> str:
+    """The forward source line of the op whose backward fails, found by rerunning under anomaly mode."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autograd.detect_anomaly(check_nan=False), torch.enable_grad():
+                out = forward()
+                outputs = [t for t in _tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
+                torch.autograd.grad([t.sum() for t in outputs], wanted, allow_unused=True)
+        except Exception:
+            pass
+    for w in caught:
+        text = str(w.message)
+        if "Traceback of forward call" not in text:
+            continue
+        frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', text)
+        user = [f for f in frames if "/torch/" not in f[0]]
+        if user:
+            filename, line, code = user[-1]
+            op = re.search(r"Error detected in (\w+)", text)
+            where = f" of {op.group(1)}" if op else ""
+            return f" (the backward{where} of the op at {filename}:{line}: {code.strip()})"
+    return ""
+
+
+def _leaf_root(module: nn.Module, name: str, num_inputs: int) -> fx.GraphModule:
     """A one-op graph calling ``module``: tracing a leaf layer itself would inline its internals."""
-    name = _MODULE_TYPES[type(module)]
     root = nn.Module()
     root.add_module(name, module)
     graph = fx.Graph()
@@ -442,6 +782,8 @@ class _Builder:
         self.sample_axes: dict[str, list[int | None]] = {}
         self.owned_params: set[int] = set()
         self.key_bytes: dict[str, int] = {}
+        #: ops that read a tensor carrying the batch but output none: (node, op type)
+        self.lost: list[tuple[fx.Node, str]] = []
 
     def build(self) -> tuple[list[Op], list[Tensor]]:
         ops: list[Op] = []
@@ -522,6 +864,8 @@ class _Builder:
         sample_axes = self._sample_axes(node, flat)
         self.sample_axes[node.name] = sample_axes
         dims, split = self._parallel_dims(kind, out, sample_axes[0], inputs, param_bytes > 0)
+        if not dims and all(a is None for a in sample_axes) and self._batched_input(inputs) is not None:
+            self.lost.append((node, op_type))
         return Op(
             name=node.name,
             op_type=op_type,
@@ -726,13 +1070,17 @@ class _Builder:
         has_params: bool,
     ) -> tuple[tuple[ParallelDim, ...], SplitClass]:
         """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op (:func:`parallel_dims`)."""
-        reduce_axis: tuple[int, int] | None = None
-        if sample_axis is None and kind.reduces and inputs:
-            src, idx, info = inputs[0]
-            in_axis = self.sample_axes.get(src, [None] * (idx + 1))[idx]
-            if in_axis is not None:
-                reduce_axis = (in_axis, info.shape[in_axis])
+        reduce_axis = self._batched_input(inputs) if sample_axis is None else None
         return parallel_dims(kind, out.shape, sample_axis, reduce_axis, has_params)
+
+    def _batched_input(self, inputs: list[tuple[str, int, _TensorInfo]]) -> tuple[int, int] | None:
+        """``(sample axis, extent)`` of the first input that carries the batch, ``None`` if none does."""
+        for src, idx, info in inputs:
+            axes = self.sample_axes.get(src, [])
+            axis = axes[idx] if idx < len(axes) else None
+            if axis is not None:
+                return axis, info.shape[axis]
+        return None
 
 
 def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Module | None]:
@@ -743,11 +1091,23 @@ def op_type_of(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[str, nn.Mo
         return "constant", None
     if node.op == "call_module":
         module = modules[str(node.target)]
-        return _MODULE_TYPES.get(type(module), type(module).__name__.lower()), module
+        return leaf_op_type(module, _MODULE_TYPES) or type(module).__name__.lower(), module
     if node.op == "call_method":
         return _METHOD_TYPES.get(str(node.target), str(node.target)), None
     target = node.target
+    if target is builtins.getattr and len(node.args) > 1 and node.args[1] in _TENSOR_ATTRS:
+        return _TENSOR_ATTRS[node.args[1]], None  # x.T, x.mT: a view
     return _FUNCTION_TYPES.get(target, getattr(target, "__name__", str(target))), None
+
+
+#: Tensor attributes that are tensors (``x.T``), read through ``getattr`` in an fx graph.
+_TENSOR_ATTRS: dict[Any, str] = {
+    "T": "transpose",
+    "mT": "transpose",
+    "H": "transpose",
+    "mH": "transpose",
+    "data": "identity",
+}
 
 
 def parallel_dims(
@@ -763,12 +1123,14 @@ def parallel_dims(
         kind: the op's kind.
         shape: its first output's shape.
         sample_axis: the output axis that follows the batch, ``None`` when none does.
-        reduce_axis: ``(axis, extent)`` of the first input's sample axis, for ops that may reduce it.
+        reduce_axis: ``(axis, extent)`` of the sample axis of the first input that has one, for ops
+            that may reduce it (reductions, and products, which contract it).
         has_params: whether the op reads parameters (a ``matmul`` then splits like a linear layer).
     """
     if sample_axis is None:
-        # A reduction over the batch (a mean loss): partitions produce partial sums (TAG "sum").
-        if kind.reduces and reduce_axis is not None:
+        # A reduction over the batch (a mean loss), or a product contracting it (x^T x): partitions
+        # produce partial sums (TAG "sum").
+        if (kind.reduces or kind.family == "matmul") and reduce_axis is not None:
             axis, extent = reduce_axis
             return (ParallelDim("sample", "sample", axis, extent, reduction=True),), "sum"
         return (), "none"
