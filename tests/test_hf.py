@@ -12,7 +12,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl.errors import UnknownNameError
-from placement_rl.models import build_hf, load_model, parse_overrides
+from placement_rl.models import HF_IMAGE_SIZE, build_hf, load_model, parse_overrides
 from placement_rl.ops import op_kind
 
 pytest.importorskip("transformers")
@@ -141,3 +141,195 @@ def test_experiment_entries_take_model_strings() -> None:
     assert max(op.output_shapes[0][1] for op in graph.ops if op.op_type == "linear") == 8
     with pytest.raises(SchemaError, match="expected only seq_len"):
         load_entry(ModelEntry(spec, options={"steps": 2}), topology)
+
+
+# ----------------------------------------------------------------- every input, nested configs, checked classes
+_TOWER = "num_hidden_layers=1,hidden_size=32,intermediate_size=64,num_attention_heads=2"
+
+
+def _nested(prefix: str) -> str:
+    return ",".join(f"{prefix}.{item}" for item in _TOWER.split(","))
+
+
+#: One small configuration per checked class (``HF_CHECKED_CLASSES``), nested configs through ``sub.key``.
+CHECKED = {
+    **{spec.split(":")[0]: spec for spec in SHRUNK.values()},
+    "DebertaV2ForMaskedLM": f"DebertaV2ForMaskedLM:{_TOWER},vocab_size=100,relative_attention=true,"
+    'position_buckets=8,share_att_key=true,pos_att_type=["p2c","c2p"]',
+    "BartForConditionalGeneration": "BartForConditionalGeneration:d_model=32,encoder_layers=1,decoder_layers=1,"
+    "encoder_attention_heads=2,decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,vocab_size=100,"
+    "max_position_embeddings=64",
+    "CLIPModel": f"CLIPModel:{_nested('text_config')},text_config.vocab_size=100,{_nested('vision_config')},"
+    "vision_config.image_size=32,vision_config.patch_size=8,projection_dim=16",
+    "SiglipModel": f"SiglipModel:{_nested('text_config')},text_config.vocab_size=100,{_nested('vision_config')},"
+    "vision_config.image_size=32,vision_config.patch_size=8",
+    "MambaForCausalLM": "MambaForCausalLM:hidden_size=32,num_hidden_layers=1,state_size=4,vocab_size=100",
+}
+
+
+def test_every_checked_class_has_a_small_config() -> None:
+    from placement_rl.models import HF_CHECKED_CLASSES
+
+    assert sorted(CHECKED) == sorted(HF_CHECKED_CLASSES)
+
+
+def test_inputs_are_built_for_every_input_the_model_takes() -> None:
+    module, args, inputs = build_hf(CHECKED["CLIPModel"], 2, 16)
+    assert type(module).__name__ == "CLIPModel" and args == ()
+    assert module.config.text_config.num_hidden_layers == 1 and module.config.vision_config.image_size == 32
+    assert inputs["input_ids"].shape == (2, 16)
+    assert inputs["pixel_values"].shape == (2, 3, 32, 32)
+    assert inputs["return_loss"] is True  # the contrastive loss is part of the step
+    _, _, inputs = build_hf(CHECKED["CLIPModel"], 2, None)
+    assert inputs["input_ids"].shape == (2, 77)  # without --seq-len, all of CLIP's 77 positions
+    _, _, inputs = build_hf(CHECKED["BartForConditionalGeneration"], 2, 16)
+    assert {k: tuple(v.shape) for k, v in inputs.items() if isinstance(v, torch.Tensor)} == {
+        "input_ids": (2, 16),
+        "decoder_input_ids": (2, 16),
+        "labels": (2, 16),
+    }
+    _, _, inputs = build_hf(SHRUNK["whisper"], 2, 16)
+    assert inputs["input_features"].shape == (2, 16, 64) and inputs["decoder_input_ids"].shape == (2, 16)
+    _, _, inputs = build_hf(SHRUNK["vit"], 2, 16)
+    assert set(inputs) == {"pixel_values", "labels"} and inputs["labels"].shape == (2,)
+
+
+def test_clip_imports_with_both_inputs() -> None:
+    """CLIP's loss numbers the batch (``arange(len(logits))``): the importer either keeps the batch as a
+    dimension or refuses with an error that says so; either way both towers are traced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            graph = load_model(f"hf:{CHECKED['CLIPModel']}", batch_size=2, seq_len=8)
+        except ValueError as exc:
+            assert "batch" in str(exc)
+            return
+    assert {"input_ids", "pixel_values"} <= {op.name for op in graph.ops}
+    assert sum(op.sample_dim is not None for op in graph.ops) > graph.num_ops / 2
+
+
+@pytest.mark.slow  # about 10 s: one import per checked class
+@pytest.mark.parametrize("name", sorted(set(CHECKED) - {spec.split(":")[0] for spec in SHRUNK.values()}))
+def test_checked_classes_import(name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            graph = load_model(f"hf:{CHECKED[name]}", batch_size=2, seq_len=16)
+        except ValueError as exc:
+            assert name == "CLIPModel" and "batch" in str(exc)  # see test_clip_imports_with_both_inputs
+            return
+    assert graph.batch_size == 2 and graph.num_ops > 20
+    assert graph.forward_flops > 0 and graph.param_bytes > 0
+    if name != "CLIPModel":
+        assert sum(op.sample_dim is not None for op in graph.ops) > graph.num_ops / 2
+
+
+# ----------------------------------------------------------------- config keys and values
+def test_config_keys_the_config_takes_are_accepted() -> None:
+    module, _, _ = build_hf(CHECKED["DebertaV2ForMaskedLM"], 1, 8)
+    assert module.config.position_buckets == 8 and module.config.share_att_key is True
+    module, _, _ = build_hf(f"LlamaForCausalLM:{_TOWER},vocab_size=100,rope_theta=500000.0", 1, 8)
+    assert module.config.rope_parameters["rope_theta"] == 500000.0
+    with pytest.raises(UnknownNameError, match="unknown option of DebertaV2Config 'position_bucket'.*position_buckets"):
+        build_hf(f"DebertaV2ForMaskedLM:{_TOWER},position_bucket=8", 1, 8)
+    with pytest.raises(UnknownNameError, match=r"unknown option of CLIPTextConfig \(text_config\) 'num_layers'"):
+        build_hf("CLIPModel:text_config.num_layers=1", 1, 8)
+    with pytest.raises(ValueError, match="expected key or sub_config.key"):
+        build_hf("CLIPModel:text_config.a.b=1", 1, 8)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hidden_size=0", "hidden_size = 0; expected a positive integer"),
+        ("num_hidden_layers=-1", "num_hidden_layers = -1; expected a positive integer"),
+        ("hidden_size=NaN", "hidden_size = nan; expected a finite number"),
+        ("rms_norm_eps=Infinity", "rms_norm_eps = inf; expected a finite number"),
+        ("vocab_size=1e30", "vocab_size = 1e[+]30; expected a positive integer"),
+        ("vocab_size=99999999999", "vocab_size = 99999999999; expected a positive integer [(]at most 16777216"),
+        ("num_hidden_layers=true", "num_hidden_layers = True; expected a positive integer"),
+        ("hidden_size=64.5", "hidden_size = 64.5; expected a positive integer"),
+        ("hidden_size=big", "hidden_size = 'big'; expected a positive integer"),
+        ("head_dim=0", "head_dim = 0; expected a positive integer"),
+        ("attention_bias=3", "attention_bias = 3; expected true or false"),
+    ],
+)
+def test_bad_config_values_are_refused(override: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build_hf(f"LlamaForCausalLM:{override}", 1, 8)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, float("nan"), float("inf"), 2**40])
+def test_bad_batch_sizes_and_lengths_are_refused(value: object) -> None:
+    spec = f"hf:LlamaForCausalLM:{_TOWER}"
+    with pytest.raises(ValueError, match=r"--batch-size = .*; expected a positive integer"):
+        load_model(spec, batch_size=value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"--seq-len = .*; expected a positive integer"):
+        load_model(spec, seq_len=value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"--batch-size = .*; expected a positive integer"):
+        load_model("lenet", batch_size=value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch_size = .*; expected a positive integer"):
+        build_hf(f"LlamaForCausalLM:{_TOWER}", value, 8)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- factories
+def raises_runtime_error() -> torch.nn.Module:
+    raise RuntimeError("no weights here")
+
+
+def exits() -> torch.nn.Module:
+    raise SystemExit(3)
+
+
+builtin_len = len
+
+
+def returns_bad_inputs() -> tuple[torch.nn.Module, int]:
+    return torch.nn.Linear(2, 2), 5
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("sys:exit", "'sys' is a standard-library module"),
+        ("os.path:join", "'os.path' is a standard-library module"),
+        ("builtins:print", "'builtins' is a standard-library module"),
+        ("test_hf:builtin_len", "builtin_len is a builtin, not a Python function or class"),
+        ("test_hf:warnings", "test_hf has no callable .warnings."),
+        ("test_hf:Path", r"Path comes from the standard library \(pathlib\)"),
+        ("test_hf:exits", r"exits\(\) raised SystemExit: 3"),
+        ("test_hf:raises_runtime_error", r"raises_runtime_error\(\) raised RuntimeError: no weights here"),
+        ("test_hf:returns_bad_inputs", "the example inputs are a int; expected a tuple of tensors"),
+        ("no such:thing", "'no such' is not a dotted module name"),
+    ],
+)
+def test_bad_factories_are_refused(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        load_model(spec)
+    assert spec in str(info.value)
+    if "raised" in message:
+        assert isinstance(info.value.__cause__, BaseException)
+
+
+def test_a_slow_build_says_it_is_still_running() -> None:
+    from threading import Event
+
+    from placement_rl.models import still_running
+
+    lines: list[str] = []
+    said = Event()
+
+    def write(line: str) -> None:
+        lines.append(line)
+        said.set()
+
+    with still_running("building model m", after_s=0.0, every_s=3600.0, write=write):
+        assert said.wait(60.0)  # the watcher speaks while the block is still running
+    assert lines and lines[0].startswith("building model m ... still running after ")
+
+
+def test_a_vision_config_without_an_image_size_gets_the_default_side() -> None:
+    """ResNet's and RegNet's configs name no image size: the inputs are HF_IMAGE_SIZE square, not an error."""
+    graph = load_model("hf:ResNetForImageClassification:depths=[1],hidden_sizes=[8],embedding_size=8", batch_size=2)
+    assert graph.ops[0].output_shapes[0] == (2, 3, HF_IMAGE_SIZE, HF_IMAGE_SIZE)
+    assert all(any(d.kind == "sample" for d in op.parallel_dims) for op in graph.ops if op.forward_flops > 0)
