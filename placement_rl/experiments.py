@@ -28,15 +28,22 @@ The experiment file (YAML, read at the Ray edge: :func:`placement_rl.rl.compare.
 
 Every key is checked when the file is read (:func:`parse_experiment`: an unknown key lists the valid
 ones), and every name, budget and instance before any cell runs (:func:`prepare`): unknown methods,
-models and topologies, bad budgets, exhaustive search on a space too large. Learned methods (a
+models and topologies, bad budgets, exhaustive search on a space too large. Sizes are bounded: at
+most :data:`MAX_SEEDS` seeds, :data:`MAX_CELLS` cells and a global batch of :data:`MAX_BATCH_SIZE`
+(search budgets: :class:`placement_rl.search.Budget`). Learned methods (a
 registered agent with a ``checkpoint``) are resolved at the Ray edge, which checks their agent kind
 and held-out models first.
 
 The driver (:func:`run_experiment`) runs the cells through an injected :class:`CellRunner` (serial
 here; Ray tasks with bounded concurrency at the edge, :class:`placement_rl.rl.compare.RayCells`),
 writes each finished cell's plan JSON and appends its row to ``results.jsonl`` at once, so that
-``resume`` skips finished cells and nothing finished is lost on a crash or Ctrl-C. Then it writes
+``resume`` skips finished cells and nothing finished is lost on a crash or Ctrl-C. A damaged line of
+``results.jsonl`` (cut short by a crash, or edited: :func:`row_problem`) is skipped with a warning
+naming its line, and its cell runs again; the file is only ever appended to. Then it writes
 ``results.csv``, ``results.md``, ``summary.csv``/``summary.md`` and the PNGs (:func:`write_outputs`).
+Rows are standard JSON: a figure with no finite value (a search's best cost before any plan fits) is
+``null``. Where no method's plan fits in memory, the Markdown files say so and name the plan that
+needs the least (:func:`no_fit`).
 
 Models: a zoo name or a graph ``.json`` file today. Model specs such as ``hf:...`` or
 ``package.module:factory`` join through :func:`load_model`, the one place a model string becomes a
@@ -53,6 +60,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +69,7 @@ from typing import Any, Protocol
 from placement_rl.config import Rule, as_mapping, check_known, integer, option, parse, text
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import OpGraph
-from placement_rl.io import dumps_json, loads_json, write_json
+from placement_rl.io import dumps_json, finite_or_none, loads_json, write_json
 from placement_rl.methods import DP_REFERENCES, Method, MethodResult, compare_methods, get_method, method_names
 from placement_rl.plan import Plan
 from placement_rl.sim import CostModel
@@ -85,6 +93,15 @@ RESULTS, CSV_FILE, MARKDOWN, SUMMARY_CSV, SUMMARY_MD = (
 SPEEDUP_PNG, ANYTIME_PNG, EXPERIMENT_FILE = "speedup.png", "anytime.png", "experiment.json"
 #: The folder of the per-instance anytime PNGs (``anytime/<instance>.png``).
 ANYTIME_DIR = "anytime"
+#: The most seeds an experiment may give (``seeds: N`` or a list).
+MAX_SEEDS = 10_000
+#: The largest seed (numpy's generators take any size; larger ones are typos).
+MAX_SEED = 2**63 - 1
+#: The largest global batch size a model entry may ask for (``batch_size``, or ``batch_per_device`` times
+#: a topology's device count): the environments' generators take the same bound.
+MAX_BATCH_SIZE = 1_000_000
+#: The most cells an experiment may expand to (instances x method entries x seeds of seeded methods).
+MAX_CELLS = 100_000
 
 
 # --------------------------------------------------------------------------------- config records
@@ -107,9 +124,9 @@ class ModelEntry:
     model: str = option(rule=text())
     """A zoo name (``placement-rl models``), a graph ``.json`` file, ``hf:...`` or ``package.module:factory``
     (:func:`load_model`)."""
-    batch_size: int | None = option(None, rule=integer(1, null=True))
-    """Global batch size (default: the paper's; a graph file keeps its own)."""
-    batch_per_device: int | None = option(None, rule=integer(1, null=True))
+    batch_size: int | None = option(None, rule=integer(1, MAX_BATCH_SIZE, null=True))
+    """Global batch size (default: the paper's; a graph file keeps its own), at most :data:`MAX_BATCH_SIZE`."""
+    batch_per_device: int | None = option(None, rule=integer(1, MAX_BATCH_SIZE, null=True))
     """Samples per device: the batch size is this times each topology's device count (FlexFlow)."""
     options: Mapping[str, Any] = option(default_factory=dict, rule=_MAPPING)
     """Architecture options of a zoo model (``{steps: 2}``)."""
@@ -298,6 +315,7 @@ def parse_experiment(
         if names.count(n) > 1:
             raise SchemaError(f"{where}.methods: two entries are named {n!r}; give one a distinct 'name'")
     seeds = _parse_seeds(top.get("seeds", [0]), f"{where}.seeds")
+    _check_cell_count(len(models), len(topologies), methods, seeds, where)
     cost = as_mapping(top.get("cost"), f"{where}.cost")
     build_cost_model(cost, f"{where}.cost")
     concurrency = top.get("concurrency")
@@ -305,9 +323,29 @@ def parse_experiment(
     return Experiment(exp_name, models, topologies, methods, seeds, cost, concurrency, description)
 
 
+def _check_cell_count(
+    models: int, topologies: int, methods: Sequence[MethodEntry], seeds: Sequence[int], where: str
+) -> None:
+    """Refuse an experiment of more than :data:`MAX_CELLS` cells before anything is loaded."""
+    per_instance = sum(len(seeds) if m.seeded else 1 for m in methods)
+    cells = models * topologies * per_instance
+    if cells > MAX_CELLS:
+        raise SchemaError(
+            f"{where}: {models} model(s) x {topologies} topologies x {per_instance} method runs per instance "
+            f"({len(seeds)} seed(s) for each seeded method) = {cells:,} cells; expected at most {MAX_CELLS:,} "
+            "(fewer seeds, models or topologies, or several experiments)"
+        )
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (error messages quote what the user wrote)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, (list, tuple)) or not value:
-        raise SchemaError(f"{where}: {value!r}; expected a non-empty list")
+        raise SchemaError(f"{where}: {_short(value)}; expected a non-empty list")
     return list(value)
 
 
@@ -337,14 +375,16 @@ def expand_topology(spec: Any, where: str = "topology") -> list[str]:
 
 def _parse_seeds(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
-            raise SchemaError(f"{where}: {value!r}; expected a count >= 1 or a list of seeds")
+        if not 1 <= value <= MAX_SEEDS:
+            raise SchemaError(f"{where}: {value!r}; expected a count >= 1 and <= {MAX_SEEDS} or a list of seeds")
         return tuple(range(value))
     if not isinstance(value, (list, tuple)) or not value:
-        raise SchemaError(f"{where}: {value!r}; expected a count >= 1 or a non-empty list of seeds")
+        raise SchemaError(f"{where}: {_short(value)}; expected a count >= 1 or a non-empty list of seeds")
+    if len(value) > MAX_SEEDS:
+        raise SchemaError(f"{where}: {len(value):,} seeds; expected at most {MAX_SEEDS:,}")
     for s in value:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise SchemaError(f"{where}: seed {s!r}; expected integers >= 0")
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED:
+            raise SchemaError(f"{where}: seed {_short(s)}; expected integers >= 0 and < 2**63")
     if len(set(value)) != len(value):
         raise SchemaError(f"{where}: {list(value)} repeats a seed")
     return tuple(value)
@@ -458,7 +498,9 @@ def build_cost_model(cost: Mapping[str, Any], where: str) -> CostModel:
             expected = type(default)
             ok = isinstance(value, expected) or (expected is float and isinstance(value, int))
             if not ok or isinstance(value, bool) != isinstance(default, bool):
-                raise SchemaError(f"{where}: {key} = {value!r}; expected a {expected.__name__}")
+                raise SchemaError(f"{where}: {key} = {_short(value)}; expected a {expected.__name__}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SchemaError(f"{where}: {key} = {value!r}; expected a finite number")
             kwargs[key] = value
     try:
         return CostModel(**kwargs)
@@ -479,6 +521,11 @@ def load_model(entry: ModelEntry, topology: DeviceTopology) -> OpGraph:
     batch = entry.batch_size
     if entry.batch_per_device is not None:
         batch = entry.batch_per_device * topology.num_devices
+        if batch > MAX_BATCH_SIZE:
+            raise SchemaError(
+                f"batch_per_device = {entry.batch_per_device} on the {topology.num_devices} devices of "
+                f"{topology.name!r}: a batch of {batch:,}; expected at most {MAX_BATCH_SIZE:,}"
+            )
     if entry.model.endswith(".json") or (os.sep in entry.model and Path(entry.model).is_file()):
         graph = OpGraph.from_json(entry.model)
     elif ":" in entry.model:
@@ -744,11 +791,13 @@ def cell_row(
     if result is not None:
         body = {k: v for k, v in result.row().items() if k not in ("instance", "method")}
         body["dp_makespan_s"] = result.dp_makespan_s
-        body["anytime"] = [list(p) for p in result.anytime]
+        body["anytime"] = [list(p) for p in result.anytime]  # an infinite best cost (nothing fits yet): null
+        if result.note:
+            head["note"] = f"{note}; {result.note}" if note else result.note
     else:
         body = dict.fromkeys(ROW_FIELDS)
         body["anytime"] = []
-    return {**head, **body, "plan_file": plan_file, "digest": cell.digest}
+    return finite_or_none({**head, **body, "plan_file": plan_file, "digest": cell.digest})
 
 
 #: The fields :meth:`MethodResult.row` contributes (``None`` in rows of cells that did not run).
@@ -761,6 +810,8 @@ ROW_FIELDS = (
     "headroom_captured",
     "max_peak_memory_bytes",
     "peak_memory_bytes",
+    "memory_capacity_bytes",
+    "memory_over_bytes",
     "comm_bytes",
     "busiest_link_bytes",
     "oom",
@@ -848,48 +899,117 @@ class Report:
     interrupted: bool = False
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a ``results.jsonl``; a torn last line (the process died while writing it) is dropped
-    from the file, any other bad line is an error naming it."""
-    if not path.is_file():
+def _is_number(value: Any, *, low: float = -math.inf, null: bool = False) -> bool:
+    if value is None:
+        return null
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+
+
+#: What every row holds, by key: (test, what is expected).
+_ROW_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "cell": (lambda v: isinstance(v, str) and bool(v), "a cell id"),
+    "instance": (lambda v: isinstance(v, str), "a string"),
+    "method": (lambda v: isinstance(v, str), "a string"),
+    "seed": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer or null"),
+    "status": (lambda v: v in ("ok", "unavailable", "error"), "ok, unavailable or error"),
+    "note": (lambda v: isinstance(v, str), "a string"),
+    "digest": (lambda v: isinstance(v, str), "a string"),
+}
+#: What the row of a cell that ran (``status: ok``) holds besides, by key.
+_OK_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "makespan_s": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "speedup_over_dp": (lambda v: _is_number(v, low=0, null=True), "a number >= 0 or null"),
+    "speedup_over": (
+        lambda v: isinstance(v, dict) and all(_is_number(x, null=True) and (x is None or x > 0) for x in v.values()),
+        "an object of speedups > 0",
+    ),
+    "lower_bound_s": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "headroom_captured": (lambda v: _is_number(v, null=True), "a number or null"),
+    "max_peak_memory_bytes": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "comm_bytes": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "busiest_link_bytes": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "oom": (lambda v: isinstance(v, bool), "true or false"),
+    "search_s": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "dp_makespan_s": (lambda v: _is_number(v, low=0), "a number >= 0"),
+    "anytime": (
+        lambda v: (
+            isinstance(v, list)
+            and all(isinstance(p, list) and len(p) == 2 and _is_number(p[0]) and _is_number(p[1], null=True) for p in v)
+        ),
+        "a list of [seconds, cost] pairs",
+    ),
+    "plan_file": (lambda v: v is None or isinstance(v, str), "a path or null"),
+}
+
+
+def row_problem(row: Any) -> str | None:
+    """What is wrong with a ``results.jsonl`` row (``None``: nothing): it must be an object with the
+    keys of :func:`cell_row`, of the right types, as every table and the summary read them."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    checks = {**_ROW_KEYS, **(_OK_KEYS if row.get("status") == "ok" else {})}
+    missing = [k for k in checks if k not in row]
+    if missing:
+        return f"missing key(s) {missing}"
+    for key, (test, expected) in checks.items():
+        if not test(row[key]):
+            return f"{key} = {_short(row[key], 80)}; expected {expected}"
+    return None
+
+
+def read_rows(path: Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:
+    """The good rows of a ``results.jsonl``, in file order.
+
+    A damaged line (cut short by a crash while it was written, not JSON, not a row object, a key
+    missing or of the wrong type: :func:`row_problem`) is skipped, its cell counts as not run, and a
+    message naming the file, the line and what was expected goes to ``damaged``. The file itself is
+    never changed here.
+    """
+    if not path.exists():
         return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
+    if not path.is_file():
+        raise SchemaError(f"{path} is not a file; expected the results.jsonl of an earlier run")
     rows: list[dict[str, Any]] = []
-    good_bytes = 0
+    lines = path.read_bytes().split(b"\n")
     for k, line in enumerate(lines):
         if not line.strip():
-            good_bytes += len(line) + (1 if k < len(lines) - 1 else 0)
             continue
-        last = k == len(lines) - 1  # no newline after it: written partly
+        where = f"{path}:{k + 1}"
         try:
-            row = loads_json(line.decode("utf-8"), f"{path}:{k + 1}")
-        except (SchemaError, UnicodeDecodeError):
-            if last:
-                break
-            raise SchemaError(f"{path}:{k + 1}: not a JSON row; expected one JSON object per line") from None
-        if last:  # a complete object without its newline: keep it, finish the line
-            with open(path, "ab") as f:
-                f.write(b"\n")
-        if not isinstance(row, dict) or "cell" not in row:
-            raise SchemaError(f"{path}:{k + 1}: expected a row object with a 'cell' key")
-        rows.append(row)
-        good_bytes += len(line) + 1
-    if good_bytes < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(good_bytes)
+            row = loads_json(line.decode("utf-8"), where)
+        except SchemaError as exc:
+            torn = " (a write cut short?)" if k == len(lines) - 1 else ""
+            problem = str(exc).removeprefix(f"{where}: ") + torn
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        else:
+            found = row_problem(row)
+            if found is None:
+                rows.append(row)
+                continue
+            problem = found
+        if damaged is not None:
+            damaged.append(f"{where}: skipped a damaged row: {problem}; expected one row object per line")
     return rows
 
 
 def append_row(path: Path, row: Mapping[str, Any]) -> None:
-    """Append one row as a JSON line and flush it to disk (what ``resume`` relies on)."""
+    """Append one row as a JSON line and flush it to disk (what ``resume`` relies on). A file whose last
+    line was cut short gets a line break first, so the new row stands on a line of its own."""
     line = (dumps_json(row, indent=None) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: The most damaged-row warnings ``run_experiment`` prints one by one.
+MAX_DAMAGED_WARNINGS = 10
 
 
 def run_experiment(
@@ -926,9 +1046,20 @@ def run_experiment(
     log = out / RESULTS
     if log.exists() and log.stat().st_size > 0 and not resume:
         raise ValueError(f"{log} exists: pass --resume to finish that run, or choose another --out folder")
+    damaged: list[str] = []
+    previous = read_rows(log, damaged) if resume else []  # before anything is written
     write_json(out / EXPERIMENT_FILE, exp.to_dict())
     _write_graphs(out, prepared)
-    previous = read_rows(log) if resume else []
+    for message in damaged[:MAX_DAMAGED_WARNINGS]:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+    if len(damaged) > MAX_DAMAGED_WARNINGS:
+        print(f"warning: {len(damaged) - MAX_DAMAGED_WARNINGS} more damaged rows in {log}", file=sys.stderr)
+    if damaged:
+        print(
+            f"warning: {log} is left as it is; the cells of its damaged rows run again unless another line has them",
+            file=sys.stderr,
+            flush=True,
+        )
     wanted = {c.key: c for c in prepared.cells}
     latest: dict[str, dict[str, Any]] = {}
     for row in previous:
@@ -1030,6 +1161,7 @@ def csv_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "lower_bound_s",
         "headroom_captured",
         "max_peak_memory_bytes",
+        "memory_over_bytes",
         "oom",
         "comm_bytes",
         "busiest_link_bytes",
@@ -1145,6 +1277,70 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def no_fit(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The instances where no method found a plan that fits in memory, each with the plan that needs
+    the least: ``instance``, ``method`` (and ``seed``), ``memory_over_bytes`` (how far its fullest
+    device is over), that ``device`` with its ``peak_bytes`` and ``capacity_bytes`` (``None`` in rows
+    of earlier versions, which lack the capacities), and ``plans`` (the rows that ran)."""
+    out = []
+    for inst, group in _group(r for r in rows if r["status"] == "ok").items():
+        if any(not r["oom"] for r in group):
+            continue
+        best = min(group, key=lambda r: (_over(r)[0], r["max_peak_memory_bytes"], r["makespan_s"]))
+        over, device, peak, capacity = _over(best)
+        out.append(
+            {
+                "instance": inst,
+                "method": best["method"],
+                "seed": best["seed"],
+                "memory_over_bytes": over,
+                "device": device,
+                "peak_bytes": peak,
+                "capacity_bytes": capacity,
+                "plans": len(group),
+            }
+        )
+    return out
+
+
+def _group(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["instance"], []).append(r)
+    return groups
+
+
+def _over(row: Mapping[str, Any]) -> tuple[float, str | None, float | None, float | None]:
+    """(bytes over memory on the fullest device, that device, its peak, its capacity) of a row."""
+    peaks = row.get("peak_memory_bytes") or {}
+    capacities = row.get("memory_capacity_bytes") or {}
+    shared = [d for d in peaks if isinstance(capacities.get(d), (int, float)) and isinstance(peaks[d], (int, float))]
+    if not shared:
+        return float(row.get("memory_over_bytes") or 0), None, None, None
+    device = max(shared, key=lambda d: peaks[d] - capacities[d])
+    return max(peaks[device] - capacities[device], 0), device, peaks[device], capacities[device]
+
+
+def no_fit_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per instance where no plan fits in memory (:func:`no_fit`)."""
+    from placement_rl.explain import format_bytes
+
+    lines = []
+    for n in no_fit(rows):
+        seed = "" if n["seed"] is None else f" (seed {n['seed']})"
+        where = (
+            f" on {n['device']} (peak {format_bytes(n['peak_bytes'])} of {format_bytes(n['capacity_bytes'])})"
+            if n["device"] is not None
+            else ""
+        )
+        lines.append(
+            f"{n['instance']}: no method found a plan that fits in memory ({n['plans']} plans); the least-memory "
+            f"plan is {n['method']}{seed}, {format_bytes(n['memory_over_bytes'])} over{where}; "
+            "`placement-rl plan` on this instance suggests what would fit"
+        )
+    return lines
+
+
 def summary_markdown(summary: Sequence[Mapping[str, Any]]) -> str:
     """The per-method summary as a Markdown table."""
     refs = [k[len("geomean_speedup_over_") :] for k in (summary[0] if summary else {}) if k.startswith("geomean_")]
@@ -1178,7 +1374,8 @@ def write_outputs(out: Path, experiment: Experiment, rows: Sequence[Mapping[str,
     files = [out / CSV_FILE, out / MARKDOWN, out / SUMMARY_CSV, out / SUMMARY_MD]
     _write_text(files[0], csv_text(rows))
     title = f"# {experiment.name}\n\n" + (f"{experiment.description.strip()}\n\n" if experiment.description else "")
-    _write_text(files[1], title + markdown_table(rows) + "\n" + summary_markdown(summary))
+    unfit = "".join(f"\n- {line}\n" for line in no_fit_lines(rows))
+    _write_text(files[1], title + markdown_table(rows) + "\n" + summary_markdown(summary) + unfit)
     buffer = io.StringIO()
     if summary:
         writer = csv.DictWriter(buffer, list(summary[0]), lineterminator="\n")
@@ -1186,7 +1383,7 @@ def write_outputs(out: Path, experiment: Experiment, rows: Sequence[Mapping[str,
         for s in summary:
             writer.writerow({k: ("" if v is None else v) for k, v in s.items()})
     _write_text(files[2], buffer.getvalue())
-    _write_text(files[3], summary_markdown(summary))
+    _write_text(files[3], summary_markdown(summary) + unfit)
     ok = [r for r in rows if r["status"] == "ok"]
     if ok:
         files.append(speedup_png(ok, out / SPEEDUP_PNG, title=f"{experiment.name}: speedup over data parallelism"))
@@ -1287,7 +1484,7 @@ def draw_anytime(
     for r in rows:
         label = None if r["method"] in labelled else r["method"]
         labelled.add(r["method"])
-        trace = [(t, c) for t, c in r.get("anytime") or [] if math.isfinite(c)]
+        trace = [(t, c) for t, c in r.get("anytime") or [] if c is not None and math.isfinite(c)]
         if trace:
             xs = [max(t, 1e-3) for t, _ in trace]
             ys = [c * 1e3 for _, c in trace]

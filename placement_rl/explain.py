@@ -5,12 +5,20 @@ memory per device, and where the iteration's time goes next to data parallelism'
 is split into compute, data transfers, gradient synchronization and the host issuing kernels;
 comparing that split with data parallelism's says why a plan is faster or slower (e.g. "DP spends
 63% of its critical path synchronizing gradients; this plan 12%").
+
+When no method's plan fits in memory, :func:`explain_no_fit` says so instead: the plan that needs the
+least memory, how far each of its devices is over, and what would fit (how many devices of the
+cluster's largest type a training step needs when split without replication, a lower precision where
+it needs less memory, splitting the model).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +27,10 @@ from placement_rl.ops import op_kind
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.topology import DeviceTopology
+
+if TYPE_CHECKING:
+    from placement_rl.methods import MethodResult
+    from placement_rl.sim import CostModel
 
 #: Critical-path task kinds by what the time is spent on.
 _SPENT_ON = {
@@ -138,10 +150,10 @@ def explain_plan(
     for op in graph.ops:
         families[op_kind(op.op_type).family][_describe_config(plan[op.name], graph, op.name)] += 1
     for family, shapes in sorted(families.items(), key=lambda kv: -sum(kv[1].values())):
-        total = sum(shapes.values())
+        ops = sum(shapes.values())
         (shape, count), *others = shapes.most_common()
-        more = f" (and {total - count} otherwise)" if others else ""
-        lines.append(f"{family} ({total} op{'s' if total > 1 else ''}): {shape}{more}")
+        more = f" (and {ops - count} otherwise)" if others else ""
+        lines.append(f"{family} ({ops} op{'s' if ops > 1 else ''}): {shape}{more}")
     peak = result.peak_memory_bytes
     if peak.size:
         busy = [i for i, name in enumerate(result.device_names) if name in set(used)]
@@ -149,7 +161,7 @@ def explain_plan(
         cap = result.memory_capacity_bytes[hi]
         fits = "does not fit" if result.oom else "fits"
         lines.append(
-            f"memory: {fits}; peak {peak[hi] / _GIB:.2f} GiB of {cap / _GIB:.0f} GiB on {result.device_names[hi]}"
+            f"memory: {fits}; peak {format_bytes(peak[hi])} of {format_bytes(cap)} on {result.device_names[hi]}"
             + (f" (out of memory on {', '.join(result.oom_devices)})" if result.oom else "")
         )
     mine = time_breakdown(result)
@@ -167,3 +179,134 @@ def explain_plan(
             f"{theirs[main] / ref_total:.0%} of its critical path on {main}, this plan {mine[main] / total:.0%}"
         )
     return lines
+
+
+#: Lower precisions to suggest, in order, when a plan does not fit (mixed precision halves activations).
+_LOWER_PRECISIONS = ("bf16-mixed", "fp16-mixed")
+
+
+def format_bytes(n_bytes: float) -> str:
+    """``12.50 GiB``, ``3.2 MiB`` or ``512 B``: binary units, the largest that keeps the number >= 1."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n_bytes) >= size:
+            return f"{n_bytes / size:.2f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def _step_bytes(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None) -> float:
+    """The memory of a whole training step on one device (parameters, gradients, optimizer state and
+    the activations' peak): the single-device plan's peak."""
+    from placement_rl.plan import single_device
+    from placement_rl.sim import simulate
+
+    result = simulate(graph, topology, single_device(graph, topology), cost_model, validate=False)
+    return float(result.peak_memory_bytes.max()) if result.peak_memory_bytes.size else 0.0
+
+
+def explain_no_fit(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    results: Sequence[MethodResult],
+    cost_model: CostModel | None = None,
+) -> tuple[list[str], dict[str, Any]]:
+    """Why nothing fits, for an instance where no method's plan fits in memory.
+
+    Args:
+        graph: the graph.
+        topology: the cluster.
+        results: every method's row (none fits).
+        cost_model: the cost model the rows were simulated with.
+
+    Returns:
+        The lines to print, and the same as a JSON-ready object: ``least_memory`` (the method whose plan
+        is least over memory, ``memory_over_bytes``, and per out-of-memory device its ``peak_bytes`` and
+        ``capacity_bytes``), ``step_bytes`` (a training step on one device), and ``suggestions``, each
+        with a ``kind`` (``more_devices``, ``split``, ``precision``, ``not_expressible``) and a ``text``.
+    """
+    from placement_rl.methods import least_memory
+
+    least = least_memory(results)
+    r = least.result
+    over_devices = {
+        name: {"peak_bytes": int(peak), "capacity_bytes": int(cap)}
+        for name, peak, cap in zip(r.device_names, r.peak_memory_bytes, r.memory_capacity_bytes, strict=True)
+        if peak > cap
+    }
+    worst = max(over_devices, key=lambda d: over_devices[d]["peak_bytes"] - over_devices[d]["capacity_bytes"])
+    peak, cap = (format_bytes(over_devices[worst][k]) for k in ("peak_bytes", "capacity_bytes"))
+    lines = [
+        f"no method found a plan that fits in memory ({len(results)} plans); the least-memory plan is "
+        f"{least.method}, {format_bytes(least.memory_over_bytes)} over on {worst} (peak {peak} of {cap}; "
+        f"{len(over_devices)} of {topology.num_devices} devices over)"
+    ]
+    step_bytes = _step_bytes(graph, topology, cost_model)
+    largest = max(topology.devices, key=lambda d: d.memory_bytes)
+    needed = math.ceil(step_bytes / largest.memory_bytes) if largest.memory_bytes > 0 else 0
+    same_type = sum(d.device_type == largest.device_type for d in topology.devices)
+    suggestions: list[dict[str, Any]] = []
+    if needed > same_type:
+        suggestions.append(
+            {
+                "kind": "more_devices",
+                "device_type": largest.device_type,
+                "devices_needed": needed,
+                "devices_of_type": same_type,
+                "text": f"more devices: a training step needs {format_bytes(step_bytes)}, so at least {needed} "
+                f"{largest.device_type} ({format_bytes(largest.memory_bytes)} each) with the model split "
+                f"without replication; the cluster has {same_type}",
+            }
+        )
+    total_bytes = float(sum(d.memory_bytes for d in topology.devices))
+    suggestions.append(
+        {
+            "kind": "split",
+            "text": "split the model instead of replicating it: layerwise stages, or ops placed on different "
+            "devices (model parallelism) and split along their parameters (mcmc, ft and exhaustive search these)"
+            + (
+                f"; the cluster's {format_bytes(total_bytes)} hold the {format_bytes(step_bytes)} of a "
+                "training step, but no plan found spreads it evenly enough"
+                if total_bytes >= step_bytes
+                else ""
+            ),
+        }
+    )
+    current = cost_model.precision if cost_model is not None else "fp32"
+    if current not in _LOWER_PRECISIONS:
+        from placement_rl.sim import CostModel as _CostModel
+
+        base = cost_model if cost_model is not None else _CostModel()
+        for precision in _LOWER_PRECISIONS:
+            try:
+                lower = _step_bytes(graph, topology, dataclasses.replace(base, precision=precision, profile=None))
+            except ValueError:  # a device without that precision's peak, or a profile of another precision
+                continue
+            if lower < step_bytes:
+                suggestions.append(
+                    {
+                        "kind": "precision",
+                        "precision": precision,
+                        "step_bytes": lower,
+                        "text": f"a lower precision: {precision} (--precision {precision}) needs "
+                        f"{format_bytes(lower)} per training step instead of {format_bytes(step_bytes)}",
+                    }
+                )
+            break
+    suggestions.append(
+        {
+            "kind": "not_expressible",
+            "text": "sharding the optimizer state over data-parallel replicas (ZeRO), activation recomputation and "
+            "pipelines of micro-batches are not expressible in plans yet",
+        }
+    )
+    lines.append("what would fit:")
+    lines.extend(f"  - {s['text']}" for s in suggestions)
+    document = {
+        "least_memory": {
+            "method": least.method,
+            "memory_over_bytes": least.memory_over_bytes,
+            "devices_over": over_devices,
+        },
+        "step_bytes": step_bytes,
+        "suggestions": suggestions,
+    }
+    return lines, document

@@ -4,8 +4,13 @@ User-facing files are JSON (never pickle). Each document is an object with a ``"
 ``"schema_version"`` integer; the schemas are described in ``docs/formats.md``.
 
 Strict JSON both ways: ``NaN`` and ``Infinity`` (which Python's ``json`` accepts and writes by
-default) are refused when reading and never written; numbers too large for a float, documents
-nested too deeply and files that are not UTF-8 are each a clean :class:`SchemaError` naming the file.
+default) are refused when reading and never written (:func:`finite_or_none` turns a figure that has
+no finite value, such as the best cost of a search before any plan fits, into ``null``); numbers too
+large for a float, documents nested too deeply and files that are not UTF-8 are each a clean
+:class:`SchemaError` naming the file.
+
+The core reads no YAML: experiment and training files are read at the edge
+(:mod:`placement_rl.rl.yaml_files`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,18 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return loads_json(text, str(path))
 
 
+def finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float (``NaN``, ``inf``) inside lists, tuples and dicts replaced
+    by ``None`` (JSON ``null``), tuples as lists: for figures that legitimately have no finite value."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
 def dumps_json(document: Any, indent: int | None = 1) -> str:
     """``document`` as strict JSON text.
 
@@ -64,18 +81,28 @@ def dumps_json(document: Any, indent: int | None = 1) -> str:
         raise ValueError(f"refusing to write non-standard JSON ({exc}): a figure is NaN or infinite") from None
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: str | os.PathLike[str], document: Any) -> None:
     """Write ``document`` as indented strict JSON, atomically: a crash never leaves a half-written file,
     and a file that cannot be written is an error before anything is replaced."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{str(path)!r} is a folder; expected a file path to write")
+    if path.exists() and not path.is_file():  # a device, pipe or socket: never replaced by a file
+        raise ValueError(f"{str(path)!r} is not a regular file; expected a file path to write")
     text = dumps_json(document) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide outputs from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -43,6 +43,7 @@ from typing import Any
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
+from placement_rl.io import finite_or_none
 from placement_rl.plan import (
     Plan,
     data_parallel,
@@ -116,11 +117,15 @@ class Found:
     Attributes:
         plan: the plan found.
         anytime: ``(seconds since the search began, best cost so far in seconds)`` at each improvement
-            and at the end; the cost is the makespan, penalized for plans that do not fit.
+            and at the end; the cost is the makespan, penalized for plans that do not fit (``inf``
+            while nothing fits; rows write it as ``null``).
+        note: what the row should say about the plan (e.g. that no plan of the search fits in memory
+            and this is the one that needs the least).
     """
 
     plan: Plan
     anytime: tuple[tuple[float, float], ...] = ()
+    note: str = ""
 
 
 #: ``check(options, graph, topology)``: raise ``ValueError`` naming the bad value; called once with
@@ -189,6 +194,7 @@ class MethodResult:
         reference_makespans_s: makespan of each registered data-parallel reference
             (:data:`DP_REFERENCES`) on the same instance.
         anytime: the search's trace (:attr:`Found.anytime`); empty for methods that report none.
+        note: the method's remark on its plan (:attr:`Found.note`), empty for most.
     """
 
     instance: str
@@ -201,6 +207,7 @@ class MethodResult:
     lower_bound_s: float = 0.0
     reference_makespans_s: Mapping[str, float] = field(default_factory=dict)
     anytime: tuple[tuple[float, float], ...] = ()
+    note: str = ""
 
     @property
     def makespan_s(self) -> float:
@@ -238,6 +245,12 @@ class MethodResult:
         return int(peak.max()) if peak.size else 0
 
     @property
+    def memory_over_bytes(self) -> int:
+        """How far the plan's worst device is over its memory: ``max(peak - capacity)`` over the
+        devices, 0 when the plan fits."""
+        return memory_over_bytes(self.result)
+
+    @property
     def busiest_link_bytes(self) -> float:
         """Bytes on the busiest link (Trinity's "peak communication")."""
         links = self.result.link_bytes
@@ -250,7 +263,7 @@ class MethodResult:
     def row(self) -> dict[str, Any]:
         """The JSON-friendly row every command prints (``--json``) and writes."""
         r = self.result
-        return {
+        row = {
             "instance": self.instance,
             "method": self.method,
             "makespan_s": r.makespan_s,
@@ -261,6 +274,8 @@ class MethodResult:
             "headroom_captured": self.headroom_captured,
             "max_peak_memory_bytes": self.max_peak_memory_bytes,
             "peak_memory_bytes": {d: int(m) for d, m in zip(r.device_names, r.peak_memory_bytes, strict=True)},
+            "memory_capacity_bytes": {d: int(m) for d, m in zip(r.device_names, r.memory_capacity_bytes, strict=True)},
+            "memory_over_bytes": self.memory_over_bytes,
             "comm_bytes": r.comm_bytes,
             "busiest_link_bytes": self.busiest_link_bytes,
             "oom": r.oom,
@@ -268,14 +283,34 @@ class MethodResult:
             "devices_used": self.devices_used,
             "search_s": self.search_s,
         }
+        return finite_or_none(row)
+
+
+def memory_over_bytes(result: SimResult) -> int:
+    """``max(peak - capacity)`` over the devices of a simulation, 0 when it fits (no device over)."""
+    if not result.peak_memory_bytes.size:
+        return 0
+    over = result.peak_memory_bytes.astype(float) - result.memory_capacity_bytes.astype(float)
+    return max(int(over.max()), 0)
+
+
+def least_memory(results: Sequence[MethodResult]) -> MethodResult:
+    """The plan whose worst device is least over its memory (:attr:`MethodResult.memory_over_bytes`;
+    ties: the fastest): the one to show when no plan fits."""
+    if not results:
+        raise ValueError("least_memory: no results; expected at least one method's row")
+    return min(results, key=lambda r: (r.memory_over_bytes, r.max_peak_memory_bytes, r.makespan_s))
 
 
 def best_result(results: Sequence[MethodResult]) -> MethodResult:
-    """The fastest plan that fits in memory (the fastest of all when none fits)."""
+    """The fastest plan that fits in memory; when none fits, the one that needs the least memory
+    (:func:`least_memory`), whose row says it is out of memory (check ``.oom``)."""
     if not results:
         raise ValueError("best_result: no results; expected at least one method's row")
     fitting = [r for r in results if not r.oom]
-    return min(fitting or results, key=lambda r: r.makespan_s)
+    if not fitting:
+        return least_memory(results)
+    return min(fitting, key=lambda r: r.makespan_s)
 
 
 def compare_methods(
@@ -345,6 +380,7 @@ def compare_methods(
             lower_bound_s,
             references,
             found.anytime,
+            found.note,
         )
         rows.append(row)
         if on_result is not None:
@@ -392,18 +428,36 @@ def anytime_trace(best_costs_s: Any, elapsed_s: float, times_s: Any = None) -> t
     return tuple(points)
 
 
-def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+#: The most MCMC chains, and tempering replicas per chain, one method entry may ask for.
+MAX_CHAINS, MAX_TEMPERING = 1024, 64
+
+
+def check_budget(value: Any, key: str = "budget", *, seconds_only: bool = False) -> None:
+    """Raise ``ValueError`` naming ``key`` unless ``value`` is a search budget (:class:`placement_rl.search.Budget`:
+    seconds such as ``'30s'`` or, unless ``seconds_only``, a number of proposals; both bounded there)."""
     from placement_rl.search import Budget
 
+    try:
+        budget = value if isinstance(value, Budget) else Budget.parse(value)
+    except ValueError as exc:
+        detail = str(exc).split(": ", 1)[-1]
+        raise ValueError(f"{key} = {value!r}; {detail}") from None
+    if seconds_only and budget.seconds is None:
+        raise ValueError(f"{key} = {value!r}; expected a duration such as '30s' or '2m'")
+
+
+def _check_int(options: Mapping[str, Any], key: str, default: int, high: int, what: str = "") -> None:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{key} = {value!r}; expected an integer >= 1 and <= {high}{what}")
+
+
+def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+
     if "budget" in options:
-        try:
-            Budget.parse(options["budget"])
-        except ValueError as exc:
-            detail = str(exc).split(": ", 1)[-1]
-            raise ValueError(f"budget = {options['budget']!r}; {detail}") from None
-    chains = options.get("chains", 1)
-    if isinstance(chains, bool) or not isinstance(chains, int) or chains < 1:
-        raise ValueError(f"chains = {chains!r}; expected an integer >= 1")
+        check_budget(options["budget"])
+    _check_int(options, "chains", 1, MAX_CHAINS)
     beta = options.get("beta", 50.0)
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta = {beta!r}; expected a finite number > 0")
@@ -416,21 +470,32 @@ def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: Dev
         isinstance(adaptive, bool) or not isinstance(adaptive, (int, float)) or not 0 < adaptive < 1
     ):
         raise ValueError(f"adaptive = {adaptive!r}; expected a target acceptance rate in (0, 1) or null")
-    tempering = options.get("tempering", 1)
-    if isinstance(tempering, bool) or not isinstance(tempering, int) or tempering < 1:
-        raise ValueError(f"tempering = {tempering!r}; expected an integer >= 1 (replicas per chain)")
+    _check_int(options, "tempering", 1, MAX_TEMPERING, " (replicas per chain)")
+    ratio = options.get("beta_ratio", 3.0)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and ratio > 1):
+        raise ValueError(f"beta_ratio = {ratio!r}; expected a finite number > 1")
+    initial = options.get("initial", list(EXTENDED_CANDIDATES))
+    if (
+        not isinstance(initial, (list, tuple))
+        or not initial
+        or not all(isinstance(c, str) and c in EXTENDED_CANDIDATES for c in initial)
+    ):
+        raise ValueError(f"initial = {initial!r}; expected a non-empty list of {list(EXTENDED_CANDIDATES)}")
 
 
-def _ft(problem: Problem) -> Plan:
-    """FT for 1, 2, 4, ... and all devices; the frontier plan the simulator finds fastest and fitting
-    (else FT's least-memory point over all devices, which the row then reports as out of memory)."""
+def _ft(problem: Problem) -> Found:
+    """FT for 1, 2, 4, ... and all devices; the frontier plan the simulator finds fastest and fitting.
+    When no frontier plan fits at any device count, the one whose worst device is least over its
+    memory, marked so (its plan's ``metadata["fits"]`` is false and the row's note says it)."""
+    import dataclasses
+
     from placement_rl.progress import step_progress
-    from placement_rl.search.ft import best_over_device_counts, run_ft
+    from placement_rl.search.ft import pick_over_device_counts
 
     max_configs = int(problem.options.get("max_configs", 8))
     counts = problem.options.get("device_counts")
     with step_progress(problem.graph.num_ops, "FT", problem.progress) as report:
-        found = best_over_device_counts(
+        pick = pick_over_device_counts(
             problem.graph,
             problem.topology,
             counts,
@@ -438,11 +503,18 @@ def _ft(problem: Problem) -> Plan:
             max_configs=max_configs,
             progress=report,
         )
-    if found is not None:
-        return found[1].plan
-    return (
-        run_ft(problem.graph, problem.topology, cost_model=problem.cost_model, max_configs=max_configs).points[0].plan
+    if pick.fits:
+        return Found(pick.point.plan)
+    from placement_rl.explain import format_bytes
+
+    over = format_bytes(memory_over_bytes(pick.result))
+    plan = dataclasses.replace(pick.point.plan, metadata={**pick.point.plan.metadata, "fits": False})
+    counts_text = ", ".join(str(n) for n in pick.device_counts)
+    note = (
+        f"none of FT's {pick.points} plans (on {counts_text} devices) fits in memory; this is the one that "
+        f"needs the least ({pick.num_devices} devices, {over} over on its fullest device)"
     )
+    return Found(plan, note=note)
 
 
 for _name, _description in (
@@ -484,6 +556,8 @@ register_method(
 
 
 MCTS_OPTIONS = ("budget", "max_groups", "device_grouping", "max_subsets", "c_puct", "leaf_batch", "reference")
+#: The largest ``max_groups``, ``max_subsets`` and ``leaf_batch`` an MCTS entry may ask for.
+MCTS_LIMITS = {"max_groups": 100_000, "max_subsets": 100_000, "leaf_batch": 4096}
 
 
 def _mcts(problem: Problem) -> Found:
@@ -516,11 +590,10 @@ def mcts_trace(baseline_s: float, found: Any) -> tuple[tuple[float, float], ...]
 def _check_mcts(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
     from placement_rl.search.tag import DEVICE_GROUPINGS, REFERENCES
 
-    _check_mcmc({k: v for k, v in options.items() if k == "budget"}, graph, topology)
-    for key in ("max_groups", "max_subsets", "leaf_batch"):
-        value = options.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} = {value!r}; expected an integer >= 1")
+    if "budget" in options:
+        check_budget(options["budget"])
+    for key, high in MCTS_LIMITS.items():
+        _check_int(options, key, 1, high)
     c = options.get("c_puct")
     if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0):
         raise ValueError(f"c_puct = {c!r}; expected a finite number > 0 (or null for TAG's sqrt(children / 10))")
@@ -570,15 +643,15 @@ def _exhaustive_space(options: Mapping[str, Any], graph: OpGraph, topology: Devi
 
 
 def _check_exhaustive(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
-    from placement_rl.search import Budget
 
     limit = options.get("max_plans", EXHAUSTIVE_MAX_PLANS)
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 1:
         raise ValueError(f"max_plans = {limit!r}; expected a number >= 1")
     if "time_limit" in options:
-        budget = Budget.parse(options["time_limit"]) if isinstance(options["time_limit"], str) else None
-        if budget is None or budget.seconds is None:
-            raise ValueError(f"time_limit = {options['time_limit']!r}; expected a duration such as '30s' or '2m'")
+        limit_s = options["time_limit"]
+        if not isinstance(limit_s, str):
+            raise ValueError(f"time_limit = {limit_s!r}; expected a duration such as '30s' or '2m'")
+        check_budget(limit_s, "time_limit", seconds_only=True)
     count = options.get("devices")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"devices = {count!r}; expected a device count (an integer >= 1): the first N devices")

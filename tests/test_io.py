@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,24 @@ def test_graph_files_round_trip_strictly(tmp_path: Path, zoo_graph) -> None:  # 
     graph.to_json(tmp_path / "g.json")
     assert "NaN" not in (tmp_path / "g.json").read_text()
     assert OpGraph.from_json(tmp_path / "g.json") == graph
+
+
+def test_finite_or_none_turns_non_finite_figures_into_null() -> None:
+    from placement_rl.io import dumps_json, finite_or_none
+
+    doc = {"a": float("inf"), "b": [1.0, float("nan"), (2, -float("inf"))], "c": "x", "d": 3}
+    assert finite_or_none(doc) == {"a": None, "b": [1.0, None, [2, None]], "c": "x", "d": 3}
+    assert dumps_json(finite_or_none(doc), indent=None) == '{"a": null, "b": [1.0, null, [2, null]], "c": "x", "d": 3}'
+
+
+def test_written_json_files_have_the_ordinary_mode_and_special_files_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    write_json(out, {"a": 1})
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        write_json(fifo, {"a": 1})
+    assert stat.S_ISFIFO(fifo.stat().st_mode)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from placement_rl.cli.common import json_parser, positive_int, print_json
+from placement_rl.cli.common import json_parser, path, positive_int, print_json
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from placement_rl.experiments import serial_cells, summary_markdown
+    from placement_rl.experiments import no_fit, no_fit_lines, serial_cells, summary_markdown
     from placement_rl.rl.compare import compare
 
     try:
@@ -31,6 +31,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
                 "ran": report.ran,
                 "skipped": report.skipped,
                 "summary": report.summary,
+                "no_fit": no_fit(report.rows),
                 "rows": report.rows,
                 "files": [str(f) for f in report.files],
             }
@@ -38,6 +39,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
     else:
         print(f"{len(report.rows)} cells ({report.ran} run now, {report.skipped} already finished) in {report.out_dir}")
         print(summary_markdown(report.summary), end="")
+        for line in no_fit_lines(report.rows):
+            print(line)
         for f in report.files:
             print(f"  wrote {f}")
     if report.failed:
@@ -57,7 +60,7 @@ def add_commands(sub: Any) -> None:
         help="run every method of an experiment file on its instances (Ray tasks); tables, plots, plans",
     )
     p.add_argument("experiment", help="experiment YAML, e.g. benchmarks/experiments/flexflow_fig6.yaml")
-    p.add_argument("--out", default=None, help="output folder (default out/compare-<name>)")
+    p.add_argument("--out", type=path, default=None, help="output folder (default out/compare-<name>)")
     p.add_argument("--resume", action="store_true", help="keep the finished cells of the output folder; run the others")
     p.add_argument(
         "--concurrency", type=positive_int, default=None, help="cells at once (default: the Ray cluster's CPUs)"

@@ -18,6 +18,7 @@ from placement_rl.cli.common import (
     load_instance,
     method_list,
     method_rows_table,
+    path,
     plan_for,
     positive_int,
     print_json,
@@ -25,7 +26,7 @@ from placement_rl.cli.common import (
     proposal_kinds,
     write_plan_outputs,
 )
-from placement_rl.explain import explain_plan
+from placement_rl.explain import explain_no_fit, explain_plan
 from placement_rl.paths import output_file, output_folder, safe_name
 
 #: The methods ``plan`` runs by default, data parallelism (the reference) first.
@@ -88,9 +89,12 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
     measured = measure_cells(prepared, resolve=resolve, extra_options=runtime_options, progress=not args.json)
     rows = [m.result for m in measured]
-    best = best_result(rows)
-    title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter)"
-    paths = write_plan_outputs(out_dir, "best_plan", best.plan, best.result, title)
+    best = best_result(rows)  # when nothing fits: the plan that needs the least memory
+    fits = not best.oom
+    stem = "best_plan" if fits else "least_memory_plan"
+    verdict = "" if fits else ", does not fit in memory"
+    title = f"{graph.name} on {topology.name}: {best.method} ({best.makespan_s * 1e3:.1f} ms/iter{verdict})"
+    paths = write_plan_outputs(out_dir, stem, best.plan, best.result, title)
     dp = next((r.result for r in rows if r.method == "data_parallel"), None)
     if dp is None:
         from placement_rl.methods import baseline_plan
@@ -98,12 +102,19 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
         dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), prepared.cost_model)
     words = explain_plan(graph, topology, best.plan, best.result, dp)
+    no_fit_words: list[str] = []
+    no_fit: dict[str, Any] | None = None
+    if not fits:
+        no_fit_words, no_fit = explain_no_fit(graph, topology, rows, prepared.cost_model)
     if args.json:
         print_json(
             {
                 "model": graph.name,
                 "topology": topology.name,
-                "best": best.method,
+                "fits": fits,
+                "best": best.method if fits else None,
+                "least_memory": None if fits else best.method,
+                "no_fit": no_fit,
                 "methods": [m.row for m in measured],
                 "explanation": words,
                 "files": [str(p) for p in paths],
@@ -114,7 +125,15 @@ def cmd_plan(args: argparse.Namespace) -> None:
         f"{graph.name} (batch {graph.batch_size}, {graph.num_ops} ops) on {topology.name} ({topology.num_devices} GPUs)"
     )
     method_rows_table(rows)
-    print(f"best (fits in memory, lowest makespan): {best.method}")
+    for r in rows:
+        if r.note:
+            print(f"{r.method}: {r.note}")
+    if fits:
+        print(f"best (fits in memory, lowest makespan): {best.method}")
+    else:
+        for line in no_fit_words:
+            print(line)
+        print(f"the least-memory plan ({best.method}):")
     for line in words:
         print(f"  {line}")
     for p in paths:
@@ -125,9 +144,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     from placement_rl.sim import simulate
 
     graph, topology = load_instance(args)
-    for path in (args.trace, args.gantt):
-        if path:
-            output_file(path, "--trace" if path == args.trace else "--gantt")
+    for out_path, flag in ((args.trace, "--trace"), (args.gantt, "--gantt")):
+        if out_path:
+            output_file(out_path, flag)
     plan = plan_for(args.plan, graph, topology)
     result = simulate(graph, topology, plan, cost_model(args, topology, graph))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
@@ -169,9 +188,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             )
         ],
     )
-    for path in (args.trace, args.gantt):
-        if path:
-            print(f"  wrote {path}")
+    for out_path in (args.trace, args.gantt):
+        if out_path:
+            print(f"  wrote {out_path}")
 
 
 def add_commands(sub: Any) -> None:
@@ -201,9 +220,10 @@ def add_commands(sub: Any) -> None:
         help="MCMC proposal kinds: flexflow (FlexFlow's, the default), neighbour, group, sync, replicas or mixed",
     )
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
-    p.add_argument("--out-dir", default=None, help="where the best plan, its Gantt PNG and trace go")
+    p.add_argument("--out-dir", type=path, default=None, help="where the best plan, its Gantt PNG and trace go")
     p.add_argument(
         "--checkpoint",
+        type=path,
         default=None,
         help="also run a trained policy (a checkpoint_* folder of a training run; only its safe policy export is read)",
     )
@@ -217,6 +237,6 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--plan", required=True, help="data_parallel (dp), single_device (single), expert, layerwise or a plan .json"
     )
-    p.add_argument("--trace", default=None, help="write a Chrome trace (open in Perfetto) to this path")
-    p.add_argument("--gantt", default=None, help="write a Gantt chart PNG to this path")
+    p.add_argument("--trace", type=path, default=None, help="write a Chrome trace (open in Perfetto) to this path")
+    p.add_argument("--gantt", type=path, default=None, help="write a Gantt chart PNG to this path")
     p.set_defaults(func=cmd_simulate)

@@ -62,9 +62,8 @@ def apply_overrides(data: Any, overrides: Sequence[str], where: str = "experimen
     """
     import copy
 
-    import yaml
-
     from placement_rl.experiments import TOP_KEYS
+    from placement_rl.rl.yaml_files import loads_yaml
 
     if not overrides:
         return data
@@ -75,10 +74,7 @@ def apply_overrides(data: Any, overrides: Sequence[str], where: str = "experimen
         key, equals, text = item.partition("=")
         if not equals or not key:
             raise SchemaError(f"--set {item!r}; expected KEY=VALUE, e.g. methods.mcmc.budget=10s")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SchemaError(f"--set {item!r}: the value is not YAML ({exc})") from None
+        value = loads_yaml(text, f"--set {item!r}")
         parts = key.split(".")
         if len(parts) == 1 and parts[0] in TOP_KEYS:
             doc[parts[0]] = value

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from placement_rl.config import as_mapping, check_known, choice, integer, option, parse, text
 from placement_rl.errors import SchemaError
 from placement_rl.rl.agents import Agent, get_agent
@@ -246,13 +244,12 @@ def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:
 
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; errors name the file and position."""
+    from placement_rl.rl.yaml_files import read_yaml_file
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"config file {str(p)!r} does not exist")
-    try:
-        return yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise SchemaError(f"{p}: malformed YAML: {exc}") from None
+    return read_yaml_file(p)
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

@@ -17,8 +17,10 @@ Modes (sec. 4.1):
 * :func:`profiling`: the best time that fits for each device count of a range.
 
 :func:`simulated_best` re-evaluates the frontier with the simulator and keeps its fastest plan that
-fits; :func:`best_over_device_counts` does so over the frontiers of several device counts
-(``placement-rl plan`` uses it: there every method is judged by the simulator).
+fits; :func:`best_over_device_counts` does so over the frontiers of several device counts, and
+:func:`pick_over_device_counts` also says when no plan fits at any count, giving the plan whose
+worst device is least over its memory instead (the ``ft`` method uses it: there every method is
+judged by the simulator).
 """
 
 from __future__ import annotations
@@ -231,6 +233,69 @@ def simulated_best(
     return best
 
 
+@dataclass(frozen=True)
+class FTPick:
+    """FT's answer judged by the simulator, over the frontiers of several device counts.
+
+    Attributes:
+        num_devices: the device count of the chosen point's frontier.
+        point: the chosen frontier point.
+        result: its simulation.
+        fits: whether it fits in memory. When no point of any frontier fits, the point is the one whose
+            worst device is least over its memory (then the fastest), not a plan that can run.
+        device_counts: the device counts searched.
+        points: the frontier points simulated, all counts together.
+    """
+
+    num_devices: int
+    point: FrontierPoint
+    result: SimResult
+    fits: bool
+    device_counts: tuple[int, ...]
+    points: int
+
+
+def _over_bytes(sim: SimResult) -> float:
+    """How far the worst device is over its memory (negative: the headroom of the tightest device)."""
+    if not sim.peak_memory_bytes.size:
+        return 0.0
+    return float(np.max(sim.peak_memory_bytes.astype(float) - sim.memory_capacity_bytes.astype(float)))
+
+
+def pick_over_device_counts(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    device_counts: Sequence[int] | None = None,
+    cost_model: CostModel | None = None,
+    **kwargs: object,
+) -> FTPick:
+    """Profiling mode judged by the simulator: FT for each device count (default 1, 2, 4, ..., all),
+    every frontier point simulated once; the fastest point that fits, else the point that is least
+    over memory (:attr:`FTPick.fits` says which). Keyword arguments go to :func:`run_ft`."""
+    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    ctx = SimContext(graph, topology, cost_model)
+    fastest: tuple[int, FrontierPoint, SimResult] | None = None
+    least: tuple[tuple[float, float], int, FrontierPoint, SimResult] | None = None
+    simulated = 0
+    for n in counts:
+        result = run_ft(graph, topology, n, cost_model=cost_model, **kwargs)  # type: ignore[arg-type]
+        for point in result.points:
+            sim = ctx.simulate(point.plan)
+            simulated += 1
+            if not sim.oom:
+                if fastest is None or sim.makespan_s < fastest[2].makespan_s:
+                    fastest = (n, point, sim)
+            elif fastest is None:
+                rank = (_over_bytes(sim), sim.makespan_s)
+                if least is None or rank < least[0]:
+                    least = (rank, n, point, sim)
+    if fastest is not None:
+        return FTPick(*fastest, True, tuple(counts), simulated)
+    if least is None:
+        raise ValueError(f"FT found no plan of {graph.name!r} on {topology.name!r} for device counts {counts}")
+    return FTPick(least[1], least[2], least[3], False, tuple(counts), simulated)
+
+
 def best_over_device_counts(
     graph: OpGraph,
     topology: DeviceTopology,
@@ -244,16 +309,11 @@ def best_over_device_counts(
     On a heterogeneous cluster the first devices (one fast machine) can beat all of them: on
     inception_v3 x tag-testbed, 4 GPUs give 3.31x data parallelism where 16 give 0.95x.
 
-    Returns (device count, point, its simulation), or None when nothing fits at any count.
+    Returns (device count, point, its simulation), or None when nothing fits at any count
+    (:func:`pick_over_device_counts` then gives the least-memory point).
     """
-    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
-    best: tuple[int, FrontierPoint, SimResult] | None = None
-    for n in counts:
-        result = run_ft(graph, topology, n, cost_model=cost_model, **kwargs)  # type: ignore[arg-type]
-        found = simulated_best(result, graph, topology, cost_model)
-        if found is not None and (best is None or found[1].makespan_s < best[2].makespan_s):
-            best = (n, found[0], found[1])
-    return best
+    pick = pick_over_device_counts(graph, topology, device_counts, cost_model, **kwargs)
+    return (pick.num_devices, pick.point, pick.result) if pick.fits else None
 
 
 def profiling(
