@@ -275,3 +275,122 @@ def test_tensors_without_an_initializer_come_from_a_real_build() -> None:
     materialize(module, source, 0, torch.device("cpu"))
     expected = torch.full((8, 8), float("-inf")).triu(1)  # the decoder's causal mask, a buffer of the root
     assert torch.equal(module.get_buffer("causal_mask"), expected)
+
+
+# ------------------------------------------------------------------ where the workers' sockets listen
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    """``(address, port)`` of every TCP socket the processes ``pids`` listen on."""
+    import psutil
+
+    out = set()
+    for pid in pids:
+        try:
+            for c in psutil.Process(pid).net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add((c.laddr.ip, c.laddr.port))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return out
+
+
+def _listening_during(run: Any) -> set[tuple[str, int]]:
+    """Every listening socket of this process's children seen while ``run()`` runs (polled every 20 ms)."""
+    import threading
+    import time
+
+    import psutil
+
+    seen: set[tuple[str, int]] = set()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            seen.update(_listening([p.pid for p in psutil.Process().children(recursive=True)]))
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        run()
+    finally:
+        done.set()
+        thread.join()
+    return seen
+
+
+def _assert_loopback_only(seen: set[tuple[str, int]]) -> None:
+    from placement_rl.execute.rendezvous import is_loopback
+
+    assert seen, "no worker socket was seen listening"
+    assert all(is_loopback(ip) for ip, _ in seen), f"listening beyond loopback: {sorted(seen)}"
+
+
+@pytest.mark.slow
+def test_local_workers_listen_on_loopback_only() -> None:
+    topology = switched_cluster(1, 2)
+    graph = _graph("lenet")
+    program = lower(graph, topology, pc.data_parallel(graph, topology))
+    options = RunOptions(iterations=3, warmup=1)
+    seen = _listening_during(lambda: run_local_jobs([(program, graph, SOURCES["lenet"])], options, timeout_s=120.0))
+    _assert_loopback_only(seen)
+
+
+@pytest.mark.slow
+def test_process_launcher_workers_listen_on_loopback_only() -> None:
+    from placement_rl.execute.processes import ProcessLauncher
+
+    launcher = ProcessLauncher(timeout_s=120.0)
+    seen = _listening_during(lambda: launcher.ping_pong(2, 1, [4096, 2**20], repeats=20, warmup=1))
+    _assert_loopback_only(seen)
+
+
+def test_process_launcher_meets_through_a_file_on_this_machine(tmp_path: Any) -> None:
+    """A loopback launcher gives its workers a ``file://`` rendezvous and gloo's loopback interface: no
+    ``tcp://`` store, which would listen on every interface (no worker runs: the spawner answers)."""
+    import json
+    import subprocess
+    import sys
+
+    from placement_rl.execute.processes import ProcessLauncher
+    from placement_rl.execute.rendezvous import loopback_ifname
+
+    specs: list[dict[str, Any]] = []
+
+    def spawner(rank: int, argv: Any, env: Any, stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
+        spec = json.loads(open(argv[3]).read())
+        specs.append(spec)
+        with open(f"{spec['out_dir']}/rank{rank}.json", "w") as f:
+            json.dump({"rank": rank, "samples": []}, f)
+        return subprocess.Popen([sys.executable, "-c", "pass"])
+
+    ProcessLauncher(spawner).ping_pong(2, 1, [4096])
+    assert len(specs) == 2
+    for spec in specs:
+        assert spec["init_method"].startswith("file://"), spec
+        assert spec["ifname"] == loopback_ifname()
+
+
+def test_rank_zero_store_listens_where_its_socket_does() -> None:
+    """The Ray launcher's rendezvous: rank 0's ``TCPStore`` serves the socket it was handed, on 127.0.0.1
+    only (``torch.distributed``'s own would listen on every interface)."""
+    import os
+
+    import torch.distributed as dist
+
+    from placement_rl.rl.execute import _join_group, _open_listener
+
+    host, port = _open_listener("127.0.0.1")
+    env = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+    try:
+        _join_group("gloo", 0, 1, host, port, 30.0)
+        listening = _listening([os.getpid()])
+        assert ("127.0.0.1", port) in listening
+        assert not any(p == port and ip != "127.0.0.1" for ip, p in listening), listening
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -231,3 +231,70 @@ def test_a_storage_path_without_ray_is_refused(capsys: pytest.CaptureFixture[str
     argv = ["execute", *TINY, "--topology", "1x2", "--launcher", "local", "--storage-path", "runs"]
     err = _error(capsys, argv)
     assert "--storage-path 'runs' applies to --launcher ray, not 'local'" in err
+
+
+def _small_memory_topology(path: Path, memory_bytes: int) -> Path:
+    doc = switched_cluster(1, 2).to_dict()
+    for device in doc["devices"]:
+        device["memory_bytes"] = memory_bytes
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_plan_that_does_not_fit_is_refused_before_any_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_workers: None
+) -> None:
+    topology = _small_memory_topology(tmp_path / "tiny_gpus.json", 2**20)  # 1 MiB devices; lenet needs more
+    err = _error(capsys, ["execute", *TINY, "--topology", str(topology), "--launcher", "local"])
+    assert "does not fit in memory" in err and "'m0/gpu0' (T4) peaks at" in err and "of its 0.000977 GiB" in err
+    assert "1,048,576 bytes" in err and "CPU workers emulate the topology's devices" in err
+
+
+def test_check_memory_names_the_device_its_peak_and_its_capacity(
+    tmp_path: Path, lenet: tuple[ModelSource, OpGraph]
+) -> None:
+    from placement_rl.execute import check_memory
+    from placement_rl.topology import DeviceTopology
+
+    source, graph = lenet
+    topology = DeviceTopology.from_json(_small_memory_topology(tmp_path / "t.json", 2**20))
+    with pytest.raises(ValueError, match=r"'m0/gpu0' \(T4\) peaks at .* GiB \([\d,]+ bytes\) of its") as info:
+        execute(source, topology, pc.data_parallel(graph, topology), graph=graph, launcher=_refuse)
+    assert "'m0/gpu1'" in str(info.value)
+    fits = switched_cluster(1, 2)
+    check_memory(lower(graph, fits, pc.data_parallel(graph, fits)), fits)  # 16 GiB T4s: fits
+
+
+@pytest.mark.parametrize(
+    ("topology", "message"),
+    [
+        ("100000x100000", "switched cluster 100000x100000: 10,000,000,000 devices; expected at most 100,000"),
+        ("1x65", "the plan runs on 65 devices: local workers are one process per device on this machine, at most 64"),
+    ],
+)
+def test_oversized_topologies_are_refused_at_once(
+    capsys: pytest.CaptureFixture[str], topology: str, message: str, no_workers: None
+) -> None:
+    argv = ["execute", "--model", "lenet", "--batch-size", "130", "--topology", topology, "--launcher", "local"]
+    assert message in _error(capsys, argv)
+
+
+def test_emulate_refuses_oversized_topologies_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(capsys, ["emulate", "--topology", "100000x100000", "--dry-run"])
+    assert "10,000,000,000 devices; expected at most 100,000" in err
+    err = _error(capsys, ["emulate", "--topology", "1x17", "--dry-run"])
+    assert "has 17 devices; the emulator runs one process per device on this machine and takes at most 16" in err
+
+
+def test_process_launcher_refuses_more_workers_than_the_limit() -> None:
+    from placement_rl.execute.local import MAX_LOCAL_WORKERS
+    from placement_rl.execute.processes import ProcessLauncher
+
+    launcher = ProcessLauncher(_refuse)
+    with pytest.raises(ValueError, match=f"at most {MAX_LOCAL_WORKERS}"):
+        launcher.ping_pong(MAX_LOCAL_WORKERS + 1, 1, [4096])
+
+
+def test_master_addr_applies_to_the_ray_launcher(capsys: pytest.CaptureFixture[str], no_workers: None) -> None:
+    argv = ["execute", *TINY, "--topology", "1x2", "--launcher", "local", "--master-addr", "10.0.0.1"]
+    assert "--master-addr '10.0.0.1' applies to --launcher ray, not 'local'" in _error(capsys, argv)

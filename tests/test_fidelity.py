@@ -181,3 +181,86 @@ def test_cli_refuses_bad_clusters_and_cases(capsys: pytest.CaptureFixture[str]) 
     assert "expected 'local' or 'emulated:MxG@NIC'" in capsys.readouterr().err
     assert main(["fidelity", "--cases", "lenet/nope"]) == 2
     assert "unknown cases ['lenet/nope']" in capsys.readouterr().err
+
+
+def _measured(*args: object, **kwargs: object) -> object:
+    raise AssertionError("something was measured")
+
+
+def _row(case: str, status: str = "ok", cluster: str = "local") -> dict[str, object]:
+    return {**dict.fromkeys(ROW_KEYS), "cluster": cluster, "case": case, "batch_size": 64, "status": status}
+
+
+def test_an_earlier_run_in_out_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from placement_rl.cli import main
+
+    monkeypatch.setattr("placement_rl.execute.fidelity.profile_cases", _measured)
+    monkeypatch.setattr("placement_rl.execute.gpu_fidelity.run_gpu_fidelity", _measured)
+    earlier = "".join(json.dumps(_row(c)) + "\n" for c in ("lenet/single_device", "lenet/data_parallel"))
+    (tmp_path / "results.jsonl").write_text(earlier)
+    for argv in (["--cases", "lenet/single_device"], ["--cluster", "gpu"]):
+        assert main(["fidelity", *argv, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {str(tmp_path)!r} holds an earlier run's files (results.jsonl)" in err
+        assert "--resume" in err and "--overwrite" in err
+    assert (tmp_path / "results.jsonl").read_text() == earlier  # nothing lost
+    assert main(["fidelity", "--out", str(tmp_path), "--resume", "--overwrite"]) == 2
+    assert "expected one of them" in capsys.readouterr().err
+    assert main(["fidelity", "--cluster", "gpu", "--out", str(tmp_path), "--resume"]) == 2
+    assert "--resume applies to --cluster local and emulated clusters" in capsys.readouterr().err
+
+
+def test_check_out_dir_keeps_the_measured_rows_of_the_same_cluster(tmp_path: Path) -> None:
+    from placement_rl.execute.fidelity import check_out_dir
+
+    assert check_out_dir(tmp_path / "new") == [] and check_out_dir(tmp_path) == []  # new or empty: fine
+    rows = [_row("lenet/single_device"), _row("lenet/expert", status="NotExecutableError: no")]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert check_out_dir(tmp_path, cluster="local", overwrite=True) == []
+    assert check_out_dir(tmp_path, cluster="local", resume=True) == rows[:1]  # the failed case runs again
+    with pytest.raises(ValueError, match=r"holds rows of cluster 'local', not 'emulated:2x1@1'"):
+        check_out_dir(tmp_path, cluster="emulated:2x1@1", resume=True)
+    (tmp_path / "results.jsonl").write_text("not a row\n")
+    with pytest.raises(ValueError, match=r"results.jsonl line 1 is not a results row"):
+        check_out_dir(tmp_path, resume=True)
+
+
+def test_resume_runs_only_the_cases_not_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept rows stay in ``results.jsonl`` and the report; only the other case is executed (the
+    measurements are stood in for: this checks the bookkeeping, not the workers)."""
+    import placement_rl.execute.fidelity as fidelity
+    from placement_rl.execute.fidelity import Overheads, select_cases
+
+    ran: list[str] = []
+
+    class Launcher:
+        def ping_pong(self, *args: object, **kwargs: object) -> list[tuple[float, float]]:
+            return [(4096.0, 1e-4), (2.0**20, 1e-3)]
+
+        def all_reduce_times(self, *args: object, **kwargs: object) -> list[tuple[float, float]]:
+            return [(4096.0, 2e-4), (2.0**20, 2e-3)]
+
+        def bind(self, *args: object) -> None:
+            return None
+
+    def fake_execute(source: object, topology: object, plan: object, **kwargs: object) -> object:
+        ran.append(getattr(plan, "name", "?"))
+        raise RuntimeError("stood in")
+
+    import contextlib
+
+    monkeypatch.setattr(fidelity, "profile_cases", lambda *a, **k: ProfileTable({}, "cpu"))
+    monkeypatch.setattr(fidelity, "measure_cpu", lambda: (1e10, 1e10))
+    monkeypatch.setattr(fidelity, "_cluster", lambda *a: contextlib.nullcontext(Launcher()))
+    monkeypatch.setattr(fidelity, "execute", fake_execute)
+    kept = _row("lenet/single_device")
+    (tmp_path / "results.jsonl").write_text(json.dumps(kept) + "\n")
+    cases = select_cases(["lenet/single_device", "lenet/data_parallel"])
+    report = run_fidelity(cases, out_dir=tmp_path, resume=True, calibrate=False, iterations=1)
+    assert len(ran) == 1  # lenet/data_parallel only
+    assert [r["case"] for r in report.rows] == ["lenet/single_device", "lenet/data_parallel"]
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert lines[0] == kept and lines[1]["case"] == "lenet/data_parallel"
+    assert report.overheads == Overheads(0.0, 0.0)

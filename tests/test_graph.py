@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_cycle_is_rejected_naming_ops() -> None:
         ([_op("a")], [_t("a", "ghost")], "references op 'ghost'"),
         ([_op("a", flops=-1.0)], [], "forward_flops = -1.0"),
         ([_op("a", param_bytes=-8)], [], "param_bytes = -8"),
-        ([_op("a"), _op("b")], [Tensor("a", "b", (4,), -1)], "negative size"),
+        ([_op("a"), _op("b")], [Tensor("a", "b", (4,), -1)], r"num_bytes = -1; expected an integer from 0"),
         ([_op("a"), _op("b")], [Tensor("a", "b", (4,), 16, src_output=1)], "src_output 1 but op 'a' has 1 output"),
         ([Op("a", "relu", ((2, -3),))], [], "negative dimension"),
         (
@@ -126,3 +127,62 @@ def test_subgraph_keeps_internal_tensors_only() -> None:
     sub = g.subgraph(["b", "c"])
     assert [op.name for op in sub.ops] == ["b", "c"]
     assert [(t.src, t.dst) for t in sub.tensors] == [("b", "c")]
+
+
+def _two_op_document() -> dict:
+    a = Op("a", "linear", ((4, 8),), forward_flops=64.0, param_bytes=128, bytes_read=256, bytes_written=128)
+    b = Op("b", "relu", ((4, 8),), forward_flops=32.0)
+    return OpGraph("g", [a, b], [Tensor("a", "b", (4, 8), 128)], batch_size=4).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            ("ops", 0, "forward_flops"),
+            10**30,
+            r"graph\.ops\[0\]\.forward_flops = 10{30}; expected a number from 0 to 1e\+18",
+        ),
+        (("ops", 0, "backward_flops"), 1e300, r"graph\.ops\[0\]\.backward_flops = 1e\+300; expected"),
+        (
+            ("ops", 0, "param_bytes"),
+            10**400,
+            r"graph\.ops\[0\]\.param_bytes = 1000.*\(401 characters\); expected an integer from 0 to 1e\+15",
+        ),
+        (("ops", 0, "bytes_read"), 10**30, r"graph\.ops\[0\]\.bytes_read = 10{30}"),
+        (("ops", 1, "bytes_written"), -1, r"graph\.ops\[1\]\.bytes_written = -1; expected an integer from 0"),
+        (("ops", 0, "dtype_bytes"), 0, r"graph\.ops\[0\]\.dtype_bytes = 0; expected an integer from 1 to 16"),
+        (
+            ("ops", 0, "output_shapes"),
+            [[10**10, 10**10]],
+            r"graph\.ops\[0\]\.output_shapes\[0\] \[10000000000, 10000000000\]: .* bytes; expected at most 1e\+15",
+        ),
+        (("tensors", 0, "num_bytes"), 10**400, r"graph\.tensors\[0\]\.num_bytes = 1000.*\(401 characters\)"),
+        (("tensors", 0, "shape"), [10**20], r"graph\.tensors\[0\]\.shape \[100000000000000000000\]"),
+        (("batch_size",), 0, r"graph\.batch_size = 0; expected a positive integer"),
+        (("batch_size",), -5, r"graph\.batch_size = -5; expected a positive integer"),
+        (("batch_size",), True, r"graph\.batch_size: expected an integer, got True"),
+    ],
+)
+def test_graph_files_out_of_bounds_are_refused_naming_file_key_and_value(
+    tmp_path: Any, path: tuple, value: Any, message: str
+) -> None:
+    doc = _two_op_document()
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    file = tmp_path / "graph.json"
+    file.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match=message) as info:
+        OpGraph.from_json(file)
+    assert str(info.value).startswith(f"{file}: ")
+
+
+def test_graph_constructor_refuses_what_the_file_would() -> None:
+    with pytest.raises(ValueError, match=r"op 'a': param_bytes = 1000.*; expected an integer from 0 to 1e\+15"):
+        OpGraph("g", [Op("a", "relu", ((4,),), param_bytes=10**400)], [])
+    with pytest.raises(ValueError, match=r"graph 'g': batch_size = 0; expected a positive integer"):
+        OpGraph("g", [Op("a", "relu", ((4,),))], [], batch_size=0)
+    with pytest.raises(ValueError, match=r"forward_flops = nan"):
+        OpGraph("g", [Op("a", "relu", ((4,),), forward_flops=float("nan"))], [])

@@ -27,6 +27,7 @@ from placement_rl.topology import (
     Link,
     load_preset,
 )
+from placement_rl.topology.core import MAX_BANDWIDTH_BYTES_PER_S
 
 TFLOPS = 1e12
 BF16_PEAK, FP16_PEAK = 4 * TFLOPS, 2 * TFLOPS
@@ -35,7 +36,7 @@ GIB = 2**30
 
 def _device(name: str, peaks: tuple[tuple[str, float], ...] = (("bf16", BF16_PEAK), ("fp16", FP16_PEAK))) -> Device:
     # 1 TFLOP/s fp32 and unlimited memory bandwidth: an op of F FLOPs takes F / peak seconds.
-    return Device(name, "test-gpu", "m0", TFLOPS, 2**34, 1e30, peaks)
+    return Device(name, "test-gpu", "m0", TFLOPS, 2**34, MAX_BANDWIDTH_BYTES_PER_S, peaks)
 
 
 def _pair(**device: object) -> DeviceTopology:

@@ -16,6 +16,7 @@ from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import TASK_KINDS
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
+from placement_rl.topology.core import MAX_BANDWIDTH_BYTES_PER_S
 
 TFLOPS = 1e12
 # Efficiency 1 and no memory traffic: an op of F FLOPs takes exactly F / 1e12 seconds (hand-computed under
@@ -24,7 +25,7 @@ EXACT = CostModel(efficiency={}, default_efficiency=1.0, optimizer="adam", calib
 
 
 def _device(name: str, machine: str = "m0", memory_bytes: int = 2**34) -> Device:
-    return Device(name, "test-gpu", machine, TFLOPS, memory_bytes, 1e30)
+    return Device(name, "test-gpu", machine, TFLOPS, memory_bytes, MAX_BANDWIDTH_BYTES_PER_S)
 
 
 def _two_gpus(bandwidth: float = 1e9, latency: float = 1e-4) -> DeviceTopology:

@@ -352,7 +352,9 @@ def test_bad_documents_raise_schema_error(document: Any, pattern: str) -> None:
 
 def test_bad_values_in_document_raise_value_error() -> None:
     document = _mutated(lambda d: d["links"][0].update(bandwidth_bytes_per_s=0))
-    with pytest.raises(ValueError, match=r"link 0 \('m0/gpu0' <-> 'm0/pcie'\): bandwidth_bytes_per_s = 0\.0"):
+    with pytest.raises(
+        ValueError, match=r"topology\.links\[0\]\.bandwidth_bytes_per_s = 0; expected a finite number > 0"
+    ):
         DeviceTopology.from_dict(document)
 
 
@@ -448,3 +450,68 @@ def test_resolve_topology(tmp_path: Path) -> None:
             resolve_topology(bad)
     with pytest.raises(FileNotFoundError, match="missing.json"):
         resolve_topology(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda d: d["links"][0].update(bandwidth_bytes_per_s=10**30),
+            r"topology\.links\[0\]\.bandwidth_bytes_per_s = 10{30}; expected a finite number > 0, from 1 to 1e\+15",
+        ),
+        (
+            lambda d: d["links"][0].update(bandwidth_bytes_per_s=1e-300),
+            r"topology\.links\[0\]\.bandwidth_bytes_per_s = 1e-300",
+        ),
+        (
+            lambda d: d["links"][0].update(latency_s=1e30),
+            r"topology\.links\[0\]\.latency_s = 1e\+30; expected a finite number >= 0, at most 3600",
+        ),
+        (
+            lambda d: d["devices"][0].update(memory_bytes=10**30),
+            r"topology\.devices\[0\]: device 'm0/gpu0': memory_bytes = 10{30}; "
+            r"expected a positive integer of at most 1e\+15",
+        ),
+        (lambda d: d["devices"][0].update(memory_bytes=10**400), r"memory_bytes = 1000.*\(401 digits\)"),
+        (
+            lambda d: d["devices"][1].update(peak_flops=1e30),
+            r"topology\.devices\[1\]: device 'm0/gpu1': peak_flops = 1e\+30; "
+            r"expected a finite number > 0, from 1 to 1e\+18",
+        ),
+        (
+            lambda d: d["devices"][0].update(memory_bandwidth_bytes_per_s=10**20),
+            r"memory_bandwidth_bytes_per_s = 1e\+20",
+        ),
+        (
+            lambda d: d["devices"][0].update(peak_flops_by_dtype={"bf16": 1e300}),
+            r"peak_flops_by_dtype\['bf16'\] = 1e\+300",
+        ),
+        (lambda d: d.update(devices=[]), r"has no device; expected at least one"),
+        (lambda d: d["links"][0].update(b=d["links"][0]["a"]), r"joins 'm0/gpu0' to itself"),
+        (lambda d: d["links"][0].update(b="nowhere"), r"endpoint 'nowhere' is not a device or switch"),
+        (lambda d: d["devices"][0].update(memory_bytes=True), r"memory_bytes: expected an integer, got True"),
+    ],
+)
+def test_topology_files_out_of_bounds_are_refused_naming_file_key_and_value(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    doc = _mutated(mutate)
+    file = tmp_path / "topology.json"
+    file.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match=message) as info:
+        DeviceTopology.from_json(file)
+    assert str(info.value).startswith(f"{file}: ")
+
+
+def test_topologies_are_bounded_in_size() -> None:
+    from placement_rl.emulate.cluster import resolve_emulation_topology
+    from placement_rl.topology import MAX_TOPOLOGY_DEVICES
+
+    assert MAX_TOPOLOGY_DEVICES == 100_000
+    with pytest.raises(ValueError, match=r"100000x100000: 10,000,000,000 devices; expected at most 100,000"):
+        resolve_emulation_topology("100000x100000")
+    with pytest.raises(ValueError, match=r"expected a finite positive rate"):
+        resolve_emulation_topology("2x2@1e400")
+    devices = [Device(f"g{i}", "T4", "m0", 1e12, 2**30, 1e11) for i in range(MAX_TOPOLOGY_DEVICES + 1)]
+    with pytest.raises(ValueError, match=r"has 100,001 devices; expected at most 100,000"):
+        DeviceTopology("big", devices, [])

@@ -3,7 +3,9 @@ over gloo or NCCL) and compare the measured iteration with the simulator's predi
 
 The workers run as Ray Train workers (``--launcher ray``, the default: the local Ray, or the cluster
 of ``RAY_ADDRESS`` inside ``ray job submit``) or as local processes (``--launcher local``). The plan
-is lowered and checked, and the cluster's resources counted, before any worker starts."""
+is lowered and checked (its simulated peak memory against the topology's devices too), and the
+cluster's resources counted, before any worker starts. The workers' sockets listen on loopback only
+unless ``--master-addr`` names another address."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ def model_source(spec: str, batch_size: int | None) -> Any:
 def cmd_execute(args: argparse.Namespace) -> None:
     from placement_rl.emulate.cluster import resolve_emulation_topology
     from placement_rl.execute import ExecutionError, RunOptions, execute
+    from placement_rl.execute.rendezvous import LOOPBACK
     from placement_rl.execute.runtime import DEFAULT_LR
     from placement_rl.explain import explain_plan
     from placement_rl.sim.trace import write_chrome_trace
@@ -69,9 +72,11 @@ def cmd_execute(args: argparse.Namespace) -> None:
         from placement_rl.rl.execute import ray_train_launcher
 
         # joins or starts Ray (ensure_ray) once the plan is lowered and checked
-        launcher = ray_train_launcher(args.storage_path)
-    elif args.storage_path is not None:
-        raise ValueError(f"--storage-path {args.storage_path!r} applies to --launcher ray, not {args.launcher!r}")
+        launcher = ray_train_launcher(args.storage_path, master_addr=args.master_addr or LOOPBACK)
+    else:
+        for flag, value in (("--storage-path", args.storage_path), ("--master-addr", args.master_addr)):
+            if value is not None:
+                raise ValueError(f"{flag} {value!r} applies to --launcher ray, not {args.launcher!r}")
     try:
         report = execute(source, topology, plan, graph=graph, options=options, cost_model=cost, launcher=launcher)
     except ExecutionError as exc:  # not bad input: the run itself failed
@@ -168,6 +173,13 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="where Ray Train keeps the run and rank 0's results (default: a temporary folder here, removed "
         "afterwards); on a Ray cluster of several machines a folder they all share, or an s3:// URI",
+    )
+    p.add_argument(
+        "--master-addr",
+        default=None,
+        help="with --launcher ray: the address rank 0's rendezvous listens on (default 127.0.0.1, every worker on "
+        "rank 0's machine); on a Ray cluster of several machines an address of rank 0's machine the others reach, "
+        "or 'node' for the address Ray knows it by",
     )
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the weights and the batch (default 0)")
     p.add_argument("--lr", type=positive_float, default=None, help="SGD learning rate (default 0.01)")

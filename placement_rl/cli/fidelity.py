@@ -46,7 +46,11 @@ def cmd_fidelity(args: argparse.Namespace) -> None:
     try:
         parse_cluster(args.cluster)  # a bad spec is an error before anything runs
     except ValueError as exc:
+        if "expected 'local'" not in str(exc):
+            raise
         raise ValueError(f"{exc}; or 'gpu' (this machine's CUDA GPU)") from None
+    if args.out is None and (args.resume or args.overwrite):
+        raise ValueError(f"{'--resume' if args.resume else '--overwrite'} applies to an --out folder; none is given")
     cases = select_cases(args.cases)
     report = run_fidelity(
         cases,
@@ -55,6 +59,8 @@ def cmd_fidelity(args: argparse.Namespace) -> None:
         iterations=5 if args.iterations is None else args.iterations,
         warmup=1 if args.warmup is None else args.warmup,
         out_dir=args.out,
+        resume=args.resume,
+        overwrite=args.overwrite,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     if args.json:
@@ -68,6 +74,7 @@ def cmd_fidelity(args: argparse.Namespace) -> None:
 
 
 def _gpu(args: argparse.Namespace) -> None:
+    from placement_rl.execute.fidelity import check_out_dir
     from placement_rl.execute.gpu_fidelity import (
         DEFAULT_GPU_MODELS,
         DEFAULT_PRECISIONS,
@@ -75,10 +82,11 @@ def _gpu(args: argparse.Namespace) -> None:
         run_gpu_fidelity,
     )
 
-    for flag, value in (("--cases", args.cases), ("--workers", args.workers)):
+    for flag, value in (("--cases", args.cases), ("--workers", args.workers), ("--resume", args.resume or None)):
         if value is not None:
             raise ValueError(f"{flag} applies to --cluster local and emulated clusters; --cluster gpu takes --models")
     out = args.out or GPU_OUT
+    check_out_dir(out, overwrite=args.overwrite)  # before anything is measured
     report = run_gpu_fidelity(
         args.models or DEFAULT_GPU_MODELS,
         out_dir=out,
@@ -134,6 +142,16 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="folder for results.jsonl, link.json, topology.json, profile.json (default: none written); with "
         f"--cluster gpu for table.md, summary.json, iterations.jsonl, ... (default {GPU_OUT})",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the measured cases of --out's results.jsonl (same --cluster) and run the others",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the files of an earlier run in --out (without it, or --resume, a folder with files is refused)",
     )
     gpu = p.add_argument_group("--cluster gpu")
     gpu.add_argument(

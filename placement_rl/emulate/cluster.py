@@ -43,6 +43,7 @@ millisecond, so 1 MiB in flight per connection keeps any link busy.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import shutil
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from placement_rl.topology import DeviceTopology, Link, gbit_to_bytes_per_s
+from placement_rl.topology import MAX_TOPOLOGY_DEVICES, DeviceTopology, Link, gbit_to_bytes_per_s
 from placement_rl.topology.builder import TopologyBuilder, Uplink, switched_machine
 
 #: Every namespace the emulator creates starts with this; a run adds ``<pid>-<token>-``.
@@ -104,12 +105,18 @@ def switched_cluster(
         device_type: catalogue name of the GPUs.
 
     Raises:
-        ValueError: for a count < 1 or a NIC rate that is not positive.
+        ValueError: for a count < 1, more than :data:`~placement_rl.topology.MAX_TOPOLOGY_DEVICES` devices, or a
+            NIC rate that is not positive (or not finite).
     """
     if machines < 1 or gpus_per_machine < 1:
         raise ValueError(f"switched cluster {machines}x{gpus_per_machine}: expected at least 1 machine and 1 GPU")
-    if not nic_gbit > 0:
-        raise ValueError(f"switched cluster NIC {nic_gbit!r} Gb/s: expected a positive rate")
+    if machines * gpus_per_machine > MAX_TOPOLOGY_DEVICES:
+        raise ValueError(
+            f"switched cluster {machines}x{gpus_per_machine}: {machines * gpus_per_machine:,} devices; expected at "
+            f"most {MAX_TOPOLOGY_DEVICES:,}"
+        )
+    if not 0 < nic_gbit < math.inf:
+        raise ValueError(f"switched cluster NIC {nic_gbit!r} Gb/s: expected a finite positive rate")
     b = TopologyBuilder()
     uplink: Uplink | None = (
         (b.switch("eth-switch"), gbit_to_bytes_per_s(nic_gbit), "ethernet") if machines > 1 else None
@@ -126,7 +133,7 @@ def resolve_emulation_topology(spec: str) -> DeviceTopology:
 
     head, _, nic = spec.partition("@")
     machines, x, gpus = head.partition("x")
-    if x and machines.isdigit() and gpus.isdigit():
+    if x and machines.isascii() and machines.isdigit() and gpus.isascii() and gpus.isdigit():
         try:
             nic_gbit = float(nic) if nic else 25.0
         except ValueError:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.execute.local import ExecutionError, RunOptions, run_local
+from placement_rl.execute.local import MAX_LOCAL_WORKERS, ExecutionError, RunOptions, check_local_workers, run_local
 from placement_rl.execute.lower import NotExecutableError, Program, lower
 from placement_rl.execute.report import iteration_times_s, measured_compute_s, measured_result, replay
 from placement_rl.execute.runtime import ModelSource, WorkerResult, reference_step
@@ -116,7 +116,8 @@ def execute(
     """Run ``plan`` for real: lower it, run its workers, and compare with the simulator.
 
     Everything that can be checked is checked before a worker starts (the plan against the graph
-    and topology, executable configurations).
+    and topology, executable configurations, the number of local workers, and the simulated peak
+    memory of every device against the topology's: :func:`check_memory`).
 
     Args:
         source: the model (zoo name or ``package.module:factory``), traced with fx.
@@ -128,14 +129,50 @@ def execute(
         launcher: runs the workers (default :func:`run_local`).
 
     Raises:
-        ValueError, NotExecutableError: a bad plan, before any worker starts.
+        ValueError, NotExecutableError: a bad plan, one that does not fit in memory, or more than
+            :data:`~placement_rl.execute.local.MAX_LOCAL_WORKERS` devices for the local launcher, before any
+            worker starts.
         ExecutionError: a worker failed or died.
     """
     options = options or RunOptions()
     graph = graph or source.graph()
+    if launcher is None:
+        check_local_workers(len(plan.devices_used()))  # before lowering a plan on thousands of devices
     program = lower(graph, topology, plan, cost_model)
+    check_memory(program, topology)
     results = (launcher or run_local)(program, graph, source, options)
     return report_results(graph, topology, plan, program, results, options, cost_model)
+
+
+def check_memory(program: Program, topology: DeviceTopology) -> None:
+    """Refuse a plan whose simulated peak memory exceeds a device's memory in ``topology``.
+
+    The simulator's memory model (parameters, gradients, optimizer state, the activations live at the
+    peak: :attr:`SimResult.peak_memory_bytes`) against :attr:`Device.memory_bytes`. Workers on CPUs
+    emulate the topology's devices: the capacity checked is the simulated device's, not this machine's.
+
+    Raises:
+        ValueError: naming every device that does not fit, its simulated peak and its capacity.
+    """
+    simulated = program.simulated
+    if not simulated.oom:
+        return
+    peaks = dict(zip(simulated.device_names, simulated.peak_memory_bytes.tolist(), strict=True))
+    over = [
+        f"{name!r} ({topology.device(name).device_type}) peaks at {_gib(peaks[name])} of its "
+        f"{_gib(topology.device(name).memory_bytes)}"
+        for name in simulated.oom_devices
+    ]
+    raise ValueError(
+        f"plan {program.plan_name!r} does not fit in memory (simulated, before any worker starts): "
+        + "; ".join(over)
+        + "; CPU workers emulate the topology's devices, so their capacity is what is checked, not this "
+        "machine's; expected a plan that fits (a smaller --batch-size, or more devices)"
+    )
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**30:,.3g} GiB ({int(num_bytes):,} bytes)"
 
 
 def report_results(
@@ -156,6 +193,7 @@ def report_results(
 
 
 __all__ = [
+    "MAX_LOCAL_WORKERS",
     "ExecutionError",
     "ExecutionReport",
     "Launcher",
@@ -164,6 +202,7 @@ __all__ = [
     "Program",
     "RunOptions",
     "WorkerResult",
+    "check_memory",
     "execute",
     "lower",
     "measured_result",

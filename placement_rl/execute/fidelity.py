@@ -38,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from placement_rl.emulate.cluster import MAX_DEVICES
 from placement_rl.execute import ExecutionReport, RunOptions, execute
+from placement_rl.execute.local import check_local_workers
 from placement_rl.execute.lower import lower
 from placement_rl.execute.processes import ProcessLauncher, local_spawner
 from placement_rl.execute.report import measured_compute_s
@@ -288,7 +290,8 @@ def parse_cluster(spec: str) -> tuple[str, int, int, float]:
     """``local`` or ``emulated:MxG@NIC`` -> ``(kind, machines, per_machine, nic_gbit)`` (``local``: 0, 0, 0).
 
     Raises:
-        ValueError: naming the expected forms.
+        ValueError: naming the expected forms, or more than the emulator's
+            :data:`~placement_rl.emulate.cluster.MAX_DEVICES` workers.
     """
     if spec == "local":
         return "local", 0, 0, 0.0
@@ -299,13 +302,18 @@ def parse_cluster(spec: str) -> tuple[str, int, int, float]:
         if kind != "emulated" or not x:
             raise ValueError
         m, g, gbit = int(machines), int(gpus), float(nic) if nic else 1.0
-        if m < 1 or g < 1 or not gbit > 0:
+        if m < 1 or g < 1 or not 0 < gbit < math.inf:
             raise ValueError
     except ValueError:
         raise ValueError(
             f"cluster {spec!r}: expected 'local' or 'emulated:MxG@NIC' (M machines of G workers, NIC Gbit/s, "
             "e.g. emulated:2x1@1)"
         ) from None
+    if m * g > MAX_DEVICES:
+        raise ValueError(
+            f"cluster {spec!r}: {m * g:,} workers; the emulator runs one process per device on this machine and "
+            f"takes at most {MAX_DEVICES}"
+        )
     return "emulated", m, g, gbit
 
 
@@ -649,6 +657,59 @@ def failed_row(cluster: str, case: FidelityCase, workers: int, exc: BaseExceptio
     return row
 
 
+def check_out_dir(
+    out_dir: str | os.PathLike[str], *, cluster: str | None = None, resume: bool = False, overwrite: bool = False
+) -> list[dict[str, Any]]:
+    """Check that writing into ``out_dir`` loses nothing; with ``resume``, the rows of its ``results.jsonl``
+    kept (those measured, ``status`` ``ok``, on ``cluster``).
+
+    A folder that does not exist or is empty is fine. One with files of an earlier run is refused unless
+    ``overwrite`` (its results are replaced) or ``resume`` (its measured cases are kept and not run again).
+
+    Raises:
+        ValueError: naming the folder and its files and the flags, or a ``results.jsonl`` line that is not a
+            row, or rows of another cluster with ``resume``; both flags at once.
+    """
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite: expected one of them (keep the earlier rows, or replace them)")
+    from placement_rl.paths import output_folder
+
+    folder = Path(out_dir)
+    missing = [] if folder.exists() else [folder, *(p for p in folder.parents if not p.exists())]
+    output_folder(folder, "--out")  # a file, a dangling link, an unwritable place: refused here
+    for created in missing:  # checked by creating it; nothing is left behind before the run
+        created.rmdir()
+    entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if not entries or overwrite:
+        return []
+    if not resume:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValueError(
+            f"--out {str(folder)!r} holds an earlier run's files ({shown}); expected a new or empty folder, "
+            "--resume to keep its measured cases and run the others, or --overwrite to replace them"
+        )
+    log = folder / "results.jsonl"
+    rows: list[dict[str, Any]] = []
+    if log.is_file():
+        for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict) or not {"case", "batch_size", "status", "cluster"} <= set(row):
+                raise ValueError(f"--resume: {log} line {number} is not a results row; expected the file a run wrote")
+            if cluster is not None and row["cluster"] != cluster:
+                raise ValueError(
+                    f"--resume: {log} holds rows of cluster {row['cluster']!r}, not {cluster!r}; expected the same "
+                    "--cluster, or another --out folder"
+                )
+            if row["status"] == "ok":
+                rows.append(row)
+    return rows
+
+
 def run_fidelity(
     cases: Sequence[FidelityCase] = DEFAULT_CASES,
     *,
@@ -662,6 +723,8 @@ def run_fidelity(
     cost_model: CostModel | None = None,
     realtime_priority: int = 10,
     calibrate: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> FidelityReport:
     """Profile, measure the link, then execute and simulate every case (module docstring).
@@ -672,7 +735,8 @@ def run_fidelity(
         workers: number of workers for ``local`` (default 2); an emulated cluster has ``M * G``.
         iterations: measured iterations per case (their median is the measured time), after ``warmup``.
         out_dir: where ``results.jsonl`` (one row per case, appended as each is measured), ``link.json``,
-            ``topology.json`` and ``profile.json`` go (default: none written).
+            ``topology.json`` and ``profile.json`` go (default: none written). A folder with an earlier
+            run's files is refused unless ``resume`` or ``overwrite`` (:func:`check_out_dir`).
         profile_repeats: timed runs per op of the profile.
         ping_repeats: timed messages per size of the link measurement.
         cost_model: the other cost model settings (network model, buckets); its profile is replaced.
@@ -680,10 +744,15 @@ def run_fidelity(
             that other work on the machine delays neither (needs root; silently not applied otherwise).
         calibrate: measure the executor's per-task :class:`Overheads` (:func:`calibrate_overheads`) and add
             them to the profile; else the profile alone.
+        resume: keep the measured rows of ``out_dir/results.jsonl`` (same cluster) and run only the other
+            cases; the link, profile and overheads are measured again (their files describe this run).
+        overwrite: replace the results of an earlier run in ``out_dir``.
         log: receives progress lines.
 
     Raises:
-        ValueError: a bad cluster spec, or a batch a sample split cannot divide.
+        ValueError: a bad cluster spec, more workers than :data:`~placement_rl.execute.local.MAX_LOCAL_WORKERS`
+            (or the emulator's :data:`~placement_rl.emulate.cluster.MAX_DEVICES`), an ``out_dir`` with an
+            earlier run's files, or a batch a sample split cannot divide; before anything is measured.
         EmulatorError: the emulated cluster cannot be built here (not root, no ``ip``/``tc``).
     """
     say = log or (lambda _line: None)
@@ -695,10 +764,18 @@ def run_fidelity(
     world = machines * per_machine
     if world < 2:
         raise ValueError(f"cluster {cluster!r}: {world} worker; the link measurement needs at least 2")
+    check_local_workers(world)
     folder = Path(out_dir) if out_dir is not None else None
+    kept: list[dict[str, Any]] = []
     if folder is not None:
+        kept = check_out_dir(folder, cluster=cluster, resume=resume, overwrite=overwrite)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "results.jsonl").write_text("")
+        tmp = folder / "results.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        tmp.replace(folder / "results.jsonl")
+    done = {(row["case"], row["batch_size"]) for row in kept}
+    if done:
+        say(f"resuming: {len(done)} case(s) measured in {folder}, kept")
     options = RunOptions(iterations=iterations, warmup=warmup, threads=1)
 
     say(f"profiling {len({(c.model, c.batch_size, c.options) for c in cases})} model(s) with one thread")
@@ -762,7 +839,7 @@ def run_fidelity(
                 f"{overheads.view_backward_s * 1e6:,.0f} us"
             )
         calibrated = dataclasses.replace(base, profile=with_overheads(profile, list(graphs.values()), world, overheads))
-        report = FidelityReport(cluster, world, link, topology, overheads, out_dir=folder)
+        report = FidelityReport(cluster, world, link, topology, overheads, rows=list(kept), out_dir=folder)
         if folder is not None:
             (folder / "link.json").write_text(json.dumps(link.to_dict(), indent=1))
             (folder / "comm_table.json").write_text(json.dumps(comm.to_dict(), indent=1))
@@ -770,6 +847,8 @@ def run_fidelity(
             topology.to_json(folder / "topology.json")
             profile.to_json(folder / "profile.json")
         for case in cases:
+            if (case.name, case.batch_size) in done:
+                continue
             t0 = time.perf_counter()
             try:
                 graph = graphs[(case.model, case.batch_size, case.options)]

@@ -1,7 +1,8 @@
 """Run a :class:`~placement_rl.execute.lower.Program` on local processes (no Ray).
 
 :func:`run_local` starts one process per worker (``spawn``), joins them into a gloo (or NCCL)
-group over TCP on ``127.0.0.1`` and collects every worker's :class:`WorkerResult`. The Ray Train
+group (a ``file://`` rendezvous in a temporary folder, no socket; gloo's and NCCL's sockets on the loopback
+interface: :mod:`~placement_rl.execute.rendezvous`) and collects every worker's :class:`WorkerResult`. The Ray Train
 launcher (:mod:`placement_rl.rl.execute`) runs the same :func:`worker_main` inside
 ``TorchTrainer`` workers; the emulated cluster runs it inside network namespaces. A worker that
 dies fails the run with its rank and exit code, and every other worker is stopped.
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
+import shutil
+import tempfile
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,8 +25,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from placement_rl.execute.lower import Program
+from placement_rl.execute.rendezvous import loopback_env
 from placement_rl.execute.runtime import DEFAULT_LR, ModelSource, Worker, WorkerResult
 from placement_rl.graph import OpGraph
+
+#: The most workers a launcher starts as processes on this machine (:func:`run_local`, the process
+#: launcher): each is a Python process with torch and its share of the model; more would measure the
+#: machine's scheduler, not the plan, and a mistyped topology (``100000x100000``) must not fork a process
+#: per device.
+MAX_LOCAL_WORKERS = 64
 
 
 class ExecutionError(RuntimeError):
@@ -53,6 +63,19 @@ class RunOptions:
             raise ValueError(f"threads = {self.threads!r}; expected a positive integer")
 
 
+def check_local_workers(world_size: int) -> None:
+    """Refuse more than :data:`MAX_LOCAL_WORKERS` local worker processes.
+
+    Raises:
+        ValueError: naming the number of workers and the limit.
+    """
+    if world_size > MAX_LOCAL_WORKERS:
+        raise ValueError(
+            f"the plan runs on {world_size} devices: local workers are one process per device on this machine, "
+            f"at most {MAX_LOCAL_WORKERS}; expected a plan on fewer devices (or --launcher ray on a cluster)"
+        )
+
+
 def worker_device(backend: str, local_rank: int) -> torch.device:
     """The device a worker computes on: its GPU under NCCL, else the CPU."""
     if backend == "nccl":
@@ -73,22 +96,17 @@ def worker_main(
     return worker.run(options.warmup + options.iterations)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _entry(
     rank: int,
     world: int,
-    port: int,
+    init_method: str,
     jobs: Sequence[tuple[Program, OpGraph, ModelSource]],
     options: RunOptions,
     results: Any,
 ) -> None:
     try:
-        dist.init_process_group(options.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        os.environ.update(loopback_env())  # before the group exists: gloo and NCCL read it when they start
+        dist.init_process_group(options.backend, init_method=init_method, rank=rank, world_size=world)
         for index, (program, graph, source) in enumerate(jobs):
             if rank >= program.world_size:  # a program on fewer workers: keep the collectives in step
                 for ranks in program.groups:
@@ -110,6 +128,7 @@ def run_local(
     """Run ``program`` on ``program.world_size`` local processes; results by rank.
 
     Raises:
+        ValueError: more than :data:`MAX_LOCAL_WORKERS` workers (none is started).
         ExecutionError: a worker raised (its message and traceback) or died (its exit code), or the
             run passed ``timeout_s``; the other workers are terminated.
     """
@@ -129,17 +148,19 @@ def run_local_jobs(
         return []
     widest = max((program for program, _, _ in jobs), key=lambda p: p.world_size)
     world, devices = widest.world_size, widest.devices
+    check_local_workers(world)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    folder = Path(tempfile.mkdtemp(prefix="placement-rl-rendezvous-"))
+    init_method = (folder / "store").as_uri()  # a FileStore: the rendezvous opens no socket
     procs = [
-        ctx.Process(target=_entry, args=(r, world, port, list(jobs), options, results), daemon=True)
+        ctx.Process(target=_entry, args=(r, world, init_method, list(jobs), options, results), daemon=True)
         for r in range(world)
     ]
-    for p in procs:
-        p.start()
     out: dict[tuple[int, int], WorkerResult] = {}
     try:
+        for p in procs:
+            p.start()
         waited = 0.0
         while len(out) < sum(program.world_size for program, _, _ in jobs):
             try:
@@ -158,6 +179,8 @@ def run_local_jobs(
             out[(index, rank)] = payload
     finally:
         for p in procs:
+            if p.pid is None:  # never started
+                continue
             p.join(timeout=5.0)
             if p.is_alive():
                 p.terminate()
@@ -165,4 +188,5 @@ def run_local_jobs(
             if p.is_alive() and p.pid is not None:
                 os.kill(p.pid, 9)
                 p.join()
+        shutil.rmtree(folder, ignore_errors=True)
     return [[out[(i, r)] for r in range(program.world_size)] for i, (program, _, _) in enumerate(jobs)]

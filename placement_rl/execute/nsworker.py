@@ -7,10 +7,12 @@ Run as::
 
 ``SPEC.json`` is written by the launcher itself (never a file a user gave; it is parsed as JSON, nothing
 is unpickled). Common keys: ``mode`` (``"program"`` or ``"ping_pong"``), ``world_size``, ``master_addr``,
-``master_port``, ``ifname`` (the interface gloo uses; ``null`` for the default), ``timeout_s``,
+``master_port``, ``init_method`` (a ``file://`` rendezvous on one machine; ``null``: ``tcp://`` at
+``master_addr:master_port``, in the emulated cluster's namespaces), ``ifname`` (the interface gloo uses;
+``null`` for the default), ``timeout_s``,
 ``out_dir`` and ``realtime_priority`` (``SCHED_RR`` priority of the worker's threads, 0 to leave them as
 they are: other work on the machine then delays the worker's compute and wake-ups). The worker joins a
-gloo group at ``tcp://master_addr:master_port`` and writes ``out_dir/rank<RANK>.json``:
+gloo group at ``init_method`` and writes ``out_dir/rank<RANK>.json``:
 
 * ``program``: the spec holds the model (``{"spec", "batch_size", "options"}``), the plan, the topology
   and the cost model (:func:`cost_model_to_dict`) as JSON, the run options and ``digest``, the
@@ -184,9 +186,10 @@ def main(argv: list[str]) -> int:
     import torch.distributed as dist
 
     torch.set_num_threads(int(spec.get("threads", 1)))
+    init_method = spec.get("init_method") or f"tcp://{spec['master_addr']}:{spec['master_port']}"
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://{spec['master_addr']}:{spec['master_port']}",
+        init_method=init_method,
         rank=rank,
         world_size=spec["world_size"],
         timeout=datetime.timedelta(seconds=spec["timeout_s"]),

@@ -28,9 +28,10 @@ from typing import IO, Any
 
 from placement_rl.emulate.cluster import _stop
 from placement_rl.emulate.run import _tail
-from placement_rl.execute.local import ExecutionError, RunOptions
+from placement_rl.execute.local import ExecutionError, RunOptions, check_local_workers
 from placement_rl.execute.lower import Program
 from placement_rl.execute.nsworker import cost_model_to_dict, program_digest, result_from_dict
+from placement_rl.execute.rendezvous import is_loopback, loopback_ifname
 from placement_rl.execute.runtime import ModelSource, WorkerResult
 from placement_rl.graph import OpGraph
 from placement_rl.plan.core import Plan
@@ -64,8 +65,11 @@ class ProcessLauncher:
     Args:
         spawner: starts rank ``k``'s process (:func:`local_spawner` or ``EmulatedCluster.spawn``).
         master_addr: the address rank 0 listens on, reachable by every rank (``127.0.0.1`` locally, the
-            first device's address on the emulated cluster).
-        ifname: the interface gloo uses (``eth0`` in a namespace); ``None`` for gloo's default.
+            first device's address on the emulated cluster). A loopback address means one machine: the
+            workers meet through a ``file://`` rendezvous in the run's folder (no socket) and gloo listens on
+            the loopback interface (:mod:`placement_rl.execute.rendezvous`).
+        ifname: the interface gloo uses (``eth0`` in a namespace); ``None`` for gloo's default (the loopback
+            interface with a loopback ``master_addr``).
         port: first rendezvous port; each launch takes the next one. Default: a free local port per launch.
         timeout_s: a run that has not finished by then fails (and its processes are stopped).
         realtime_priority: ``SCHED_RR`` priority of the workers' threads (0: leave them as they are), so
@@ -95,6 +99,7 @@ class ProcessLauncher:
         """Start ``world_size`` workers with ``spec`` (plus the rendezvous keys), wait, return what each wrote.
 
         Raises:
+            ValueError: more than :data:`~placement_rl.execute.local.MAX_LOCAL_WORKERS` workers (none is started).
             ExecutionError: a worker exited with an error (the tail of its log in the message), or the
                 run passed ``timeout_s``. Every process started is stopped whatever the outcome.
         """
@@ -102,12 +107,16 @@ class ProcessLauncher:
         logs: list[IO[bytes]] = []
         processes: list[subprocess.Popen[bytes]] = []
         try:
+            check_local_workers(world_size)
+            local = is_loopback(self.master_addr)
             full = {
                 **spec,
                 "world_size": world_size,
                 "master_addr": self.master_addr,
-                "master_port": self._port(),
-                "ifname": self.ifname,
+                "master_port": 0 if local else self._port(),
+                # one machine: a FileStore rendezvous (no socket) and gloo's sockets on loopback
+                "init_method": (folder / "store").as_uri() if local else None,
+                "ifname": self.ifname or (loopback_ifname() if local else None),
                 "timeout_s": self.timeout_s,
                 "realtime_priority": self.realtime_priority,
                 "out_dir": str(folder),

@@ -47,6 +47,15 @@ GRAPH_SCHEMA_VERSION = 1
 
 Shape = tuple[int, ...]
 
+#: Bounds of an op's quantities (a graph beyond them is refused with the op and the value): FLOPs per pass
+#: of one op (the largest zoo op, a 70B model's batched matmul, is under 1e16) and bytes of one tensor,
+#: one op's parameters, reads or writes (1e15 bytes: a petabyte). Within them every simulated time and
+#: size stays a finite float.
+MAX_OP_FLOPS = 1e18
+MAX_TENSOR_BYTES = 10**15
+#: Bytes per element of an op's outputs: 1 (int8, bool) to 16 (complex128).
+MAX_DTYPE_BYTES = 16
+
 
 @dataclass(frozen=True)
 class ParallelDim:
@@ -192,7 +201,9 @@ class OpGraph:
 
     Raises:
         ValueError: naming the offending op or edge when names repeat, an edge references a
-            missing op or output, a size is negative or the graph has a cycle.
+            missing op or output, a quantity is not a number within its bounds (FLOPs at most
+            :data:`MAX_OP_FLOPS`, bytes at most :data:`MAX_TENSOR_BYTES`, ``dtype_bytes`` from 1 to
+            :data:`MAX_DTYPE_BYTES`), ``batch_size`` is not a positive integer, or the graph has a cycle.
     """
 
     def __init__(
@@ -203,6 +214,10 @@ class OpGraph:
         batch_size: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(f"graph {name!r}: batch_size = {batch_size!r}; expected a positive integer (or none)")
         self.name = name
         self.batch_size = batch_size
         self.metadata: dict[str, Any] = dict(metadata or {})
@@ -384,12 +399,16 @@ class OpGraph:
         for i, d in enumerate(as_list(document["tensors"], "graph.tensors")):
             where = f"graph.tensors[{i}]"
             check_keys(d, where, {"src", "dst", "shape", "num_bytes"}, {"src_output"})
+            num_bytes = as_int(d["num_bytes"], f"{where}.num_bytes")
+            _check_quantity(num_bytes, f"{where}.num_bytes", MAX_TENSOR_BYTES, integer=True)
+            shape = _shape(d["shape"], f"{where}.shape")
+            _check_shape(shape, 1, f"{where}.shape")
             tensors.append(
                 Tensor(
                     src=as_str(d["src"], f"{where}.src"),
                     dst=as_str(d["dst"], f"{where}.dst"),
-                    shape=_shape(d["shape"], f"{where}.shape"),
-                    num_bytes=as_int(d["num_bytes"], f"{where}.num_bytes"),
+                    shape=shape,
+                    num_bytes=num_bytes,
                     src_output=as_int(d.get("src_output", 0), f"{where}.src_output"),
                 )
             )
@@ -397,6 +416,8 @@ class OpGraph:
         if not isinstance(metadata, dict):
             raise SchemaError(f"graph.metadata: expected an object, got {type(metadata).__name__}")
         batch = document.get("batch_size")
+        if batch is not None and as_int(batch, "graph.batch_size") < 1:
+            raise SchemaError(f"graph.batch_size = {batch!r}; expected a positive integer (or null)")
         return cls(
             as_str(document["name"], "graph.name"),
             ops,
@@ -410,7 +431,16 @@ class OpGraph:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> OpGraph:
-        return cls.from_dict(read_json(path))
+        """Read a graph JSON file; every error names the file (and the key, as :meth:`from_dict`'s do).
+
+        Raises:
+            SchemaError: a bad document or graph, its message prefixed with ``path``.
+        """
+        document = read_json(path)
+        try:
+            return cls.from_dict(document)
+        except ValueError as exc:
+            raise SchemaError(f"{path}: {exc}") from None
 
 
 # ---------------------------------------------------------------- validation
@@ -420,13 +450,14 @@ def _validate_op(op: Op) -> None:
         raise ValueError("op with an empty name: every op needs a unique non-empty name")
     if not op.output_shapes:
         raise ValueError(f"{where}: has no output shape; expected at least one")
+    if not _is_int(op.dtype_bytes) or not 1 <= op.dtype_bytes <= MAX_DTYPE_BYTES:
+        raise ValueError(f"{where}: dtype_bytes = {op.dtype_bytes!r}; expected an integer from 1 to {MAX_DTYPE_BYTES}")
     for shape in op.output_shapes:
-        if any(d < 0 for d in shape):
-            raise ValueError(f"{where}: output shape {shape} has a negative dimension")
-    for attr in ("dtype_bytes", "forward_flops", "backward_flops", "param_bytes", "bytes_read", "bytes_written"):
-        value = getattr(op, attr)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{where}: {attr} = {value!r}; expected a finite non-negative number")
+        _check_shape(shape, op.dtype_bytes, f"{where}: output shape")
+    for attr in ("forward_flops", "backward_flops"):
+        _check_quantity(getattr(op, attr), f"{where}: {attr}", MAX_OP_FLOPS, integer=False)
+    for attr in ("param_bytes", "bytes_read", "bytes_written"):
+        _check_quantity(getattr(op, attr), f"{where}: {attr}", MAX_TENSOR_BYTES, integer=True)
     if op.split not in SPLIT_CLASSES:
         raise ValueError(f"{where}: split class {op.split!r}; expected one of {list(SPLIT_CLASSES)}")
     names = set()
@@ -460,8 +491,8 @@ def _validate_tensor(t: Tensor, ops: dict[str, Op]) -> None:
             raise ValueError(f"{where}: references op {end!r}, which is not in the graph")
     if t.src == t.dst:
         raise ValueError(f"{where}: a self-loop makes the graph cyclic")
-    if t.num_bytes < 0 or any(d < 0 for d in t.shape):
-        raise ValueError(f"{where}: negative size (shape {t.shape}, {t.num_bytes} bytes)")
+    _check_quantity(t.num_bytes, f"{where}: num_bytes", MAX_TENSOR_BYTES, integer=True)
+    _check_shape(t.shape, 1, f"{where}: shape")
     if not 0 <= t.src_output < len(ops[t.src].output_shapes):
         raise ValueError(
             f"{where}: src_output {t.src_output} but op {t.src!r} has {len(ops[t.src].output_shapes)} output(s)"
@@ -524,6 +555,39 @@ def _topological_order(names: list[str], tensors: Iterable[Tensor]) -> list[str]
 
 
 # ---------------------------------------------------------------- JSON helpers
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_quantity(value: Any, where: str, maximum: float, integer: bool) -> None:
+    """``value`` must be a number (an integer if ``integer``) from 0 to ``maximum``; compared without
+    converting to float, so an integer of 400 digits is refused, not an ``OverflowError``."""
+    kind = "an integer" if integer else "a number"
+    ok = _is_int(value) or (not integer and isinstance(value, float) and math.isfinite(value))
+    if not ok or not 0 <= value <= maximum:
+        raise ValueError(f"{where} = {_short(value)}; expected {kind} from 0 to {maximum:.0e}")
+
+
+def _check_shape(shape: Any, dtype_bytes: int, where: str) -> None:
+    """Every extent a non-negative integer and the whole at most :data:`MAX_TENSOR_BYTES` bytes."""
+    if not all(_is_int(d) and d >= 0 for d in shape):
+        raise ValueError(
+            f"{where} {_short(list(shape))} has a negative dimension or one not an integer; expected "
+            "non-negative integer extents"
+        )
+    if math.prod(shape) * dtype_bytes > MAX_TENSOR_BYTES:
+        raise ValueError(
+            f"{where} {_short(list(shape))}: {_short(math.prod(shape) * dtype_bytes)} bytes; expected at most "
+            f"{MAX_TENSOR_BYTES:.0e} bytes per tensor"
+        )
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, an integer of many digits shortened (``1000...000 (401 digits)``)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:24]}...{text[-12:]} ({len(text)} characters)"
+
+
 def _op_to_dict(op: Op) -> dict[str, Any]:
     d: dict[str, Any] = {
         "name": op.name,
@@ -585,6 +649,23 @@ def _op_from_dict(d: Any, where: str) -> Op:
             )
         )
     key = d.get("param_key")
+    for name, default, maximum in (
+        ("forward_flops", 0.0, MAX_OP_FLOPS),
+        ("backward_flops", 0.0, MAX_OP_FLOPS),
+        ("param_bytes", 0, MAX_TENSOR_BYTES),
+        ("bytes_read", 0, MAX_TENSOR_BYTES),
+        ("bytes_written", 0, MAX_TENSOR_BYTES),
+    ):
+        value = d.get(name, default)
+        (as_float if maximum == MAX_OP_FLOPS else as_int)(value, f"{where}.{name}")  # the type, named
+        _check_quantity(value, f"{where}.{name}", maximum, integer=maximum != MAX_OP_FLOPS)
+    dtype_bytes = as_int(d.get("dtype_bytes", 4), f"{where}.dtype_bytes")
+    if not 1 <= dtype_bytes <= MAX_DTYPE_BYTES:
+        raise SchemaError(
+            f"{where}.dtype_bytes = {_short(dtype_bytes)}; expected an integer from 1 to {MAX_DTYPE_BYTES}"
+        )
+    for k, s in enumerate(as_list(d["output_shapes"], f"{where}.output_shapes")):
+        _check_shape(_shape(s, f"{where}.output_shapes[{k}]"), dtype_bytes, f"{where}.output_shapes[{k}]")
     return Op(
         name=as_str(d["name"], f"{where}.name"),
         op_type=as_str(d["op_type"], f"{where}.op_type"),

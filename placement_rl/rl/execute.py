@@ -8,6 +8,12 @@ writes them into a fresh temporary folder (JSON for the measurements, one ``.npy
 parameter shard; nothing is pickled) and reports it with ``ray.train.report``; the driver reads
 that checkpoint back from the run's storage, a temporary folder removed afterwards.
 
+The workers' group is set up by :class:`LoopbackTorchConfig` instead of Ray Train's own (whose
+``TCPStore`` listens on every interface): rank 0 serves the rendezvous on ``127.0.0.1`` and gloo's
+sockets stay on the loopback interface, so every worker must run on rank 0's machine; on a cluster of
+several machines name the address rank 0 listens on (``master_addr``, ``--master-addr``; ``"node"``: the
+address Ray knows rank 0's machine by).
+
 Before a worker starts, the launcher checks that the Ray cluster has a CPU per worker thread (and a
 GPU per worker under NCCL): Ray Train would otherwise wait for the resources forever. A worker that
 raises or dies fails the run (no retries) with :class:`~placement_rl.execute.ExecutionError`
@@ -19,12 +25,17 @@ from __future__ import annotations
 import json
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ray.train._internal.worker_group import WorkerGroup as V1WorkerGroup
+from ray.train.torch import TorchConfig
+from ray.train.torch.config import _set_torch_distributed_env_vars, _TorchBackend
 
 from placement_rl.execute import ExecutionError, Launcher, ModelSource, Program, RunOptions, WorkerResult
+from placement_rl.execute.rendezvous import LOOPBACK, init_group, is_loopback, listen, loopback_env
 from placement_rl.execute.runtime import Event, IterationResult
 from placement_rl.graph import OpGraph
 from placement_rl.rl.runtime import ensure_ray
@@ -54,6 +65,79 @@ def check_resources(world_size: int, options: RunOptions, resources: dict[str, f
                 f"{world_size} workers under backend 'nccl' need a GPU each; the Ray cluster has {gpus} GPU(s): "
                 f"expected a plan on at most {gpus} devices, or backend 'gloo'"
             )
+
+
+# ------------------------------------------------------------------------------ the group
+#: Rank 0's listening socket between the backend's two calls (one per Ray Train worker process).
+_LISTENER: list[Any] = []
+
+
+def _node_ip() -> str:
+    import ray
+
+    return str(ray.util.get_node_ip_address())
+
+
+def _open_listener(host: str) -> tuple[str, int]:
+    """On rank 0: listen on ``host`` (``"node"``: this machine's Ray address); the address and port."""
+    address = _node_ip() if host == "node" else host
+    _LISTENER[:] = [listen(address)]
+    return address, int(_LISTENER[0].getsockname()[1])
+
+
+def _join_group(backend: str, rank: int, world_size: int, host: str, port: int, timeout_s: float) -> None:
+    import os
+
+    if is_loopback(host):
+        os.environ.update(loopback_env())
+    listener = _LISTENER.pop() if rank == 0 and _LISTENER else None
+    init_group(backend, rank, world_size, host, port, timeout_s, listener)
+
+
+class _LoopbackTorchBackend(_TorchBackend):
+    """Ray Train's torch backend with its group set up on the address of :class:`LoopbackTorchConfig`."""
+
+    def on_start(self, worker_group: Any, backend_config: Any) -> None:
+        import ray
+
+        config: LoopbackTorchConfig = backend_config
+        n = len(worker_group)
+        if config.master_addr == LOOPBACK:
+            nodes = sorted(set(worker_group.execute(_node_ip)))
+            if len(nodes) > 1:
+                raise ValueError(
+                    f"the {n} workers run on {len(nodes)} machines ({', '.join(nodes)}); rank 0 listens on "
+                    f"{LOOPBACK} only unless given an address: expected --master-addr (an address of rank 0's "
+                    "machine the others reach, or 'node')"
+                )
+        host, port = worker_group.execute_single(0, _open_listener, config.master_addr)
+        if not isinstance(worker_group, V1WorkerGroup):  # Ray Train v1 sets them at on_training_start
+            worker_group.execute(_set_torch_distributed_env_vars)
+        ray.get(
+            [
+                worker_group.execute_single_async(
+                    rank, _join_group, config.backend or "gloo", rank, n, host, port, float(config.timeout_s)
+                )
+                for rank in range(n)
+            ]
+        )
+
+
+@dataclass
+class LoopbackTorchConfig(TorchConfig):
+    """:class:`ray.train.torch.TorchConfig` whose group listens on ``master_addr`` only (module docstring).
+
+    Attributes:
+        master_addr: where rank 0's rendezvous listens: ``127.0.0.1`` (default; every worker on rank 0's
+            machine, gloo's sockets on loopback), an address of rank 0's machine, or ``"node"`` (the address
+            Ray knows it by).
+    """
+
+    master_addr: str = LOOPBACK
+
+    @property
+    def backend_cls(self) -> type[_TorchBackend]:
+        return _LoopbackTorchBackend
 
 
 # --------------------------------------------------------------------------- results as files
@@ -131,7 +215,7 @@ def _train_loop(config: dict[str, Any]) -> None:
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
-def ray_train_launcher(storage_path: str | None = None) -> Launcher:
+def ray_train_launcher(storage_path: str | None = None, master_addr: str = LOOPBACK) -> Launcher:
     """A :data:`~placement_rl.execute.Launcher` running the workers as Ray Train workers.
 
     Joins or starts Ray (:func:`ensure_ray`) when called, after the plan has been lowered.
@@ -140,12 +224,14 @@ def ray_train_launcher(storage_path: str | None = None) -> Launcher:
         storage_path: where Ray Train keeps the run and its checkpoint (default: a temporary folder on
             this machine, removed after the run). On a cluster of several machines give a folder every
             machine can write (shared file system or a ``s3://`` URI); it is left as it is.
+        master_addr: where rank 0's rendezvous listens (:class:`LoopbackTorchConfig`); the default,
+            loopback, needs every worker on rank 0's machine.
     """
 
     def launch(program: Program, graph: OpGraph, source: ModelSource, options: RunOptions) -> list[WorkerResult]:
         import ray
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ray.train.torch import TorchConfig, TorchTrainer
+        from ray.train.torch import TorchTrainer
 
         try:
             from ray.train import TrainingFailedError
@@ -165,7 +251,7 @@ def ray_train_launcher(storage_path: str | None = None) -> Launcher:
                 scaling_config=ScalingConfig(
                     num_workers=program.world_size, use_gpu=gpu, resources_per_worker=resources
                 ),
-                torch_config=TorchConfig(backend=options.backend),
+                torch_config=LoopbackTorchConfig(backend=options.backend, master_addr=master_addr),
                 run_config=RunConfig(
                     name=f"execute-{program.graph_name}-{program.plan_name}-{uuid.uuid4().hex[:8]}".replace("/", "_"),
                     storage_path=_absolute(storage_path) if storage_path else scratch,

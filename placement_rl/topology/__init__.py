@@ -13,6 +13,7 @@
 from placement_rl.topology.core import (
     COMPUTE_DTYPES,
     LINK_KINDS,
+    MAX_TOPOLOGY_DEVICES,
     TOPOLOGY_FORMAT,
     TOPOLOGY_SCHEMA_VERSION,
     Device,
@@ -56,6 +57,7 @@ __all__ = [
     "GIB",
     "LINK_KINDS",
     "LINK_LATENCY_S",
+    "MAX_TOPOLOGY_DEVICES",
     "PCIE3_X16_BYTES_PER_S",
     "RANDOM_DEVICE_TYPES",
     "TEST_SEEDS",

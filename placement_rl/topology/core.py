@@ -42,6 +42,20 @@ LINK_KINDS: tuple[str, ...] = ("nvlink", "nvswitch", "pcie", "infiniband", "ethe
 TOPOLOGY_FORMAT = "placement_rl.topology"
 TOPOLOGY_SCHEMA_VERSION = 1
 
+#: The most devices a topology may have: every command routes between all of them (an ``NxM`` string or
+#: a file with more is refused before anything is built). The largest preset, ``dgx-h100-x512``, has 4,096.
+MAX_TOPOLOGY_DEVICES = 100_000
+
+#: Bounds of a device's and a link's figures (a topology beyond them is refused, naming the value): rates
+#: from 1 per second up to 1e18 FLOP/s per device (a GB200's sparse fp4 is 2e16) and 1e15 bytes/s per link
+#: or memory (NVLink 5 is 1.8e12), memory up to 1e15 bytes, latencies up to an hour. Within them every
+#: simulated time stays a finite float.
+MAX_PEAK_FLOPS = 1e18
+MAX_BANDWIDTH_BYTES_PER_S = 1e15
+MAX_MEMORY_BYTES = 10**15
+MAX_LATENCY_S = 3600.0
+MIN_RATE = 1.0
+
 #: Compute dtypes a device may have a peak for. ``fp32`` is :attr:`Device.peak_flops`; the others are
 #: optional entries of :attr:`Device.peak_flops_by_dtype` (tensor-core rates where the GPU has them).
 COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")
@@ -156,9 +170,11 @@ class DeviceTopology:
         switches: the non-compute network nodes (PCIe switch, NIC, NVSwitch, IB/Ethernet switch).
 
     Raises:
-        ValueError: naming the offending device, link or value when there is no device, names repeat,
-            a link endpoint does not exist, a bandwidth is not a finite positive number, a latency is
-            negative, a device's memory / peak FLOP/s / memory bandwidth is not positive, or some
+        ValueError: naming the offending device, link or value when there is no device or more than
+            :data:`MAX_TOPOLOGY_DEVICES`, names repeat, a link endpoint does not exist or a link joins a
+            node to itself, a bandwidth, peak FLOP/s or memory is not a number within its bounds
+            (:data:`MIN_RATE`, :data:`MAX_BANDWIDTH_BYTES_PER_S`, :data:`MAX_PEAK_FLOPS`,
+            :data:`MAX_MEMORY_BYTES`), a latency is negative or over :data:`MAX_LATENCY_S`, or some
             devices cannot reach each other.
     """
 
@@ -170,6 +186,10 @@ class DeviceTopology:
         devices, links, switches = tuple(devices), tuple(links), tuple(switches)
         if not devices:
             raise ValueError(f"topology {name!r} has no device; expected at least one")
+        if len(devices) > MAX_TOPOLOGY_DEVICES:
+            raise ValueError(
+                f"topology {name!r} has {len(devices):,} devices; expected at most {MAX_TOPOLOGY_DEVICES:,}"
+            )
         for device in devices:
             _validate_device(device)
         nodes: dict[str, int] = {}
@@ -485,6 +505,10 @@ class DeviceTopology:
                     peak_flops_by_dtype=_dtype_peaks(d.get("peak_flops_by_dtype", {}), f"{where}.peak_flops_by_dtype"),
                 )
             )
+            try:
+                _validate_device(devices[-1])
+            except ValueError as exc:
+                raise SchemaError(f"{where}: {exc}") from None
         switches = [
             as_str(s, f"topology.switches[{i}]")
             for i, s in enumerate(as_list(document.get("switches", []), "topology.switches"))
@@ -496,12 +520,16 @@ class DeviceTopology:
             kind = as_str(d["kind"], f"{where}.kind")
             if kind not in LINK_KINDS:
                 raise SchemaError(f"{where}.kind: {kind!r}; expected one of {list(LINK_KINDS)}")
+            bandwidth = as_float(d["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s")
+            _check_number(d["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s", True, MAX_BANDWIDTH_BYTES_PER_S)
+            latency = as_float(d["latency_s"], f"{where}.latency_s")
+            _check_number(d["latency_s"], f"{where}.latency_s", False, MAX_LATENCY_S)
             links.append(
                 Link(
                     a=as_str(d["a"], f"{where}.a"),
                     b=as_str(d["b"], f"{where}.b"),
-                    bandwidth_bytes_per_s=as_float(d["bandwidth_bytes_per_s"], f"{where}.bandwidth_bytes_per_s"),
-                    latency_s=as_float(d["latency_s"], f"{where}.latency_s"),
+                    bandwidth_bytes_per_s=bandwidth,
+                    latency_s=latency,
                     kind=kind,  # type: ignore[arg-type]
                 )
             )
@@ -513,8 +541,12 @@ class DeviceTopology:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> DeviceTopology:
-        """Read a topology JSON file (see :meth:`from_dict` for the errors)."""
-        return cls.from_dict(read_json(path))
+        """Read a topology JSON file (see :meth:`from_dict` for the errors; each names the file)."""
+        document = read_json(path)
+        try:
+            return cls.from_dict(document)
+        except ValueError as exc:
+            raise SchemaError(f"{path}: {exc}") from None
 
 
 _DEVICE_FIELDS = {"name", "device_type", "machine", "peak_flops", "memory_bytes", "memory_bandwidth_bytes_per_s"}
@@ -552,10 +584,19 @@ def _validate_device(d: Device) -> None:
         value = getattr(d, attr)
         if not isinstance(value, str) or not value:
             raise ValueError(f"device {d.name!r}: {attr} = {value!r}; expected a non-empty string")
-    if isinstance(d.memory_bytes, bool) or not isinstance(d.memory_bytes, int) or d.memory_bytes <= 0:
-        raise ValueError(f"device {d.name!r}: memory_bytes = {d.memory_bytes!r}; expected a positive integer")
-    for attr in ("peak_flops", "memory_bandwidth_bytes_per_s"):
-        _check_number(getattr(d, attr), f"device {d.name!r}: {attr}", positive=True)
+    memory = d.memory_bytes
+    if isinstance(memory, bool) or not isinstance(memory, int) or not 0 < memory <= MAX_MEMORY_BYTES:
+        shown = repr(memory) if len(repr(memory)) <= 40 else f"{repr(memory)[:20]}... ({len(repr(memory))} digits)"
+        raise ValueError(
+            f"device {d.name!r}: memory_bytes = {shown}; expected a positive integer of at most {MAX_MEMORY_BYTES:.0e}"
+        )
+    _check_number(d.peak_flops, f"device {d.name!r}: peak_flops", positive=True, maximum=MAX_PEAK_FLOPS)
+    _check_number(
+        d.memory_bandwidth_bytes_per_s,
+        f"device {d.name!r}: memory_bandwidth_bytes_per_s",
+        positive=True,
+        maximum=MAX_BANDWIDTH_BYTES_PER_S,
+    )
     peaks = d.peak_flops_by_dtype
     if not isinstance(peaks, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in peaks):
         raise ValueError(f"device {d.name!r}: peak_flops_by_dtype = {peaks!r}; expected sorted (dtype, FLOP/s) pairs")
@@ -567,7 +608,9 @@ def _validate_device(d: Device) -> None:
                 f"device {d.name!r}: peak_flops_by_dtype has {dtype!r}; expected dtypes among {list(others)} "
                 f"(fp32 is peak_flops)"
             )
-        _check_number(flops, f"device {d.name!r}: peak_flops_by_dtype[{dtype!r}]", positive=True)
+        _check_number(
+            flops, f"device {d.name!r}: peak_flops_by_dtype[{dtype!r}]", positive=True, maximum=MAX_PEAK_FLOPS
+        )
     if dtypes != sorted(set(dtypes)):
         raise ValueError(f"device {d.name!r}: peak_flops_by_dtype dtypes {dtypes} must be sorted and distinct")
 
@@ -581,17 +624,28 @@ def _validate_link(i: int, link: Link, nodes: dict[str, int]) -> None:
             raise ValueError(f"{where}: endpoint {end!r} is not a device or switch of the topology")
     if link.a == link.b:
         raise ValueError(f"{where}: joins {link.a!r} to itself; expected two different nodes")
-    _check_number(link.bandwidth_bytes_per_s, f"{where}: bandwidth_bytes_per_s", positive=True)
-    _check_number(link.latency_s, f"{where}: latency_s", positive=False)
+    _check_number(
+        link.bandwidth_bytes_per_s, f"{where}: bandwidth_bytes_per_s", positive=True, maximum=MAX_BANDWIDTH_BYTES_PER_S
+    )
+    _check_number(link.latency_s, f"{where}: latency_s", positive=False, maximum=MAX_LATENCY_S)
     if link.kind not in LINK_KINDS:
         raise ValueError(f"{where}: kind {link.kind!r}; expected one of {list(LINK_KINDS)}")
 
 
-def _check_number(value: Any, where: str, positive: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or (value <= 0 if positive else value < 0):
-        expected = "a finite number > 0" if positive else "a finite number >= 0"
-        raise ValueError(f"{where} = {value!r}; expected {expected}")
+def _check_number(value: Any, where: str, positive: bool, maximum: float) -> None:
+    """A rate (``positive``: from :data:`MIN_RATE`) or a latency (from 0) of at most ``maximum``; an integer
+    too large for a float is refused, not an ``OverflowError``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (isinstance(value, int) or math.isfinite(value))
+    low = MIN_RATE if positive else 0.0
+    if not ok or not low <= value <= maximum:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
+        expected = (
+            f"a finite number > 0, from {MIN_RATE:g} to {maximum:.0e}"
+            if positive
+            else f"a finite number >= 0, at most {maximum:g}"
+        )
+        raise ValueError(f"{where} = {shown}; expected {expected}")
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:
