@@ -226,3 +226,13 @@ def test_search_mcmc_writes_the_best_plan(tmp_path, capsys) -> None:  # type: ig
     assert 0 <= summary["acceptance_rate"] <= 1 and summary["proposals_per_s"] > 0
     assert main(["search", "mcmc", "--model", "rnnlm", "--topology", "trinity", "--budget", "soon"]) == 2
     assert "budget 'soon'" in capsys.readouterr().err
+
+
+def test_help_documents_the_exit_statuses(capsys) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.cli import EXIT_STATUSES
+
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert set(EXIT_STATUSES) == {0, 1, 2, 130}
+    for status, meaning in EXIT_STATUSES.items():
+        assert f"{status} {' '.join(meaning.split())}" in text

@@ -16,6 +16,8 @@ import copy
 import json
 import math
 import random
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,5 +320,383 @@ def test_malformed_training_file(name: str, text: str, tmp_path: Path, capsys: p
 
 
 def test_enough_generated_inputs() -> None:
-    """At least 150 malformed inputs across files, flags and YAML (plus the envs' own)."""
+    """At least 150 malformed inputs across files, flags and YAML (plus the envs' own), and at least 100
+    output paths, model strings and checkpoints."""
     assert len(CASES) + len(BAD_FLAGS) + len(BAD_EXPERIMENTS) + len(TRAINING_CASES) >= 150
+    assert len(OUTPUT_CASES) + len(MODEL_CASES) + len(CHECKPOINT_CASES) >= 100
+
+
+# ------------------------------------------------------------------------------------ output paths
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting Ray fails the test: bad input must be refused before Ray starts."""
+    import ray
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("Ray was started before the bad input was refused")
+
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+def _sweep_yaml(output_dir: str) -> str:
+    base = Path(__file__).resolve().parents[1] / "tune_configs" / "trinity_ppo.yaml"
+    search = {"ppo.lr": {"choice": [0.001, 0.003]}}
+    return yaml.safe_dump({"base": str(base), "search": search, "num_samples": 1, "output_dir": output_dir})
+
+
+#: Commands that write a file, ``OUT`` standing for the path.
+FILE_OUTPUTS: dict[str, list[str]] = {
+    "search-mcmc--out": ["search", "mcmc", "--model", MODEL, "--topology", TOPOLOGY, "--budget", "5", "--out", "OUT"],
+    "import--out": ["import", MODEL, "--out", "OUT"],
+    "show-graph--out": ["show-graph", MODEL, "--out", "OUT"],
+    "show-topology--out": ["show-topology", TOPOLOGY, "--out", "OUT"],
+    "profile--out": ["profile", "--models", MODEL, "--repeats", "1", "--out", "OUT"],
+    "calibrate--out": ["calibrate", "--data", "EMPTY", "--out", "OUT"],
+    "simulate--trace": ["simulate", "--model", MODEL, "--topology", TOPOLOGY, "--plan", "dp", "--trace", "OUT"],
+    "simulate--gantt": ["simulate", "--model", MODEL, "--topology", TOPOLOGY, "--plan", "dp", "--gantt", "OUT"],
+    "execute--trace": ["execute", "--model", MODEL, "--topology", TOPOLOGY, "--plan", "dp", "--trace", "OUT"],
+    "execute--sim-trace": ["execute", "--model", MODEL, "--topology", TOPOLOGY, "--plan", "dp", "--sim-trace", "OUT"],
+}
+#: Commands that write into a folder.
+FOLDER_OUTPUTS: dict[str, list[str]] = {
+    "plan--out-dir": ["plan", "--model", MODEL, "--topology", TOPOLOGY, "--methods", "dp", "--out-dir", "OUT"],
+    "compare--out": ["compare", "EXPERIMENT", "--serial", "--out", "OUT"],
+    "frontier--out-dir": [
+        "frontier",
+        "--model",
+        MODEL,
+        "--topology",
+        TOPOLOGY,
+        "--mcmc-budget",
+        "none",
+        "--out-dir",
+        "OUT",
+    ],
+    "train--out-dir": ["train", "TRAIN", "--iterations", "1", "--out-dir", "OUT"],
+    "tune-output_dir": ["tune", "SWEEP"],
+    "fidelity--out": ["fidelity", "--cases", f"{MODEL}/data_parallel", "--iterations", "1", "--out", "OUT"],
+}
+#: Bad output paths, relative to a scratch folder (``/sys`` is a place nobody may write, root included).
+BAD_FILE_PATHS = {
+    "folder": "folder",
+    "dangling-symlink": "dangling",
+    "parent-is-a-file": "file/x.json",
+    "parent-is-a-symlink-to-a-file": "link-to-file/x.json",
+    "unwritable": "/sys/placement-rl-fuzz/x.json",
+    "socket": "socket",  # not a regular file; never /dev/null: as root, a writer's atomic replace would replace it
+    "empty": "",
+}
+BAD_FOLDER_PATHS = {
+    "file": "file",
+    "dangling-symlink": "dangling",
+    "symlink-to-a-file": "link-to-file",
+    "parent-is-a-file": "file/sub",
+    "unwritable": "/sys/placement-rl-fuzz",
+    "empty": "",
+}
+
+
+def _output_cases() -> list[Any]:
+    cases = []
+    for table, paths in ((FILE_OUTPUTS, BAD_FILE_PATHS), (FOLDER_OUTPUTS, BAD_FOLDER_PATHS)):
+        for command, argv in table.items():
+            for kind, path in paths.items():
+                cases.append(pytest.param(argv, path, id=f"{command}-{kind}"))
+    return cases
+
+
+OUTPUT_CASES = _output_cases()
+
+
+def _is_error_line(line: str) -> bool:
+    """Our ``error: ...`` line, or argparse's ``placement-rl COMMAND: error: argument --flag: ...``."""
+    return re.match(r"(placement-rl[\w -]*: )?error: ", line) is not None
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.usefixtures("no_ray")
+@pytest.mark.parametrize(("argv", "path"), OUTPUT_CASES)
+def test_bad_output_path(
+    argv: list[str], path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command refuses a bad output path before any work: status 2, one ``error:`` line naming the
+    path, nothing written anywhere."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "folder").mkdir()
+    (work / "empty").mkdir()
+    (work / "file").write_text("x")
+    (work / "dangling").symlink_to(work / "missing" / "target")
+    (work / "link-to-file").symlink_to(work / "file")
+    with socket.socket(socket.AF_UNIX) as unix:
+        unix.bind(str(work / "socket"))
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    target = path if path.startswith("/") or not path else str(work / path)
+    (inputs / "experiment.yaml").write_text(yaml.safe_dump(_experiment()))
+    train = yaml.safe_load((Path(__file__).resolve().parents[1] / "tune_configs" / "trinity_ppo.yaml").read_text())
+    (inputs / "train.yaml").write_text(yaml.safe_dump(train))
+    (inputs / "sweep.yaml").write_text(_sweep_yaml(target))
+    files = {
+        "OUT": target,
+        "EMPTY": str(work / "empty"),
+        "EXPERIMENT": str(inputs / "experiment.yaml"),
+        "TRAIN": str(inputs / "train.yaml"),
+        "SWEEP": str(inputs / "sweep.yaml"),
+    }
+    monkeypatch.chdir(work)
+    before = _listing(work)
+    status, err = _run([files.get(a, a) for a in argv], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2, err[-2000:]
+    assert _is_error_line(lines[-1]) and "Traceback" not in err
+    if target:
+        assert repr(target) in lines[-1] or repr(target.rsplit("/", 1)[0]) in lines[-1], lines[-1]
+    assert _listing(work) == before  # nothing written, not even the target of the dangling link
+
+
+# ----------------------------------------------------------------------------------- model strings
+#: ``--model`` values that must be refused with one ``error:`` line, by ``plan`` and ``simulate``.
+ODD_MODELS: dict[str, str] = {
+    "empty": "",
+    "colon": ":",
+    "module-only": "a:",
+    "factory-only": ":b",
+    "stdlib-os-system": "os:system",
+    "stdlib-sys-exit": "sys:exit",
+    "builtin-print": "builtins:print",
+    "folder": "FOLDER",
+    "not-json.json": "NOT_JSON.json",
+    "not-json.txt": "NOT_JSON.txt",
+    "empty-file": "EMPTY.json",
+    "parent-path": "../../etc/passwd",
+}
+#: ``hf:`` strings: each imports transformers (seconds), so they run with the slow tests.
+ODD_HF_MODELS: dict[str, str] = {
+    "hf-empty": "hf:",
+    "hf-colons": "hf::",
+    "hf-not-a-model-class": "hf:GPT2Config",
+    "hf-override-without-value": "hf:GPT2LMHeadModel:n_layer",
+    "hf-override-empty": "hf:GPT2LMHeadModel:=",
+    "hf-negative-layers": "hf:GPT2LMHeadModel:n_layer=-1",
+    "hf-text-layers": "hf:GPT2LMHeadModel:n_layer=abc",
+    "hf-infinite-layers": "hf:GPT2LMHeadModel:n_layer=1e400",
+    "hf-unknown-key": "hf:GPT2LMHeadModel:no_such_key=1",
+    "hf-inconsistent": "hf:GPT2LMHeadModel:n_embd=7",
+    "hf-missing-config-file": "hf:missing_config.json",
+}
+
+
+def _model_cases(models: dict[str, str], marks: tuple[Any, ...] = ()) -> list[Any]:
+    commands = {
+        "plan": ["plan", "--model", "MODEL", "--topology", TOPOLOGY, "--methods", "dp", "--out-dir", "OUT"],
+        "simulate": ["simulate", "--model", "MODEL", "--topology", TOPOLOGY, "--plan", "dp"],
+    }
+    return [
+        pytest.param(argv, model, marks=marks, id=f"{command}-{name}")
+        for name, model in models.items()
+        for command, argv in commands.items()
+    ]
+
+
+MODEL_CASES = _model_cases(ODD_MODELS) + _model_cases(ODD_HF_MODELS, (pytest.mark.slow,))
+
+
+@pytest.mark.parametrize(("argv", "model"), MODEL_CASES)
+def test_odd_model_string(
+    argv: list[str], model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "FOLDER").mkdir()
+    (tmp_path / "NOT_JSON.json").write_text("not json {")
+    (tmp_path / "NOT_JSON.txt").write_text("not json {")
+    (tmp_path / "EMPTY.json").write_text("")
+    monkeypatch.chdir(tmp_path)
+    status, err = _run([model if a == "MODEL" else str(tmp_path / "out") if a == "OUT" else a for a in argv], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2, f"accepted --model {model!r}"
+    assert lines[-1].startswith("error: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------ damaged checkpoints
+def _policy_info(agent: str = "trinity", fmt: str = "placement_rl.policy") -> str:
+    return json.dumps({"format": fmt, "schema_version": 1, "agent": agent, "run": "fuzz", "tensors": 1})
+
+
+def _train_config(**changes: Any) -> dict[str, Any]:
+    from placement_rl.rl.config import load_train_config
+
+    doc = load_train_config(Path(__file__).resolve().parents[1] / "tune_configs" / "trinity_ppo.yaml").to_dict()
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        doc[section][key] = value
+    return doc
+
+
+#: A damaged checkpoint: ``train_config.json`` of the run (text, ``None``: absent, ``"GOOD"``: a valid
+#: one), ``policy.json`` and ``policy.pt`` of ``checkpoint_final`` (``"DIR"``: a folder there).
+CHECKPOINTS: dict[str, tuple[Any, Any, Any]] = {
+    "no-train-config": (None, None, None),
+    "garbled-train-config": ("{not json", None, None),
+    "empty-train-config": ("", None, None),
+    "train-config-a-list": ("[1, 2]", None, None),
+    "train-config-a-folder": ("DIR", None, None),
+    "unknown-agent": (json.dumps({"agent": "nope"}), None, None),
+    "invalid-train-config": ("BAD", _policy_info(), b"x"),
+    "no-policy-export": ("GOOD", None, None),
+    "garbled-policy-info": ("GOOD", "{nope", b"x"),
+    "policy-of-another-agent": ("GOOD", _policy_info("tag"), b"x"),
+    "policy-info-of-another-format": ("GOOD", _policy_info(fmt="placement_rl.plan"), b"x"),
+    "policy-info-a-folder": ("GOOD", "DIR", b"x"),
+    "policy-weights-a-folder": ("GOOD", _policy_info(), "DIR"),
+}
+#: Checkpoints that get as far as building the agent's module (RLlib's import takes seconds).
+SLOW_CHECKPOINTS: dict[str, tuple[Any, Any, Any]] = {
+    "garbage-policy-weights": ("GOOD", _policy_info(), b"\x80\x02garbage"),
+    "empty-policy-weights": ("GOOD", _policy_info(), b""),
+}
+#: ``--checkpoint`` values that are not a checkpoint folder at all.
+CHECKPOINT_PATHS = {"a-file": "file", "missing": "missing", "dangling-symlink": "dangling", "empty": ""}
+
+
+def _make_checkpoint(root: Path, spec: tuple[Any, Any, Any]) -> str:
+    config, info, weights = spec
+    folder = root / "run" / "checkpoint_final"
+    folder.mkdir(parents=True)
+    config_path = root / "run" / "train_config.json"
+    if config == "DIR":
+        config_path.mkdir()
+    elif config is not None:
+        doc = {"GOOD": _train_config(), "BAD": _train_config(ppo__lr=-1)}.get(config)
+        config_path.write_text(json.dumps(doc) if doc is not None else config)
+    for name, content in (("policy.json", info), ("policy.pt", weights)):
+        if content == "DIR":
+            (folder / name).mkdir()
+        elif isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        elif content is not None:
+            (folder / name).write_text(content)
+    return str(folder)
+
+
+def _checkpoint_cases() -> list[Any]:
+    instance = ["--model", MODEL, "--topology", TOPOLOGY]
+    commands = {
+        "evaluate": [
+            "evaluate",
+            "--checkpoint",
+            "CKPT",
+            "--topologies",
+            TOPOLOGY,
+            "--models",
+            MODEL,
+            "--mcmc-budget",
+            "0",
+        ],
+        "plan": ["plan", *instance, "--methods", "dp", "--checkpoint", "CKPT", "--out-dir", "OUT"],
+    }
+    cases = []
+    for command, argv in commands.items():
+        for name, spec in {**CHECKPOINTS, **SLOW_CHECKPOINTS}.items():
+            marks = (pytest.mark.slow,) if name in SLOW_CHECKPOINTS else ()
+            cases.append(pytest.param(argv, spec, marks=marks, id=f"{command}-{name}"))
+        for name, path in CHECKPOINT_PATHS.items():
+            cases.append(pytest.param(argv, path, id=f"{command}-{name}"))
+    return cases
+
+
+CHECKPOINT_CASES = _checkpoint_cases()
+
+
+@pytest.mark.usefixtures("no_ray")
+@pytest.mark.parametrize(("argv", "checkpoint"), CHECKPOINT_CASES)
+def test_damaged_checkpoint(
+    argv: list[str], checkpoint: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``evaluate --checkpoint`` and ``plan --checkpoint`` refuse a damaged checkpoint before Ray starts
+    and before any cell runs."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing-target")
+    if isinstance(checkpoint, tuple):
+        path = _make_checkpoint(tmp_path, checkpoint)
+    else:
+        path = str(tmp_path / checkpoint) if checkpoint else ""
+    out = tmp_path / "out"
+    status, err = _run([path if a == "CKPT" else str(out) if a == "OUT" else a for a in argv], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2, f"accepted --checkpoint {path!r}"
+    assert _is_error_line(lines[-1]) and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())  # no cell ran (plan makes its folder first)
+
+
+# ------------------------------------------------------------------------------------------ budgets
+@pytest.mark.parametrize(
+    "value", ["99999999999h", "720.5h", "100000000000000000000", "1000000001", "9" * 5000, "9" * 400 + "s"]
+)
+def test_unbounded_budget_is_refused(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = _run(["search", "mcmc", "--model", MODEL, "--topology", TOPOLOGY, "--budget", value], capsys)
+    assert status == 2 and "expected at most" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()[-1]) < 300  # a huge value is cut short in the message
+
+
+def test_a_long_budget_is_echoed_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from placement_rl.cli.common import budget
+
+    assert budget("72h").seconds == 72 * 3600
+    assert "budget '72h' is 3 days" in capsys.readouterr().err
+    budget("59m")
+    assert capsys.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------------- Ctrl-C, for real
+#: Long commands and the text on stderr that says their work has begun.
+_INSTANCE = ["--model", MODEL, "--topology", TOPOLOGY]
+LONG_COMMANDS: dict[str, tuple[list[str], bytes]] = {
+    "plan": (["plan", *_INSTANCE, "--methods", "dp,mcmc", "--mcmc-budget", "10m"], b"best_ms="),
+    "compare": (["compare", "EXPERIMENT", "--serial"], b"1/2"),
+    "frontier": (["frontier", *_INSTANCE, "--mcmc-budget", "10m"], b"best_ms="),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "started"), LONG_COMMANDS.values(), ids=list(LONG_COMMANDS))
+def test_sigint_during_a_long_command(argv: list[str], started: bytes, tmp_path: Path) -> None:
+    """SIGINT once the work has begun: status 130 within seconds, no traceback."""
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(
+        yaml.safe_dump({**_experiment(), "methods": ["data_parallel", {"method": "mcmc", "budget": "10m"}]})
+    )
+    argv = [str(experiment) if a == "EXPERIMENT" else a for a in argv]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "placement_rl.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert child.stderr is not None
+    seen, deadline = b"", time.monotonic() + 120
+    try:
+        while started not in seen:
+            assert time.monotonic() < deadline, f"no {started!r} on stderr: {seen.decode()[-2000:]}"
+            if select.select([child.stderr], [], [], 1.0)[0]:
+                chunk = os.read(child.stderr.fileno(), 4096)
+                assert chunk, f"ended before it was interrupted: {seen.decode()[-2000:]}"
+                seen += chunk
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)  # a hang fails here
+    finally:
+        if child.poll() is None:
+            child.kill()
+    err = (seen + stderr).decode()
+    assert child.returncode == 130, err[-2000:]
+    assert "Traceback" not in err

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from placement_rl.cli.common import json_parser, name_list, print_json, print_table
+from placement_rl.cli.common import json_parser, name_list, path, print_json, print_table
 from placement_rl.paths import output_file
 
 
@@ -80,11 +80,14 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--data",
+        type=path,
         required=True,
         help="a folder of measurements: iterations*.jsonl, profile_*.json, topology_*.json (as written by "
         "'placement-rl fidelity --cluster gpu')",
     )
-    p.add_argument("--out", default=None, help="write the calibration (JSON); then --calibration OUT anywhere")
+    p.add_argument(
+        "--out", type=path, default=None, help="write the calibration (JSON); then --calibration OUT anywhere"
+    )
     p.add_argument("--models", type=name_list, default=None, help="fit only these models' iterations")
     p.add_argument("--name", default="fitted", help="the calibration's name (default 'fitted')")
     p.add_argument(

@@ -82,14 +82,23 @@ def byte_size(text: str) -> float:
     return value
 
 
+#: A time budget longer than this is echoed in words on stderr when it is parsed.
+ECHO_BUDGET_S = 3600.0
+
+
 def budget(text: str) -> Any:
-    """A search budget: seconds (``30s``, ``2m``) or a number of proposals (``100000``)."""
+    """A search budget: seconds (``30s``, ``2m``, ``1.5h``, at most 30 days) or a number of proposals
+    (``100000``, at most a billion); one over an hour is echoed in words on stderr (``note: budget
+    '72h' is 3 days``), so that a typo in the unit is seen before the search starts."""
     from placement_rl.search import Budget
 
     try:
-        return Budget.parse(text)
+        value = Budget.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value.seconds is not None and value.seconds > ECHO_BUDGET_S:
+        print(f"note: budget {text.strip()!r} is {value.describe()}", file=sys.stderr)
+    return value
 
 
 def proposal_kinds(text: str) -> Any:
@@ -142,6 +151,13 @@ def method_list(text: str) -> list[str]:
         if n not in valid:
             raise argparse.ArgumentTypeError(f"unknown method {n!r}; expected some of: {', '.join(valid)}")
     return names
+
+
+def path(text: str) -> str:
+    """A file or folder path: not empty (an empty ``--out ''`` would otherwise be taken for no option at all)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
 
 
 def _fail(text: str, what: str) -> Any:

@@ -11,6 +11,7 @@ from placement_rl.cli.common import (
     load_graph,
     name_list,
     non_negative_int,
+    path,
     positive_int,
     precision,
     print_json,
@@ -217,7 +218,7 @@ def add_commands(sub: Any) -> None:
         "--coarsen", type=non_negative_int, default=0, metavar="N", help="group the ops into at most N groups (METIS)"
     )
     p.add_argument("--ops", action="store_true", help="also list every op")
-    p.add_argument("--out", default=None, help="write the graph as JSON to this path")
+    p.add_argument("--out", type=path, default=None, help="write the graph as JSON to this path")
     p.set_defaults(func=cmd_show_graph)
 
     p = sub.add_parser(
@@ -228,20 +229,20 @@ def add_commands(sub: Any) -> None:
         help="package.module:factory (factory() returns the module and its example inputs), "
         "hf:ClassName[:key=value,...], hf:config.json or a zoo model name",
     )
-    p.add_argument("--out", required=True, help="where to write the graph (JSON); then --model OUT anywhere")
+    p.add_argument("--out", type=path, required=True, help="where to write the graph (JSON); then --model OUT anywhere")
     p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the model's)")
     p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sample of an hf: model (default 512)")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("show-topology", parents=[js], help="describe a device topology")
     p.add_argument("topology", help="preset name (see 'placement-rl topologies'), 'random:SEED' or a .json file")
-    p.add_argument("--out", default=None, help="write the topology as JSON to this path")
+    p.add_argument("--out", type=path, default=None, help="write the topology as JSON to this path")
     p.set_defaults(func=cmd_show_topology)
 
     p = sub.add_parser(
         "profile", parents=[js], help="measure the zoo's op times on this machine's device into a profile table"
     )
-    p.add_argument("--out", required=True, help="where to write the table (JSON)")
+    p.add_argument("--out", type=path, required=True, help="where to write the table (JSON)")
     p.add_argument("--models", type=name_list, default=None, help="comma-separated zoo models (default: the whole zoo)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="batch size (default: each model's)")
     p.add_argument(

@@ -6,7 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from placement_rl.cli.common import json_parser, name_list, optional_budget, positive_int, print_json, print_table
+from placement_rl.cli.common import (
+    json_parser,
+    name_list,
+    optional_budget,
+    path,
+    positive_int,
+    print_json,
+    print_table,
+)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -86,9 +94,10 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("train", help="train a learned agent (Trinity: PPO on RLlib) from a YAML config")
     p.add_argument("config", help="training YAML, e.g. tune_configs/trinity_ppo.yaml")
     p.add_argument("--iterations", type=positive_int, default=None, help="override run.iterations")
-    p.add_argument("--out-dir", default=None, help="override run.output_dir")
+    p.add_argument("--out-dir", type=path, default=None, help="override run.output_dir")
     p.add_argument(
         "--resume",
+        type=path,
         default=None,
         metavar="CHECKPOINT",
         help="continue from an RLlib checkpoint folder; it holds pickled state that runs code when loaded, "
@@ -107,6 +116,7 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--checkpoint",
+        type=path,
         required=True,
         help="a checkpoint_* folder of a training run (it must come from a trusted place)",
     )

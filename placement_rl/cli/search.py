@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from placement_rl.cli.common import (
     name_list,
     non_negative_int,
     optional_budget,
+    path,
     positive_int,
     print_json,
     print_table,
@@ -31,7 +33,17 @@ from placement_rl.paths import output_file, output_folder, safe_name
 from placement_rl.plots import format_bytes
 
 
-def cmd_search(args: argparse.Namespace) -> None:
+def interrupted_plan_path(graph: Any, topology: Any) -> Path:
+    """Where ``search mcmc`` without ``--out`` writes the best plan when Ctrl-C stops it."""
+    return Path("out") / safe_name(f"mcmc-{graph.name}-{topology.name}") / "best_plan.json"
+
+
+def _proposals(count: int) -> str:
+    return f"{count:,} proposal{'' if count == 1 else 's'}"
+
+
+def cmd_search(args: argparse.Namespace) -> int | None:
+    """``search mcmc``; Ctrl-C stops the search, writes the best plan so far and returns status 130."""
     from placement_rl.methods import baseline_plan
     from placement_rl.search import mcmc
     from placement_rl.sim import simulate
@@ -41,6 +53,13 @@ def cmd_search(args: argparse.Namespace) -> None:
         output_file(args.out)  # before the search, not after it
     costs = cost_model(args, topology, graph)
     task_map = chain_map(args.chains, args.budget)
+    if not args.json:
+        stop = "Ctrl-C stops it and keeps the best plan so far" if task_map is None else "chains run as Ray tasks"
+        print(
+            f"searching {graph.name} x {topology.name} for {args.budget.describe()} per chain ({stop})",
+            file=sys.stderr,
+            flush=True,
+        )
     found = mcmc(
         graph,
         topology,
@@ -56,21 +75,39 @@ def cmd_search(args: argparse.Namespace) -> None:
         proposals=args.proposals,
         adaptive=args.adaptive,
         tempering=args.tempering,
+        interruptible=True,
     )
+    out = args.out
+    if found.interrupted and not out:
+        out = str(interrupted_plan_path(graph, topology))
+        try:
+            output_file(out, "the default output file")
+        except ValueError as exc:
+            lost = f"interrupted after {_proposals(found.proposals)}; the best plan so far is lost: {exc}"
+            print(lost, file=sys.stderr)
+            return 130
     dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), costs)
-    if args.out:
-        found.plan.to_json(args.out)
+    if out:
+        found.plan.to_json(out)
     summary = {
         "model": graph.name,
         "topology": topology.name,
         **found.summary(),
         "data_parallel_makespan_s": dp.makespan_s,
         "speedup_over_dp": dp.makespan_s / found.result.makespan_s,
-        "out": args.out,
+        "out": out,
     }
+    status = None
+    if found.interrupted:
+        print(
+            f"interrupted after {_proposals(found.proposals)}; best plan so far written to {out}",
+            file=sys.stderr,
+            flush=True,
+        )
+        status = 130
     if args.json:
         print_json(summary)
-        return
+        return status
     r = found.result
     print(
         f"mcmc on {graph.name} x {topology.name}: {r.makespan_s * 1e3:.3f} ms/iter "
@@ -84,8 +121,9 @@ def cmd_search(args: argparse.Namespace) -> None:
         f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}"
     )
     print("  initial candidates: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found.initial_costs_s.items()))
-    if args.out:
-        print(f"  wrote {args.out}")
+    if out:
+        print(f"  wrote {out}")
+    return status
 
 
 def _ft_options(args: argparse.Namespace, graph: Any, costs: Any) -> dict[str, Any]:
@@ -311,11 +349,15 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser(
         "search",
         parents=[instance_parser(), cost, js],
-        help="search for a plan: 'search mcmc' (FlexFlow's MCMC with delta simulation)",
+        help="search for a plan: 'search mcmc' (FlexFlow's MCMC with delta simulation); Ctrl-C stops it, writes the "
+        "best plan so far (to --out, else out/mcmc-MODEL-TOPOLOGY/best_plan.json) and exits with status 130",
     )
     p.add_argument("algorithm", choices=["mcmc"], help="the search algorithm")
     p.add_argument(
-        "--budget", type=budget, default="30s", help="per chain: seconds ('30s', '2m') or proposals ('100000')"
+        "--budget",
+        type=budget,
+        default="30s",
+        help="per chain: seconds ('30s', '2m', '1.5h'; at most 30 days) or proposals ('100000'; at most a billion)",
     )
     p.add_argument("--chains", type=positive_int, default=1, help="independent chains; more than one run as Ray tasks")
     p.add_argument("--seed", type=int, default=0)
@@ -341,7 +383,7 @@ def add_commands(sub: Any) -> None:
         help="initial candidates (default all four, as plan): data_parallel, expert, random (FlexFlow's three) "
         "and subset_data_parallel",
     )
-    p.add_argument("--out", default=None, help="write the best plan (JSON) here")
+    p.add_argument("--out", type=path, default=None, help="write the best plan (JSON) here")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser(
@@ -394,5 +436,5 @@ def add_commands(sub: Any) -> None:
         help="MCMC baseline budget for the frontier plot ('none' to skip)",
     )
     p.add_argument("--ray", action="store_true", help="split large frontier products over Ray tasks")
-    p.add_argument("--out-dir", default=None, help="where frontier.json, the PNG and the mini-time plan go")
+    p.add_argument("--out-dir", type=path, default=None, help="where frontier.json, the PNG and the mini-time plan go")
     p.set_defaults(func=cmd_frontier)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placement_rl.io import write_json
+from placement_rl.paths import output_folder
 from placement_rl.rl.agents import CONFIG_FILE, export_policy
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
 from placement_rl.rl.runtime import ensure_ray, output_dir, quiet_ray_logs
@@ -96,6 +97,10 @@ def train(
 
     from placement_rl.plots import learning_curve_png
 
+    # The output folder and the checkpoint to resume are checked before Ray starts, not after.
+    output_folder(out_dir or cfg.run.output_dir, "--out-dir" if out_dir else "run.output_dir")
+    if resume is not None and not Path(resume).is_dir():
+        raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
     ensure_ray()
     torch.manual_seed(cfg.run.seed)
     run_dir, warning = output_dir(out_dir or cfg.run.output_dir)
@@ -106,8 +111,6 @@ def train(
     metrics = cfg.agent_spec.learner_metrics
     algo = build_algorithm(cfg)
     if resume is not None:
-        if not Path(resume).is_dir():
-            raise FileNotFoundError(f"--resume {str(resume)!r}: no such checkpoint folder")
         algo.restore_from_path(str(Path(resume).resolve()))
     rows: list[dict[str, float]] = []
     writer = SummaryWriter(str(run_dir / "tb"))
@@ -290,6 +293,7 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     import yaml
     from ray import tune
 
+    output_folder(cfg.output_dir, "output_dir")  # before Ray starts, not after
     ensure_ray()
     out, warning = output_dir(cfg.output_dir)
     if progress is not None:

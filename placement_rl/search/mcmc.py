@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from placement_rl.graph import OpGraph
-from placement_rl.parallel import TaskMap, serial_map
+from placement_rl.parallel import Report, TaskMap, serial_map
 from placement_rl.plan import OpConfig, Plan, data_parallel, expert, subset_data_parallel
 from placement_rl.progress import Progress
 from placement_rl.search.proposals import Proposer, parse_proposals
@@ -55,12 +55,32 @@ INITIAL_CANDIDATES = ("data_parallel", "expert", "random")
 EXTENDED_CANDIDATES = (*INITIAL_CANDIDATES, "subset_data_parallel")
 
 
+#: The largest budget a search takes: 30 days of wall-clock time, or a billion proposals (a larger one is
+#: a typo, not a plan; at a few thousand proposals per second a billion is days of work).
+MAX_BUDGET_S = 30 * 86400.0
+MAX_BUDGET_PROPOSALS = 10**9
+
+
 @dataclass(frozen=True)
 class Budget:
-    """A search budget: wall-clock seconds or a number of proposals (exactly one is set)."""
+    """A search budget: wall-clock seconds or a number of proposals (exactly one is set), at most
+    :data:`MAX_BUDGET_S` seconds or :data:`MAX_BUDGET_PROPOSALS` proposals."""
 
     seconds: float | None = None
     proposals: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.seconds is None) == (self.proposals is None):
+            raise ValueError(f"{self!r}: expected exactly one of seconds or proposals")
+        if self.seconds is not None and not 0 < self.seconds <= MAX_BUDGET_S:
+            raise ValueError(
+                f"budget {self.seconds:g} s ({duration_words(self.seconds)}): expected a positive duration of at "
+                f"most {duration_words(MAX_BUDGET_S)} ({MAX_BUDGET_S:g} s)"
+            )
+        if self.proposals is not None and not 0 < self.proposals <= MAX_BUDGET_PROPOSALS:
+            raise ValueError(
+                f"budget {self.proposals:,} proposals: expected between 1 and {MAX_BUDGET_PROPOSALS:,} proposals"
+            )
 
     @classmethod
     def parse(cls, value: Budget | str | int | float) -> Budget:
@@ -72,6 +92,8 @@ class Budget:
         if isinstance(value, int):
             if value < 1:
                 raise ValueError(f"budget {value}: expected at least 1 proposal")
+            if value > MAX_BUDGET_PROPOSALS:
+                raise ValueError(f"budget {value:,} proposals: expected at most {MAX_BUDGET_PROPOSALS:,}")
             return cls(proposals=value)
         if isinstance(value, float):
             raise ValueError(f"budget {value!r}: write seconds as '{value}s' or give an integer number of proposals")
@@ -81,10 +103,25 @@ class Budget:
             seconds = float(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
             if seconds <= 0:
                 raise ValueError(f"budget {value!r}: expected a positive duration")
+            if seconds > MAX_BUDGET_S:
+                raise ValueError(
+                    f"budget {_quote(text)} is {duration_words(seconds)}: expected at most "
+                    f"{duration_words(MAX_BUDGET_S)} ('{MAX_BUDGET_S / 3600:g}h')"
+                )
             return cls(seconds=seconds)
         if text.isdigit():
+            if len(text.lstrip("0")) > len(str(MAX_BUDGET_PROPOSALS)):  # before int(): no huge conversions
+                raise ValueError(f"budget {_quote(text)} proposals: expected at most {MAX_BUDGET_PROPOSALS:,}")
             return cls.parse(int(text))
-        raise ValueError(f"budget {value!r}: expected seconds ('30s', '2m', '1h') or a number of proposals ('100000')")
+        raise ValueError(
+            f"budget {_quote(text)}: expected seconds ('30s', '2m', '1h') or a number of proposals ('100000')"
+        )
+
+    def describe(self) -> str:
+        """The budget in words: ``"2 days 3 h"``, ``"100,000 proposals"``."""
+        if self.seconds is not None:
+            return duration_words(self.seconds)
+        return f"{self.proposals:,} proposals"
 
     def split(self, parts: int) -> Budget:
         """One of ``parts`` equal shares."""
@@ -94,6 +131,27 @@ class Budget:
 
     def __str__(self) -> str:
         return f"{self.seconds:g}s" if self.seconds is not None else f"{self.proposals} proposals"
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def duration_words(seconds: float) -> str:
+    """A duration in days, hours, minutes and seconds, largest first (``"30 days"``, ``"1 h 30 min"``,
+    ``"45 s"``); only the two largest units are kept."""
+    if not math.isfinite(seconds):
+        return "unbounded"
+    if seconds < 60:
+        return f"{seconds:g} s"
+    parts = []
+    rest = round(seconds)
+    for size, unit in ((86400, "day"), (3600, "h"), (60, "min"), (1, "s")):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count} {unit}{'s' if unit == 'day' and count != 1 else ''}")
+    return " ".join(parts[:2])
 
 
 @dataclass(frozen=True)
@@ -114,6 +172,8 @@ class MCMCResult:
         times_s: ``(proposals,)`` seconds since the search began after each proposal (the best chain's).
         stats: further statistics: proposals and acceptances by kind (with ``proposals`` other than
             ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps.
+        interrupted: the search was stopped by Ctrl-C (``KeyboardInterrupt``) before its budget was
+            spent; ``plan`` is the best found until then, the chains after the interrupted one did not run.
     """
 
     plan: Plan
@@ -128,6 +188,7 @@ class MCMCResult:
     chains: int = 1
     times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stats: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
 
     @property
     def acceptance_rate(self) -> float:
@@ -149,6 +210,7 @@ class MCMCResult:
             "proposals_per_s": self.proposals_per_s,
             "elapsed_s": self.elapsed_s,
             "chains": self.chains,
+            "interrupted": self.interrupted,
             **self.stats,
         }
 
@@ -207,11 +269,15 @@ def run_chain(
     tempering: int = 1,
     beta_ratio: float = 3.0,
     started_at: float | None = None,
+    interruptible: bool = False,
 ) -> dict[str, Any]:
     """One Markov chain over its initial candidates, each given an equal share of ``budget``.
 
     ``proposals``, ``adaptive``, ``tempering`` and ``beta_ratio`` are :func:`mcmc`'s. ``started_at``
     is the search's ``time.time()`` at its start (recorded times count from it; default: this chain's start).
+
+    With ``interruptible``, a ``KeyboardInterrupt`` (Ctrl-C) ends the chain early: it returns what it
+    has, marked ``interrupted`` (no configurations when it came before the first candidate was evaluated).
 
     Returns plain data (picklable, for Ray): the best op configurations, costs, counters, traces.
     """
@@ -236,88 +302,98 @@ def run_chain(
     swaps_tried = swaps_taken = 0
     cut_off = 0  # proposals whose simulation stopped above the rejection limit
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
-    for name in candidates:
-        plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
-        cfgs = [plan[op.name] for op in graph.ops]
-        sims = [
-            DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
-            for _ in range(replicas)
-        ]
-        current = [sim.cost for sim in sims]
-        initial_costs[name] = current[0]
-        scale = beta / current[0] if current[0] > 0 else beta
-        betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
-        if current[0] < best_cost:
-            best_cost, best_cfgs = current[0], list(cfgs)
-        start = time.perf_counter()
-        last_improvement = start
-        steps = 0
-        last_improvement_step = 0
-        while True:
-            now = time.perf_counter()
-            if share.seconds is not None:
-                if now - start >= share.seconds or now - last_improvement > share.seconds / 2:
+    interrupted = False
+    try:
+        for name in candidates:
+            plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
+            cfgs = [plan[op.name] for op in graph.ops]
+            sims = [
+                DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
+                for _ in range(replicas)
+            ]
+            current = [sim.cost for sim in sims]
+            initial_costs[name] = current[0]
+            scale = beta / current[0] if current[0] > 0 else beta
+            betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
+            if current[0] < best_cost:
+                best_cost, best_cfgs = current[0], list(cfgs)
+            start = time.perf_counter()
+            last_improvement = start
+            steps = 0
+            last_improvement_step = 0
+            while True:
+                now = time.perf_counter()
+                if share.seconds is not None:
+                    if now - start >= share.seconds or now - last_improvement > share.seconds / 2:
+                        break
+                elif steps >= (share.proposals or 0) or steps - last_improvement_step > (share.proposals or 0) / 2:
                     break
-            elif steps >= (share.proposals or 0) or steps - last_improvement_step > (share.proposals or 0) / 2:
-                break
-            r = steps % replicas
-            sim = sims[r]
-            kind, changes = proposer.draw(sim.configs, rng)
-            changes = {i: c for i, c in changes.items() if c != sim.configs[i]}
-            steps += 1
-            proposals_made += 1
-            if changes:
-                scale = heat * betas[r]
-                if cutoff:
-                    # Draw the acceptance number first: the proposal is certainly rejected above
-                    # `rejection_limit`, so its simulation may stop there. The draw is undone when the
-                    # proposal is accepted without it, so the chain is the same as without cutoff.
-                    state = rng.bit_generator.state
-                    u = rng.random()
-                    proposed = sim.propose_many(changes, rejection_limit(current[r], u, scale))
-                    cut_off += proposed == math.inf
-                    worse = proposed > current[r]
-                    if not worse:
-                        rng.bit_generator.state = state
-                    take = not worse or u < math.exp(scale * (current[r] - proposed))
-                else:
-                    if len(changes) == 1:
-                        ((i, cfg),) = changes.items()
-                        proposed = sim.propose(i, cfg)
+                r = steps % replicas
+                sim = sims[r]
+                kind, changes = proposer.draw(sim.configs, rng)
+                changes = {i: c for i, c in changes.items() if c != sim.configs[i]}
+                steps += 1
+                proposals_made += 1
+                if changes:
+                    scale = heat * betas[r]
+                    if cutoff:
+                        # Draw the acceptance number first: the proposal is certainly rejected above
+                        # `rejection_limit`, so its simulation may stop there. The draw is undone when the
+                        # proposal is accepted without it, so the chain is the same as without cutoff.
+                        state = rng.bit_generator.state
+                        u = rng.random()
+                        proposed = sim.propose_many(changes, rejection_limit(current[r], u, scale))
+                        cut_off += proposed == math.inf
+                        worse = proposed > current[r]
+                        if not worse:
+                            rng.bit_generator.state = state
+                        take = not worse or u < math.exp(scale * (current[r] - proposed))
                     else:
-                        proposed = sim.propose_many(changes)
-                    worse = proposed > current[r]
-                    take = not worse or rng.random() < math.exp(scale * (current[r] - proposed))
-                if take:
-                    sim.accept()
-                    current[r] = proposed
-                    accepted += 1
-                    accepted_by_kind[kind] += 1
-                    worse_taken += worse
-                    if proposed < best_cost:
-                        best_cost, best_cfgs = proposed, list(sim.configs)
-                        last_improvement, last_improvement_step = time.perf_counter(), steps
-                else:
-                    sim.reject()
-                worse_tried += worse
-                if adaptive is not None and worse_tried >= ADAPT_WINDOW:
-                    # too many worse plans taken: cool down; too few: heat up
-                    heat *= ADAPT_FACTOR if worse_taken / worse_tried > adaptive else 1 / ADAPT_FACTOR
-                    heat = min(max(heat, ADAPT_LIMITS[0]), ADAPT_LIMITS[1])
-                    worse_tried = worse_taken = 0
-            if replicas > 1 and r == replicas - 1:  # one sweep done: try to swap a random adjacent pair
-                k = int(rng.integers(replicas - 1))
-                swaps_tried += 1
-                if rng.random() < swap_probability(heat * betas[k], heat * betas[k + 1], current[k], current[k + 1]):
-                    sims[k], sims[k + 1] = sims[k + 1], sims[k]
-                    current[k], current[k + 1] = current[k + 1], current[k]
-                    swaps_taken += 1
-            costs.append(current[0])
-            best_trace.append(best_cost)
-            times.append(offset + time.perf_counter() - chain_start)
-            if report is not None and now - last_report > 0.5:
-                report(proposals_made, best_cost)
-                last_report = now
+                        if len(changes) == 1:
+                            ((i, cfg),) = changes.items()
+                            proposed = sim.propose(i, cfg)
+                        else:
+                            proposed = sim.propose_many(changes)
+                        worse = proposed > current[r]
+                        take = not worse or rng.random() < math.exp(scale * (current[r] - proposed))
+                    if take:
+                        sim.accept()
+                        current[r] = proposed
+                        accepted += 1
+                        accepted_by_kind[kind] += 1
+                        worse_taken += worse
+                        if proposed < best_cost:
+                            best_cost, best_cfgs = proposed, list(sim.configs)
+                            last_improvement, last_improvement_step = time.perf_counter(), steps
+                    else:
+                        sim.reject()
+                    worse_tried += worse
+                    if adaptive is not None and worse_tried >= ADAPT_WINDOW:
+                        # too many worse plans taken: cool down; too few: heat up
+                        heat *= ADAPT_FACTOR if worse_taken / worse_tried > adaptive else 1 / ADAPT_FACTOR
+                        heat = min(max(heat, ADAPT_LIMITS[0]), ADAPT_LIMITS[1])
+                        worse_tried = worse_taken = 0
+                if replicas > 1 and r == replicas - 1:  # one sweep done: try to swap a random adjacent pair
+                    k = int(rng.integers(replicas - 1))
+                    swaps_tried += 1
+                    if rng.random() < swap_probability(
+                        heat * betas[k], heat * betas[k + 1], current[k], current[k + 1]
+                    ):
+                        sims[k], sims[k + 1] = sims[k + 1], sims[k]
+                        current[k], current[k + 1] = current[k + 1], current[k]
+                        swaps_taken += 1
+                costs.append(current[0])
+                best_trace.append(best_cost)
+                times.append(offset + time.perf_counter() - chain_start)
+                if report is not None and now - last_report > 0.5:
+                    report(proposals_made, best_cost)
+                    last_report = now
+    except KeyboardInterrupt:  # Ctrl-C: stop here and hand back the best plan so far
+        if not interruptible:
+            raise
+        interrupted = True
+        steps_traced = min(len(costs), len(best_trace), len(times))  # the interrupt may fall between appends
+        del costs[steps_traced:], best_trace[steps_traced:], times[steps_traced:]
     if report is not None:
         report(proposals_made, best_cost)
     stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
@@ -338,6 +414,7 @@ def run_chain(
         "proposals": proposals_made,
         "accepted": accepted,
         "stats": stats,
+        "interrupted": interrupted,
     }
 
 
@@ -413,6 +490,7 @@ def mcmc(
     adaptive: float | None = None,
     tempering: int = 1,
     beta_ratio: float = 3.0,
+    interruptible: bool = False,
     **space_options: Any,
 ) -> MCMCResult:
     """Search for a fast plan with FlexFlow's MCMC (see the module docstring).
@@ -449,6 +527,12 @@ def mcmc(
             adjacent pair swaps states by the Metropolis rule (:func:`swap_probability`); the
             proposal budget counts every replica's proposals.
         beta_ratio: the ratio between adjacent tempering replicas' betas (> 1).
+        interruptible: Ctrl-C (``KeyboardInterrupt``) ends the search early and the best plan found so
+            far is returned, marked ``interrupted`` (the chains after the interrupted one do not run);
+            ``KeyboardInterrupt`` is raised only when no plan had been evaluated yet. Chains run by a
+            ``task_map`` other than the default are not interruptible (their plans are elsewhere). Off
+            by default: a caller that records results (``compare``) must not take a cut-short search
+            for a finished one.
         **space_options: passed to :class:`SearchSpace` (``max_partitions``, ``dim_kinds``, ``devices``).
 
     Returns:
@@ -477,7 +561,8 @@ def mcmc(
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
                "delta": delta, "cutoff": cutoff, "proposals": proposals, "adaptive": adaptive,
-               "tempering": tempering, "beta_ratio": beta_ratio, "started_at": time.time()}  # fmt: skip
+               "tempering": tempering, "beta_ratio": beta_ratio, "started_at": time.time(),
+               "interruptible": interruptible and task_map is None}  # fmt: skip
     args = [
         (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
     ]
@@ -492,8 +577,25 @@ def mcmc(
             done = sum(p for p, _ in latest.values())
             bar.update_to(done, proposals=done, best_ms=f"{min(b for _, b in latest.values()) * 1e3:.3f}")
 
-        outcomes = (task_map or serial_map)(_chain_task, args, report if progress else None)
+        outcomes = (task_map or _serial_until_interrupted)(_chain_task, args, report if progress else None)
     return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
+
+
+def _serial_until_interrupted(
+    fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], report: Report | None = None
+) -> list[Any]:
+    """:func:`~placement_rl.parallel.serial_map` for chains, stopping after a chain that Ctrl-C interrupted."""
+    out: list[Any] = []
+    for k, a in enumerate(args):
+
+        def relay(_: int, value: Any, k: int = k) -> None:
+            if report is not None:
+                report(k, value)
+
+        out += serial_map(fn, [a], None if report is None else relay)
+        if out[-1].get("interrupted"):
+            break
+    return out
 
 
 def chain_candidates(initial: Sequence[str], chains: int) -> list[list[str]]:
@@ -523,9 +625,17 @@ def finish(
     cost_model: CostModel | None,
     oom_penalty: float,
 ) -> MCMCResult:
-    """Pick the best chain and simulate its plan in full."""
+    """Pick the best chain and simulate its plan in full.
+
+    Raises:
+        KeyboardInterrupt: when Ctrl-C came before any chain had evaluated a plan (nothing to return).
+    """
     from placement_rl.sim.simulator import simulate
 
+    interrupted = any(o.get("interrupted", False) for o in outcomes)
+    outcomes = [o for o in outcomes if o["configs"]]
+    if not outcomes:
+        raise KeyboardInterrupt("interrupted before the search had evaluated a plan")
     best = min(outcomes, key=lambda o: o["cost_s"])
     plan = Plan(graph.name, {op.name: cfg for op, cfg in zip(graph.ops, best["configs"], strict=True)}, name="mcmc")
     result = simulate(graph, topology, plan, cost_model)
@@ -546,6 +656,7 @@ def finish(
         elapsed_s=elapsed_s,
         chains=len(outcomes),
         stats=_merge_stats([o.get("stats", {}) for o in outcomes]),
+        interrupted=interrupted,
     )
 
 

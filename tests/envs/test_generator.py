@@ -151,8 +151,8 @@ def test_unknown_keys_name_the_valid_ones() -> None:
 def test_bad_values() -> None:
     with pytest.raises(UnknownNameError, match=r"unknown model 'resnet9000'; expected one of: .*lenet"):
         make_generator({"kind": "fixed", "model": "resnet9000"})
-    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt'"):
-        make_generator({"kind": "random", "held_out_models": ["gpt"]})
+    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt5'"):
+        make_generator({"kind": "random", "held_out_models": ["gpt5"]})
     with pytest.raises(UnknownNameError, match=r"unknown topology 'nowhere'; expected one of: .*random:SEED"):
         make_generator({"kind": "fixed", "topology": "nowhere"})
     split_error = r"generator 'random': topology_split = 'val'; expected one of \['train', 'test'\]"
@@ -228,5 +228,5 @@ def test_generators_built_directly_are_checked_too() -> None:
         ValueError, match=r"generator 'fixed': batch_size = -3; expected an integer >= 1 and <= 1e\+06 or null"
     ):
         FixedGenerator(model="lenet", batch_size=-3)
-    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt'"):
-        FixedGenerator(model="gpt")
+    with pytest.raises(UnknownNameError, match=r"unknown model 'gpt5'"):
+        FixedGenerator(model="gpt5")

@@ -14,6 +14,7 @@ from placement_rl.search.ft.costs import CostGraph, build_cost_graph
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import Device, DeviceTopology, Link, load_preset
+from placement_rl.topology.core import MAX_BANDWIDTH_BYTES_PER_S
 
 # Efficiency 1 and (almost) infinite memory bandwidth: an op of F FLOPs takes F / 1e12 seconds (hand-computed
 # under the papers' flat roofline, hence calibration=None).
@@ -24,8 +25,9 @@ RING_LAT = 2 * LINK_LAT  # every device-to-device route crosses two links of the
 
 
 def _star(n: int = 4) -> DeviceTopology:
-    """``n`` identical 1 TFLOP/s devices, each joined to one switch at 10 GB/s, 1 us per link."""
-    devices = [Device(f"g{i}", "test-gpu", "m0", 1e12, 2**34, 1e30) for i in range(n)]
+    """``n`` identical 1 TFLOP/s devices, each joined to one switch at 10 GB/s, 1 us per link; memory as fast
+    as a topology may say (its time is negligible next to compute)."""
+    devices = [Device(f"g{i}", "test-gpu", "m0", 1e12, 2**34, MAX_BANDWIDTH_BYTES_PER_S) for i in range(n)]
     links = [Link(f"g{i}", "sw", LINK_BW, LINK_LAT, "pcie") for i in range(n)]
     return DeviceTopology(f"star{n}", devices, links, ["sw"])
 
