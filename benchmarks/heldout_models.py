@@ -44,7 +44,7 @@ MODELS: dict[str, str] = {
         'hf:GPTNeoForCausalLM:num_layers=1,hidden_size=64,num_heads=4,vocab_size=1000,attention_types=[[["global"],1]]'
     ),
     "XGLM": "hf:XGLMForCausalLM:num_layers=1,d_model=64,attention_heads=4,ffn_dim=128,vocab_size=1000",
-    "StableLm": f"hf:StableLmForCausalLM:{_DEC}",
+    "StableLm": f"hf:StableLmForCausalLM:{_DEC},num_key_value_heads=4",
     "Phi": f"hf:PhiForCausalLM:{_DEC}",
     "Olmo": f"hf:OlmoForCausalLM:{_DEC}",
     "Cohere": f"hf:CohereForCausalLM:{_DEC}",

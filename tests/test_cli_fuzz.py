@@ -12,18 +12,20 @@ The generators are seeded, so a failing case id names the file kind, the mutatio
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import random
 import re
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from fuzzing import delete_at as _delete
+from fuzzing import dumps as _dumps
+from fuzzing import leaves as _leaves
+from fuzzing import set_at as _set
 
 from placement_rl import zoo
 from placement_rl.cli import main
@@ -46,40 +48,6 @@ BAD_NUMBERS: tuple[tuple[str, Any], ...] = (
 ODD_STRINGS: tuple[tuple[str, Any], ...] = (("empty", ""), ("number", 123), ("null", None), ("list", ["x"]))
 
 MODEL, TOPOLOGY = "lenet", "trinity"
-
-
-def _leaves(doc: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any]]:
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _leaves(v, (*path, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _leaves(v, (*path, i))
-    else:
-        yield path, doc
-
-
-def _set(doc: Any, path: Path_, value: Any) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
-
-def _delete(doc: Any, path: Path_) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    del node[path[-1]]
-    return out
-
-
-def _dumps(doc: Any) -> str:
-    """JSON text; the marker ``"INF"`` becomes the number ``1e400`` (infinite when read)."""
-    return json.dumps(doc).replace('"INF"', "1e400")
 
 
 def _numeric(doc: Any, skip: tuple[str, ...] = ()) -> list[Path_]:

@@ -11,14 +11,16 @@ plan, the mutation and the path.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzzing import delete_at as _delete
+from fuzzing import dumps as _dumps
+from fuzzing import leaves as _leaves
+from fuzzing import set_at as _set
 
 from placement_rl.cli import main
 from placement_rl.emulate.cluster import switched_cluster
@@ -75,39 +77,6 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("placement_rl.execute.run_local", launch)
     monkeypatch.setattr("placement_rl.execute.fidelity.profile_cases", measured)
     monkeypatch.setattr(ModelSource, "graph", _graph)
-
-
-def _leaves(doc: Any, path: PathT = ()) -> Iterator[tuple[PathT, Any]]:
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            yield from _leaves(v, (*path, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _leaves(v, (*path, i))
-    else:
-        yield path, doc
-
-
-def _set(doc: Any, path: PathT, value: Any) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
-
-def _delete(doc: Any, path: PathT) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    del node[path[-1]]
-    return out
-
-
-def _dumps(doc: Any) -> str:
-    return json.dumps(doc).replace('"INF"', "1e400")
 
 
 def _plans() -> dict[str, dict[str, Any]]:

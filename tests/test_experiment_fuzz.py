@@ -19,7 +19,6 @@ is accepted never runs its cells here: the driver is replaced by a stub once eve
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from collections.abc import Iterator
@@ -28,6 +27,8 @@ from typing import Any
 
 import pytest
 import yaml
+from fuzzing import delete_at as _delete
+from fuzzing import set_at as _set
 
 from placement_rl.cli import main
 from placement_rl.errors import SchemaError
@@ -107,24 +108,6 @@ def _nodes(doc: Any, path: KeyPath = ()) -> Iterator[KeyPath]:
     for k, v in items:
         yield (*path, k)
         yield from _nodes(v, (*path, k))
-
-
-def _set(doc: Any, path: KeyPath, value: Any) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    return out
-
-
-def _delete(doc: Any, path: KeyPath) -> Any:
-    out = copy.deepcopy(doc)
-    node = out
-    for key in path[:-1]:
-        node = node[key]
-    del node[path[-1]]
-    return out
 
 
 def _compare(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[str, str]:
