@@ -109,3 +109,41 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_fidelity.py::test_fidelity_runs_cases_on_local_workers": (),  # 28-31 s under load
     "tests/test_fidelity.py::test_fidelity_on_an_emulated_cluster": (),  # 20 s (root; skipped elsewhere)
 }
+
+#: Tests of about a second each (under load) that the fast subset, ``-m "not slow"``, leaves out so that
+#: it stays near a minute; the whole suite runs them. Merged into :data:`SLOW` below.
+_ABOUT_A_SECOND: dict[str, tuple[str, ...]] = {
+    "tests/test_benchmarks.py::test_envs_steps_and_agents": (),  # 5.7 s
+    "tests/test_compare.py::test_a_2x2x3_experiment_writes_every_output": (),  # 3.9 s with its fixture
+    "tests/test_plan.py::test_coarse_plan_expands_to_every_original_op": (),  # 3 s
+    "tests/test_search.py::test_cutting_off_rejected_proposals_leaves_the_chain_unchanged": (),  # 1.7-2.4 s each
+    # the fast subset keeps the flow-eager case of lenet
+    "tests/test_search.py::test_delta_simulation_equals_full_simulation": tuple(
+        f"lenet-options3-trinity-0-600-{m}" for m in _DELTA_MODES if m != "flow-eager"
+    ),
+    "tests/envs/test_conformance.py::test_final_makespan_is_the_simulated_plan": (
+        "placement-one_shot-inception_v3@tag-testbed",  # 1.5 s
+    ),
+    "tests/envs/test_conformance.py::test_random_episodes_stay_in_space": ("placement-tag", "sharding"),  # 1-1.5 s
+    "tests/test_search.py::test_subset_data_parallel_keeps_the_fast_device_group": (),  # 1.5 s
+    "tests/search/test_frontier.py::test_frontier_equals_brute_force_pareto_set": ("inception block-ldp",),  # 1.4 s
+    "tests/test_hf.py::test_inputs_are_built_for_every_input_the_model_takes": (),  # 1.3 s
+    "tests/test_hf.py::test_experiment_entries_take_model_strings": (),  # 1.1 s
+    "tests/test_proposals.py::test_default_proposals_are_flexflows_and_reproducible": (),  # 1.3 s
+    "tests/test_compare.py::test_ctrl_c_keeps_the_finished_cells_and_writes_the_outputs": (),  # 1.3 s
+    "tests/test_calibration.py::test_the_fit_recovers_a_known_calibration": (),  # 1.2 s
+    "tests/test_plan.py::test_constructors_give_valid_plans": (
+        "data_parallel-inception_v3",  # 1.2 s
+        "data_parallel-transformer",  # 1.1 s
+        "data_parallel_per_tensor-inception_v3",  # 1.2 s
+        "data_parallel_per_tensor-transformer",  # 0.8 s
+    ),
+    "tests/test_simulator.py::test_invariants_on_real_plans": ("gnmt",),  # 2.4 s: gnmt's import
+    "tests/envs/test_conformance.py::test_observations_stay_in_space": ("placement-one_shot-rnnlm", "sharding-rnnlm"),
+    "tests/test_fidelity.py::test_report_summary_and_table": (),  # 1.1 s
+}
+for _test, _ids in _ABOUT_A_SECOND.items():
+    if _test not in SLOW or not _ids:
+        SLOW[_test] = _ids
+    elif SLOW[_test]:  # () already marks every case
+        SLOW[_test] = (*SLOW[_test], *_ids)

@@ -394,3 +394,12 @@ def test_rank_zero_store_listens_where_its_socket_does() -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def test_loopback_addresses_are_recognised_in_every_spelling() -> None:
+    from placement_rl.execute.rendezvous import is_loopback
+
+    for host in ("localhost", "127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "10.0.0.1", "::ffff:10.0.0.1", "example.org", ""):
+        assert not is_loopback(host), host

@@ -17,6 +17,7 @@ address the machine's host name resolves to. The launchers therefore:
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import socket
 from typing import Any
 
@@ -25,8 +26,17 @@ LOOPBACK = "127.0.0.1"
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (``127.0.0.0/8``, ``::1`` or ``localhost``)."""
-    return host == "localhost" or host == "::1" or host.startswith("127.")
+    """Whether ``host`` is a loopback address: ``localhost``, ``127.0.0.0/8``, ``::1``, or an IPv4 loopback
+    address mapped into IPv6 (``::ffff:127.0.0.1``, as a dual-stack socket reports it)."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def loopback_ifname() -> str:
