@@ -342,3 +342,21 @@ def test_the_benchmark_prints_the_comparison(repo_root: Path, capsys: pytest.Cap
     for model in network_models():
         assert float(cells[f"{model} ms"]) > 0 and cells[f"{model} err"].endswith("%")
     assert "2x1@25: scale 1/250" in out
+
+
+def test_a_signal_swallowed_by_a_finalizer_still_interrupts() -> None:
+    """SIGTERM handled inside a ``__del__`` (numba's finalizers run at any time) raises where Python drops
+    the exception; the run must still end interrupted, not with status 0."""
+    import os
+    import signal
+
+    from placement_rl.emulate.cluster import _Interrupted, _signals_interrupt
+
+    class Finalizer:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000):  # the handler runs here, inside __del__
+                pass
+
+    with pytest.raises(_Interrupted, match="SIGTERM"), _signals_interrupt():
+        Finalizer()  # dropped at once

@@ -719,7 +719,10 @@ def _signals_interrupt() -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def interrupt(signum: int, _frame: object) -> None:
+        received.append(signum)
         raise _Interrupted(f"signal {signal.Signals(signum).name}")
 
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -728,6 +731,8 @@ def _signals_interrupt() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if received:  # raised inside a finalizer (``__del__``), where Python prints and drops exceptions
+        raise _Interrupted(f"signal {signal.Signals(received[0]).name}")
 
 
 @contextlib.contextmanager
