@@ -188,3 +188,41 @@ def test_attention_with_one_tensor_for_query_key_and_value() -> None:
     g = from_torch(SelfMha(), (_meta(3, 5, 8),))
     (mha,) = [op for op in g.ops if op.op_type == "multihead_attention"]
     assert mha.forward_flops > 0
+
+
+def test_identical_layers_are_propagated_once_with_the_same_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shape propagation runs a built-in layer once per (configuration, input shapes), so a deep stack of
+    identical blocks costs one block; the graph is the same as running every layer."""
+    import placement_rl.graph.importer as importer
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(8))
+            self.no_bias = nn.Linear(16, 16, bias=False)  # same shapes in, another configuration
+            self.pools = nn.ModuleList([nn.MaxPool1d(2), nn.MaxPool1d(4)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            x = self.no_bias(x)
+            return self.pools[1](self.pools[0](x.unsqueeze(1))).sum()
+
+    calls: list[int] = []
+    forward = nn.Linear.forward
+
+    def counted(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        calls.append(self.in_features)
+        return forward(self, x)
+
+    monkeypatch.setattr(nn.Linear, "forward", counted)
+    cached = importer.from_torch(Stack(), (torch.empty(4, 16),), tracer="fx", check_backward=False)
+    once = len(calls)
+    monkeypatch.setattr(importer, "_layer_call_key", lambda *args: None)
+    calls.clear()
+    every = importer.from_torch(Stack(), (torch.empty(4, 16),), tracer="fx", check_backward=False)
+    # per propagation pass: three runs (the first layer, whose input needs no gradient; the second, whose
+    # input does, standing for the other seven; the bias-free one) against all nine layers
+    assert len(calls) * 3 == once * 9
+    assert cached.to_dict() == every.to_dict()
+    assert [op.output_shapes for op in cached.ops if op.op_type == "max_pool1d"] == [((4, 1, 8),), ((4, 1, 2),)]

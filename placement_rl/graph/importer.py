@@ -73,7 +73,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -723,14 +723,29 @@ def _leaf_root(module: nn.Module, name: str, num_inputs: int) -> fx.GraphModule:
 def _propagate(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], extra_batch: int) -> dict[fx.Node, Any]:
     """Run ``gm`` under FakeTensorMode with the batch grown by ``extra_batch``; shapes per node."""
     recorded: dict[fx.Node, Any] = {}
+    # Outputs of built-in leaf layers by (layer, inputs): the repeated layers of a deep model (a GPT's
+    # 96 identical blocks) run once under fake tensors, not once each.
+    outputs: dict[Hashable, Any] = {}
 
     class _Recorder(fx.Interpreter):
         def run_node(self, n: fx.Node) -> Any:
             try:
-                result = super().run_node(n)
+                result = self._run_cached(n) if n.op == "call_module" else super().run_node(n)
             except Exception as exc:
                 raise ValueError(f"from_torch: shape propagation failed at node {n.format_node()}: {exc}") from exc
             recorded[n] = _describe(result)
+            return result
+
+        def _run_cached(self, n: fx.Node) -> Any:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            key = _layer_call_key(self.module.get_submodule(str(n.target)), args, kwargs)
+            if key is not None and key in outputs:
+                return _fresh(outputs[key])
+            result = self.call_module(n.target, args, kwargs)
+            if key is not None:
+                shapes = _tensor_specs(result)
+                if shapes is not None:
+                    outputs[key] = shapes
             return result
 
     # Inputs live where the weights live (meta for zoo models), whatever device the examples are on.
@@ -748,6 +763,43 @@ def _propagate(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], extra
         ]
         _Recorder(gm).run(*inputs)
     return recorded
+
+
+def _layer_call_key(module: nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Hashable | None:
+    """What a built-in leaf layer's output shapes depend on: its type, configuration, mode, parameter and
+    buffer shapes, and its inputs' shapes; ``None`` (never cached) for other modules or non-tensor inputs."""
+    if type(module) not in _MODULE_TYPES:
+        return None
+    specs = _tensor_specs((tuple(args), tuple(sorted(kwargs.items()))))
+    if specs is None:
+        return None
+    state = tuple((k, tuple(v.shape), v.dtype, v.requires_grad) for k, v in module.state_dict(keep_vars=True).items())
+    return (type(module), module.extra_repr(), module.training, state, specs)
+
+
+def _tensor_specs(value: Any) -> Any:
+    """``value`` with every tensor replaced by ``(shape, stride, dtype, device, requires_grad)``; ``None``
+    when it holds anything but tensors, ``None``, numbers, strings and tuples or lists of them."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.stride(), value.dtype, str(value.device), value.requires_grad)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("value", value)
+    if isinstance(value, (tuple, list)):
+        items = [_tensor_specs(v) for v in value]
+        return None if any(i is None for i in items) else (type(value).__name__, tuple(items))
+    return None
+
+
+def _fresh(spec: Any) -> Any:
+    """New (fake, under the active mode) tensors of the shapes ``spec`` describes (:func:`_tensor_specs`)."""
+    kind = spec[0]
+    if kind == "tensor":
+        _, shape, stride, dtype, device, grad = spec
+        return torch.empty_strided(shape, stride, dtype=dtype, device=device).requires_grad_(grad)
+    if kind == "value":
+        return spec[1]
+    items = [_fresh(v) for v in spec[1]]
+    return tuple(items) if kind == "tuple" else items
 
 
 def _describe(value: Any) -> Any:
