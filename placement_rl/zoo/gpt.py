@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from placement_rl.errors import UnknownNameError
+from placement_rl.zoo.llama import token_inputs
 from placement_rl.zoo.sequence import _zoo_model as zoo_model
 from placement_rl.zoo.spec import ZooModel
 
@@ -235,17 +236,18 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocab_size), target.reshape(-1))
 
 
-def _inputs(batch_size: int, *, seq_len: int, **_: object) -> tuple[Tensor, ...]:
-    tokens = torch.empty(batch_size, seq_len, dtype=torch.int64, device="meta")
-    return tokens, torch.empty(batch_size, seq_len, dtype=torch.int64, device="meta")
-
-
 def _zoo_model(
     name: str, options: Mapping[str, object], *, default_batch_size: int, source: str, description: str
 ) -> ZooModel:
     """A ``ZooModel`` of :class:`GPT` whose ``build`` / ``example_inputs`` fill in ``options``."""
     return zoo_model(
-        name, GPT, _inputs, options, default_batch_size=default_batch_size, source=source, description=description
+        name,
+        GPT,
+        token_inputs,
+        options,
+        default_batch_size=default_batch_size,
+        source=source,
+        description=description,
     )
 
 

@@ -165,7 +165,8 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.reshape(-1, self.vocab_size), target.reshape(-1))
 
 
-def _inputs(batch_size: int, *, seq_len: int, **_: object) -> tuple[Tensor, ...]:
+def token_inputs(batch_size: int, *, seq_len: int, **_: object) -> tuple[Tensor, ...]:
+    """A language model's ``(tokens, target)``, each ``(batch_size, seq_len)`` int64 on the meta device."""
     tokens = torch.empty(batch_size, seq_len, dtype=torch.int64, device="meta")
     return tokens, torch.empty(batch_size, seq_len, dtype=torch.int64, device="meta")
 
@@ -175,7 +176,13 @@ def _zoo_model(
 ) -> ZooModel:
     """A ``ZooModel`` of :class:`Llama` whose ``build`` / ``example_inputs`` fill in ``options``."""
     return zoo_model(
-        name, Llama, _inputs, options, default_batch_size=default_batch_size, source=source, description=description
+        name,
+        Llama,
+        token_inputs,
+        options,
+        default_batch_size=default_batch_size,
+        source=source,
+        description=description,
     )
 
 
