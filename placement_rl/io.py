@@ -42,19 +42,24 @@ def loads_json(text: str, where: str) -> Any:
         raise SchemaError(f"{where}: JSON nested too deeply") from None
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file, turning every defect into a ``SchemaError`` that names the file (and the line
-    and column of a syntax error); a missing file is a ``FileNotFoundError`` naming it."""
+def read_user_text(path: str | os.PathLike[str], kind: str) -> str:
+    """The UTF-8 text of a user's ``kind`` file (``"JSON"``, ``"YAML"``): a missing file is a
+    ``FileNotFoundError`` naming it, a folder or a file that is not UTF-8 a ``SchemaError``."""
     path = Path(path)
     if path.is_dir():
-        raise SchemaError(f"{str(path)!r} is a folder; expected a JSON file")
+        raise SchemaError(f"{str(path)!r} is a folder; expected a {kind} file")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"no such file: {str(path)!r}") from None
     except UnicodeDecodeError as exc:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start}); expected a JSON file") from None
-    return loads_json(text, str(path))
+        raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start}); expected a {kind} file") from None
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Parse a JSON file, turning every defect into a ``SchemaError`` that names the file (and the line
+    and column of a syntax error); a missing file is a ``FileNotFoundError`` naming it."""
+    return loads_json(read_user_text(path, "JSON"), str(path))
 
 
 def finite_or_none(value: Any) -> Any:

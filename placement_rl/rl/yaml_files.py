@@ -15,7 +15,6 @@ Errors are :class:`~placement_rl.errors.SchemaError` (a ``ValueError``) naming t
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -113,13 +112,6 @@ def loads_yaml(text: str, where: str) -> Any:
 def read_yaml_file(path: str | os.PathLike[str]) -> Any:
     """Parse a user's YAML file with :func:`loads_yaml`; a missing file is a ``FileNotFoundError`` naming
     it, a folder or a file that is not UTF-8 a :class:`SchemaError`."""
-    path = Path(path)
-    if path.is_dir():
-        raise SchemaError(f"{str(path)!r} is a folder; expected a YAML file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no such file: {str(path)!r}") from None
-    except UnicodeDecodeError as exc:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {exc.start}); expected a YAML file") from None
-    return loads_yaml(text, str(path))
+    from placement_rl.io import read_user_text
+
+    return loads_yaml(read_user_text(path, "YAML"), str(path))
