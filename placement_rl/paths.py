@@ -76,6 +76,21 @@ def _probe(folder: Path, what: str, shown: str) -> None:
         raise ValueError(f"{what} {shown!r}: cannot write in {str(folder)!r} ({exc.strerror or exc})") from None
 
 
+def _named_path(path: str | os.PathLike[str], what: str, expected: str) -> tuple[Path, str]:
+    """``path`` and its text for messages; an empty path or a symlink to nothing is a ``ValueError``."""
+    if not os.fspath(path):
+        raise ValueError(f"{what} is empty; expected {expected}")
+    p = Path(path)
+    shown = str(p)
+    target = _dangling(p)
+    if target is not None:
+        raise ValueError(
+            f"{what} {shown!r} is a symlink to {target!r}, which does not exist; expected {expected} "
+            "(remove the link, or make its target)"
+        )
+    return p, shown
+
+
 def output_file(path: str | os.PathLike[str], what: str = "--out") -> Path:
     """``path`` as a file the caller will write: not a folder, not a symlink to nothing, not a device or
     pipe, its nearest existing parent a folder this process can write in (checked by writing a probe
@@ -84,16 +99,7 @@ def output_file(path: str | os.PathLike[str], what: str = "--out") -> Path:
     Raises:
         ValueError: naming ``what``, the path and what is wrong with it.
     """
-    if not os.fspath(path):
-        raise ValueError(f"{what} is empty; expected a file path")
-    p = Path(path)
-    shown = str(p)
-    target = _dangling(p)
-    if target is not None:
-        raise ValueError(
-            f"{what} {shown!r} is a symlink to {target!r}, which does not exist; expected a file path "
-            "(remove the link, or make its target)"
-        )
+    p, shown = _named_path(path, what, "a file path")
     if p.is_dir():
         raise ValueError(f"{what} {shown!r} is a folder; expected a file path")
     if p.exists() and not p.is_file():
@@ -112,16 +118,7 @@ def output_folder(path: str | os.PathLike[str], what: str = "--out-dir") -> Path
         ValueError: when it names a file (or a symlink to one, or to nothing), has a file as a parent, or
             cannot be created or written.
     """
-    if not os.fspath(path):
-        raise ValueError(f"{what} is empty; expected a folder")
-    p = Path(path)
-    shown = str(p)
-    target = _dangling(p)
-    if target is not None:
-        raise ValueError(
-            f"{what} {shown!r} is a symlink to {target!r}, which does not exist; expected a folder "
-            "(remove the link, or make its target)"
-        )
+    p, shown = _named_path(path, what, "a folder")
     if p.exists() and not p.is_dir():
         link = f" (a symlink to {os.readlink(p)!r})" if p.is_symlink() else ""
         raise ValueError(f"{what} {shown!r} is a file{link}; expected a folder")
