@@ -1,5 +1,6 @@
-"""A plan in words: which devices it uses, how each op family is split, replicated and synchronized,
-memory per device, and where the iteration's time goes next to data parallelism's.
+"""A plan in words: which devices it uses, its pipeline (stages, schedule, micro-batches), how each op
+family is split, replicated and synchronized, ZeRO, recomputation and uneven batch splits, memory per
+device, and where the iteration's time goes next to data parallelism's.
 
 ``placement-rl plan`` prints :func:`explain_plan` under its table. The critical path of a simulation
 is split into compute, data transfers, gradient synchronization and the host issuing kernels;
@@ -24,7 +25,7 @@ import numpy as np
 
 from placement_rl.graph import OpGraph
 from placement_rl.ops import op_kind
-from placement_rl.plan import OpConfig, Plan
+from placement_rl.plan import OpConfig, Plan, pipeline_stages
 from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.topology import DeviceTopology
 
@@ -119,6 +120,91 @@ def _describe_config(cfg: OpConfig, graph: OpGraph, op_name: str) -> str:
     return where
 
 
+#: Schedules in words (:data:`placement_rl.plan.SCHEDULES`).
+_SCHEDULE_WORDS = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}
+#: How many op types a recomputation line names before it counts the rest.
+_MAX_TYPES_NAMED = 4
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 op``, ``2 ops``, ``1 micro-batch``, ``16 micro-batches``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun}es" if noun.endswith("ch") else f"{count} {noun}s"
+
+
+def _count_range(counts: Sequence[int], noun: str, each: bool = True) -> str:
+    """``20 ops each`` (``20 ops`` without ``each``), ``12 to 25 ops`` for a list of per-item counts."""
+    lo, hi = min(counts), max(counts)
+    if lo == hi:
+        return _plural(lo, noun) + (" each" if each and len(counts) > 1 else "")
+    return f"{lo} to {_plural(hi, noun)}"
+
+
+def _describe_pipeline(graph: OpGraph, plan: Plan) -> str:
+    """The pipeline in words: ``4 pipeline stages of 20 ops each (1F1B with 16 micro-batches)``."""
+    stages = pipeline_stages(graph, plan)
+    micro = _plural(plan.micro_batches, "micro-batch")
+    how = f"{_SCHEDULE_WORDS.get(plan.schedule, plan.schedule)} with "
+    if plan.schedule == "interleaved":
+        how += f"{_plural(plan.virtual_stages, 'virtual stage')} per device group, {micro}"
+    else:
+        how += micro
+    sizes = [len(s.ops) for s in stages]
+    if len(stages) == 1:
+        return f"one stage of {_plural(sizes[0], 'op')}, no pipeline: {micro} per iteration (gradient accumulation)"
+    groups = len(dict.fromkeys(s.devices for s in stages))
+    on = f" on {groups} device groups" if groups != len(stages) else ""
+    return f"{len(stages)} pipeline stages of {_count_range(sizes, 'op')}{on} ({how})"
+
+
+def _describe_memory_savers(graph: OpGraph, topology: DeviceTopology, plan: Plan) -> list[str]:
+    """ZeRO, recomputation and uneven batch splits in words, one line each where the plan uses them:
+    ``ZeRO-1 over 8 replicas on 120 ops``, ``recomputing 40 ops (attention, linear)``, ``uneven batch
+    split on 12 ops (weights 0.6/0.4 over m0/gpu0-1)``."""
+    lines: list[str] = []
+    zero: dict[int, list[int]] = defaultdict(list)  # stage -> replicas of each op's parameter shards
+    recomputed: Counter[str] = Counter()
+    weighted: Counter[tuple[tuple[str, ...], tuple[float, ...]]] = Counter()
+    order = {d.name: i for i, d in enumerate(topology.devices)}
+    for op in graph.ops:
+        cfg = plan[op.name]
+        if cfg.zero:
+            kinds = {d.name: d.kind for d in op.parallel_dims}
+            shards = math.prod(degree for name, degree in cfg.degrees if kinds.get(name) == "parameter")
+            zero[cfg.zero].append(len(cfg.devices) // shards)
+        if cfg.recompute:
+            recomputed[op.op_type] += 1
+        if cfg.weights:
+            pairs = sorted(cfg.weights, key=lambda dw: (order.get(dw[0], len(order)), dw[0]))
+            weighted[tuple(d for d, _ in pairs), tuple(w for _, w in pairs)] += 1
+    if zero:
+        parts = []
+        for stage, replicas in sorted(zero.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            label = f"ZeRO-{stage}" + (" (FSDP)" if stage == 3 else "")
+            parts.append(
+                f"{label} over {_count_range(replicas, 'replica', each=False)} on {_plural(len(replicas), 'op')}"
+            )
+        lines.append(", ".join(parts))
+    if recomputed:
+        total = sum(recomputed.values())
+        named = [t for t, _ in sorted(recomputed.items(), key=lambda kv: (-kv[1], kv[0]))]
+        types = ", ".join(named[:_MAX_TYPES_NAMED])
+        if len(named) > _MAX_TYPES_NAMED:
+            types += f" and {len(named) - _MAX_TYPES_NAMED} more types"
+        how_many = f"all {total} ops" if total == graph.num_ops and total > 1 else _plural(total, "op")
+        lines.append(f"recomputing {how_many} ({types})")
+    if weighted:
+        total = sum(weighted.values())
+        ((devices, weights), count), *_ = weighted.most_common()
+        shares = "/".join(f"{w:.3g}" for w in weights)
+        more = f", and {total - count} otherwise" if count < total else ""
+        lines.append(
+            f"uneven batch split on {_plural(total, 'op')} (weights {shares} over {_device_ranges(devices)}{more})"
+        )
+    return lines
+
+
 def explain_plan(
     graph: OpGraph,
     topology: DeviceTopology,
@@ -145,6 +231,8 @@ def explain_plan(
     lines.append(f"uses {len(used)} of {topology.num_devices} devices ({kinds}): {_device_ranges(used)}")
     if idle:
         lines.append(f"leaves {len(idle)} idle: {_device_ranges(idle)}")
+    if plan.micro_batches != 1 or plan.schedule != "1f1b" or plan.virtual_stages != 1:
+        lines.append(_describe_pipeline(graph, plan))
     # How each op family is placed: the most common configuration shape per family.
     families: dict[str, Counter[str]] = defaultdict(Counter)
     for op in graph.ops:
@@ -154,6 +242,7 @@ def explain_plan(
         (shape, count), *others = shapes.most_common()
         more = f" (and {ops - count} otherwise)" if others else ""
         lines.append(f"{family} ({ops} op{'s' if ops > 1 else ''}): {shape}{more}")
+    lines.extend(_describe_memory_savers(graph, topology, plan))
     peak = result.peak_memory_bytes
     if peak.size:
         busy = [i for i, name in enumerate(result.device_names) if name in set(used)]

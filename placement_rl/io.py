@@ -126,7 +126,7 @@ def check_header(document: Any, fmt: str, supported_versions: tuple[int, ...]) -
     if got != fmt:
         raise SchemaError(f"expected a document with format {fmt!r}, got format {got!r}")
     version = document.get("schema_version")
-    if version not in supported_versions:
+    if isinstance(version, bool) or version not in supported_versions:
         raise SchemaError(
             f"unsupported {fmt} schema_version {version!r}; this version reads {list(supported_versions)}"
         )

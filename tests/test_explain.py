@@ -1,11 +1,14 @@
-"""A plan in words: devices used and idle, per-family configurations, memory, where the time goes."""
+"""A plan in words: devices used and idle, the pipeline, per-family configurations, ZeRO, recomputation,
+uneven batch splits, memory, where the time goes."""
 
 from __future__ import annotations
 
 import pytest
 
+from placement_rl import plan as plans
 from placement_rl.explain import explain_plan, time_breakdown
-from placement_rl.plan import OpConfig, Plan, data_parallel, single_device
+from placement_rl.ops import op_kind
+from placement_rl.plan import OpConfig, Plan, data_parallel, pipeline_stages, single_device
 from placement_rl.sim import simulate
 from placement_rl.topology import load_preset
 
@@ -48,3 +51,57 @@ def test_the_breakdown_is_the_critical_path(zoo_graph) -> None:  # type: ignore[
     steps = result.critical_path
     assert sum(spent.values()) == pytest.approx(sum(s.end_s - s.start_s for s in steps))
     assert spent["compute"] > 0 and spent["gradient synchronization"] > 0
+
+
+def _gpt(zoo_graph):  # type: ignore[no-untyped-def]
+    return zoo_graph("gpt", batch_size=8, num_layers=4, hidden=64, heads=4, seq_len=32, vocab_size=256)
+
+
+def test_pipelines_zero_recomputation_and_weights_in_words(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph, topo = _gpt(zoo_graph), load_preset("trinity")
+    devices = [d.name for d in topo.devices]
+    plan = plans.pipeline(graph, topo, 2, data_parallel=2, micro_batches=2)
+    plan = plans.recompute(graph, plans.zero(graph, plan, 1), {"attention", "linear"})
+    configs = dict(plan.configs)
+    for name in ("blocks_0_mlp_fc", "blocks_0_mlp_out"):
+        configs[name] = configs[name].replace(weights={devices[1]: 0.25, devices[0]: 0.75})
+    plan = plan.with_configs(configs)
+    stages = pipeline_stages(graph, plan)
+    sizes = sorted(len(s.ops) for s in stages)
+    words = explain_plan(graph, topo, plan, simulate(graph, topo, plan))
+    assert words[1] == f"2 pipeline stages of {sizes[0]} to {sizes[1]} ops (1F1B with 2 micro-batches)"
+    with_params = sum(op.param_bytes > 0 for op in graph.ops)
+    linear = sum(op.op_type == "linear" for op in graph.ops)
+    assert f"ZeRO-1 over 2 replicas on {with_params} ops" in words
+    assert f"recomputing {linear + 4} ops (linear, attention)" in words
+    assert "uneven batch split on 2 ops (weights 0.75/0.25 over m0/gpu0-1)" in words
+    everything = plans.recompute(graph, plans.fsdp(graph, plans.data_parallel(graph, topo, devices[:2])))
+    words = explain_plan(graph, topo, everything, simulate(graph, topo, everything))
+    assert f"ZeRO-3 (FSDP) over 2 replicas on {with_params} ops" in words
+    assert any(w.startswith(f"recomputing all {graph.num_ops} ops (") and "more types)" in w for w in words)
+    assert not any("pipeline" in w for w in words)  # one micro-batch, default schedule: no pipeline line
+
+
+def test_interleaving_and_gradient_accumulation_in_words(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph, topo = _gpt(zoo_graph), load_preset("trinity")
+    plan = plans.pipeline(graph, topo, 2, micro_batches=4, schedule="interleaved", virtual_stages=2)
+    words = explain_plan(graph, topo, plan, simulate(graph, topo, plan))
+    assert words[2].startswith("4 pipeline stages of ")
+    assert words[2].endswith(
+        " ops on 2 device groups (interleaved 1F1B with 2 virtual stages per device group, 4 micro-batches)"
+    )
+    accumulate = data_parallel(graph, topo, [d.name for d in topo.devices][:2]).with_schedule(micro_batches=4)
+    words = explain_plan(graph, topo, accumulate, simulate(graph, topo, accumulate))
+    assert (
+        f"one stage of {graph.num_ops} ops, no pipeline: 4 micro-batches per iteration (gradient accumulation)" in words
+    )
+
+
+def test_a_default_plan_says_nothing_of_the_v2_fields(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph, topo = _gpt(zoo_graph), load_preset("trinity")
+    for plan in (data_parallel(graph, topo), plans.layerwise(graph, topo)):
+        words = explain_plan(graph, topo, plan, simulate(graph, topo, plan))
+        families = len({op_kind(op.op_type).family for op in graph.ops})
+        idle = int(bool(set(d.name for d in topo.devices) - set(plan.devices_used())))
+        assert len(words) == 1 + idle + families + 2  # devices, idle, families, memory, critical path
+        assert not any(key in w for w in words for key in ("pipeline", "ZeRO", "recomputing", "uneven", "micro-batch"))

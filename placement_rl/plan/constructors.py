@@ -5,20 +5,39 @@
 * :func:`data_parallel_per_tensor`: the same, each gradient all-reduced on its own (the papers' DP-NCCL).
 * :func:`expert`: FlexFlow's expert strategies (Krizhevsky's "one weird trick"; Wu et al. for RNNs).
 * :func:`layerwise`: contiguous stages balanced by compute.
+* :func:`pipeline`: pipeline parallelism: contiguous stages balanced by compute, each on a group of
+  devices (data parallel inside the group), with micro-batches, a schedule (GPipe, 1F1B) and
+  Megatron-LM's interleaving (``virtual_stages`` chunks per device group).
+* :func:`zero` / :func:`fsdp`: a plan's all-reduced, replicated parameters sharded with ZeRO (stage 1:
+  optimizer state, 2: + gradients, 3: + parameters, i.e. FSDP).
+* :func:`recompute`: activation recomputation on every op, or on the ops of some types.
 * :func:`tag_strategy` / :func:`tag_group_config`: TAG's placement and replication options on op groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import Op, OpGraph
-from placement_rl.ops import DENSE_OPS, RECURRENT_OPS
-from placement_rl.plan.core import TAG_OPTIONS, OpConfig, Plan, SyncMode, TagOption
+from placement_rl.ops import DENSE_OPS, OP_KINDS, RECURRENT_OPS
+from placement_rl.plan.core import (
+    MAX_MICRO_BATCHES,
+    SCHEDULES,
+    TAG_OPTIONS,
+    ZERO_STAGES,
+    OpConfig,
+    Plan,
+    Schedule,
+    SyncMode,
+    TagOption,
+)
 from placement_rl.topology import DeviceTopology
 
 if TYPE_CHECKING:
@@ -150,11 +169,284 @@ def layerwise(graph: OpGraph, topology: DeviceTopology, devices: Sequence[str] |
     names = _device_names(topology, devices)
     work = graph.arrays.forward_flops + graph.arrays.backward_flops
     speed = np.array([topology.device(n).peak_flops for n in names])
-    bounds = np.cumsum(speed) / speed.sum() * work.sum()
-    midpoints = np.cumsum(work) - work / 2.0
-    stage = np.minimum(np.searchsorted(bounds, midpoints, side="left"), len(names) - 1)
+    stage = _balanced_stages(work, speed)
     configs = {op.name: OpConfig.make(names[int(stage[i])]) for i, op in enumerate(graph.ops)}
     return Plan(graph.name, configs, name="layerwise", metadata={"devices": names})
+
+
+def _balanced_stages(work: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """The stage of each op when ops in order are cut into ``len(speed)`` contiguous stages, stage ``k``
+    taking the ops whose cumulative-work midpoint falls in its share, shares proportional to ``speed``.
+
+    Args:
+        work: ``(num_ops,)`` FLOPs per op, in topological order.
+        speed: ``(num_stages,)`` FLOP/s of each stage's devices.
+
+    Returns:
+        ``(num_ops,)`` non-decreasing stage indices in ``[0, num_stages)``; a stage may be empty.
+    """
+    bounds = np.cumsum(speed) / speed.sum() * work.sum()
+    midpoints = np.cumsum(work) - work / 2.0
+    return np.minimum(np.searchsorted(bounds, midpoints, side="left"), len(speed) - 1)
+
+
+def _nonempty_cuts(stage: np.ndarray, num_stages: int) -> list[int]:
+    """Cut positions ``c_0 = 0 < c_1 < ... < c_K = num_ops`` (stage ``k``: ops ``c_k .. c_{k+1} - 1``)
+    from the non-decreasing assignment ``stage`` (``(num_ops,)``), moved so that no stage is empty:
+    each cut at least one op after the previous one, and early enough to leave one op to every later
+    stage. Needs ``num_ops >= num_stages``."""
+    n = len(stage)
+    cuts = [0]
+    for k in range(1, num_stages):
+        first = int(np.searchsorted(stage, k, side="left"))  # the first op the balance gives stage >= k
+        cuts.append(min(max(first, cuts[-1] + 1), n - num_stages + k))
+    cuts.append(n)
+    return cuts
+
+
+def _stage_groups(
+    topology: DeviceTopology,
+    stages: int | Sequence[Sequence[str] | str] | None,
+    devices: Sequence[str] | None,
+    data_parallel: int,
+) -> list[tuple[str, ...]]:
+    """The device group of each pipeline stage (see :func:`pipeline`), checked."""
+    if isinstance(data_parallel, bool) or not isinstance(data_parallel, int) or data_parallel < 1:
+        raise ValueError(f"data_parallel = {data_parallel!r}; expected a positive integer (devices per stage)")
+    if isinstance(stages, bool):
+        raise ValueError(f"stages = {stages!r}; expected a stage count or one list of device names per stage")
+    if stages is None or isinstance(stages, (int, np.integer)):
+        names = _device_names(topology, devices)
+        repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+        if repeated:
+            raise ValueError(f"devices name {repeated} more than once; expected each device once")
+        if stages is None:
+            if len(names) % data_parallel:
+                raise ValueError(
+                    f"data_parallel = {data_parallel} does not divide the {len(names)} devices; expected a divisor, "
+                    "or give stages"
+                )
+            stages = len(names) // data_parallel
+        stages = int(stages)
+        if stages < 1:
+            raise ValueError(f"stages = {stages}; expected at least 1")
+        if stages * data_parallel > len(names):
+            raise ValueError(
+                f"stages = {stages} of data_parallel = {data_parallel} device(s) need {stages * data_parallel} "
+                f"devices; only {len(names)} are given; expected stages * data_parallel <= {len(names)}"
+            )
+        return [tuple(names[k * data_parallel : (k + 1) * data_parallel]) for k in range(stages)]
+    if devices is not None:
+        raise ValueError(f"devices = {list(devices)!r} given with explicit stage device lists; give one or the other")
+    if isinstance(stages, str) or not isinstance(stages, Sequence) or not stages:
+        raise ValueError(f"stages = {stages!r}; expected a stage count or a non-empty list of device lists per stage")
+    groups = [(s,) if isinstance(s, str) else tuple(s) for s in stages]
+    seen: dict[str, int] = {}
+    for k, group in enumerate(groups):
+        if not group:
+            raise ValueError(f"stage {k} lists no device; expected at least one device per stage")
+        for name in group:
+            if not isinstance(name, str):
+                raise ValueError(f"stage {k} lists {name!r}; expected device names")
+            topology.device(name)
+            if name in seen:
+                raise ValueError(
+                    f"device {name!r} is in stage {seen[name]} and stage {k}; expected disjoint device groups "
+                    "(a device runs several stages only through virtual_stages)"
+                )
+            seen[name] = k
+        if data_parallel != 1 and len(group) != data_parallel:
+            raise ValueError(
+                f"data_parallel = {data_parallel} but stage {k} lists {len(group)} device(s) {list(group)}; with "
+                "explicit stages each list's length is its data-parallel degree (leave data_parallel at 1)"
+            )
+    return groups
+
+
+def _stage_config(op: Op, group: tuple[str, ...], micro_batches: int) -> OpConfig:
+    """An op of a stage on ``group``: split along its sample dimension over the whole group when the
+    group size divides a micro-batch, else replicated on every device of the group (the stage's
+    device set stays the group's, so :func:`~placement_rl.plan.core.pipeline_stages` finds it)."""
+    if len(group) == 1:
+        return OpConfig.make(group)
+    dim = op.sample_dim
+    if dim is not None and dim.size % (micro_batches * len(group)) == 0:
+        return OpConfig.make(group, {dim.name: len(group)})
+    return OpConfig.make(group)
+
+
+def pipeline(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    stages: int | Sequence[Sequence[str] | str] | None = None,
+    *,
+    micro_batches: int = 1,
+    schedule: Schedule = "1f1b",
+    virtual_stages: int = 1,
+    devices: Sequence[str] | None = None,
+    data_parallel: int = 1,
+) -> Plan:
+    """Pipeline parallelism: ops in topological order cut into contiguous stages, each stage on a
+    group of devices, an iteration's batch run as ``micro_batches`` micro-batches under ``schedule``.
+
+    Device groups: with a stage count, ``devices`` (default: all of the topology's, in order) are
+    dealt into ``stages`` consecutive groups of ``data_parallel`` devices (the first
+    ``stages * data_parallel`` devices; in the presets' machine-major order a group stays inside a
+    machine where it fits, so the gradient all-reduce is local and only activations cross machines,
+    as in Megatron-LM's rank order); default ``stages``: ``len(devices) / data_parallel``. With one
+    list of device names per stage (a name alone: a one-device stage), the groups are those lists
+    (disjoint; each list's length is that stage's data-parallel degree).
+
+    Inside a group, an op is split along its sample dimension over all of the group's devices when
+    the group size divides a micro-batch (``sample size / micro_batches``), else replicated on every
+    device of the group; gradients are all-reduced over the group.
+
+    Balance: the cut follows :func:`layerwise` (forward+backward FLOPs, shares proportional to the
+    groups' summed peak FLOP/s), moved where needed so that no stage is empty. With
+    ``schedule="interleaved"`` and ``virtual_stages = v``, the ops are cut into ``stages * v`` chunks and
+    chunk ``k`` goes to group ``k % stages`` (Megatron-LM's interleaved schedule).
+
+    Args:
+        graph: the graph.
+        topology: the cluster.
+        stages: the number of device groups, or one list of device names per group.
+        micro_batches: micro-batches per iteration; must divide every op's sample dimension.
+        schedule: ``gpipe``, ``1f1b`` or ``interleaved`` (:data:`~placement_rl.plan.core.SCHEDULES`).
+        virtual_stages: chunks per device group (``interleaved`` only when above 1).
+        devices: the devices to deal into groups (with a stage count only).
+        data_parallel: devices per group (with a stage count; with lists, 1 or every list's length).
+
+    Returns:
+        A plan named ``pipeline`` whose metadata holds the ``groups`` and each chunk's op count
+        (``chunk_ops``, in graph order); it passes :meth:`Plan.validate`.
+
+    Raises:
+        ValueError: naming the value: a stage count below 1 or above what the devices allow, more
+            chunks than ops, an unknown, repeated or shared device, an unknown schedule, micro-batches
+            that are not a positive integer or do not divide an op's batch, virtual stages without
+            ``interleaved`` or with a single device group.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}; expected one of {list(SCHEDULES)}")
+    for key, value, top in (
+        ("micro_batches", micro_batches, MAX_MICRO_BATCHES),
+        ("virtual_stages", virtual_stages, graph.num_ops),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{key} = {value!r}; expected an integer from 1 to {top:,}")
+    if virtual_stages > 1 and schedule != "interleaved":
+        raise ValueError(
+            f"virtual_stages = {virtual_stages} with schedule {schedule!r}; virtual stages need schedule 'interleaved'"
+        )
+    groups = _stage_groups(topology, stages, devices, data_parallel)
+    if virtual_stages > 1 and len(groups) < 2:
+        raise ValueError(
+            f"virtual_stages = {virtual_stages} on {len(groups)} device group; interleaving needs at least 2 groups"
+        )
+    num_chunks = len(groups) * virtual_stages
+    if num_chunks > graph.num_ops:
+        raise ValueError(
+            f"{len(groups)} stage(s) x {virtual_stages} virtual stage(s) = {num_chunks} chunks for the "
+            f"{graph.num_ops} ops of graph {graph.name!r}; expected at most one chunk per op"
+        )
+    work = graph.arrays.forward_flops + graph.arrays.backward_flops
+    group_speed = [sum(topology.device(d).peak_flops for d in group) for group in groups]
+    speed = np.array([group_speed[k % len(groups)] for k in range(num_chunks)], dtype=float)
+    cuts = _nonempty_cuts(_balanced_stages(work, speed), num_chunks)
+    configs: dict[str, OpConfig] = {}
+    for k in range(num_chunks):
+        group = groups[k % len(groups)]
+        for op in graph.ops[cuts[k] : cuts[k + 1]]:
+            configs[op.name] = _stage_config(op, group, micro_batches)
+    plan = Plan(
+        graph.name,
+        configs,
+        name="pipeline",
+        metadata={
+            "groups": [list(g) for g in groups],
+            "chunk_ops": [cuts[k + 1] - cuts[k] for k in range(num_chunks)],
+        },
+        micro_batches=micro_batches,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
+    )
+    plan.validate(graph, topology)
+    return plan
+
+
+def zero(graph: OpGraph, plan: Plan, stage: int = 1) -> Plan:
+    """``plan`` with ZeRO ``stage`` on every op that can take it: an op with parameters, sync
+    ``all_reduce`` or ``all_reduce_per_tensor``, and each parameter shard on at least 2 devices
+    (replicas along the sample or attribute dimensions, or replicas of the task). Other ops keep
+    their configuration (``stage = 0`` turns ZeRO off on the same ops).
+
+    Args:
+        graph: the graph the plan is for (it says which ops have parameters).
+        plan: the plan.
+        stage: 0 (plain data parallelism), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters: FSDP).
+
+    Returns:
+        The plan, same name and pipeline fields, ``metadata["zero"] = stage``.
+
+    Raises:
+        ValueError: for a stage outside :data:`~placement_rl.plan.core.ZERO_STAGES`, or an op of the
+            plan that is not in ``graph``.
+    """
+    if isinstance(stage, bool) or stage not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage {stage!r}; expected one of {list(ZERO_STAGES)}")
+    configs: dict[str, OpConfig] = {}
+    for name, cfg in plan.configs.items():
+        op = graph.op(name)
+        configs[name] = cfg.replace(zero=int(stage)) if _zero_eligible(op, cfg) else cfg
+    return dataclasses.replace(plan, configs=configs, metadata={**plan.metadata, "zero": int(stage)})
+
+
+def _zero_eligible(op: Op, cfg: OpConfig) -> bool:
+    """Whether ``cfg`` can shard ``op``'s parameter state: parameters, all-reduced, each shard on >= 2 devices."""
+    if op.param_bytes <= 0 or cfg.sync not in ("all_reduce", "all_reduce_per_tensor"):
+        return False
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    shards = math.prod(degree for dim, degree in cfg.degrees if kinds.get(dim) == "parameter")
+    return len(cfg.devices) // shards >= 2
+
+
+def fsdp(graph: OpGraph, plan: Plan) -> Plan:
+    """``plan`` with ZeRO stage 3 (fully sharded data parallelism) where it applies: :func:`zero` with ``stage=3``."""
+    return zero(graph, plan, stage=3)
+
+
+def recompute(graph: OpGraph, plan: Plan, op_types: Collection[str] | str | None = None) -> Plan:
+    """``plan`` with activation recomputation on every op, or on the ops of ``op_types`` only (e.g.
+    ``{"attention"}``: Megatron-LM's selective recomputation). Other ops keep their configuration.
+
+    Args:
+        graph: the graph the plan is for.
+        plan: the plan.
+        op_types: op types (:data:`placement_rl.ops.OP_KINDS`, or any type of the graph) to recompute;
+            a string is one type; ``None``: every op. A type the graph does not use changes nothing.
+
+    Returns:
+        The plan, same name and pipeline fields, with ``metadata["recompute"]``: the sorted op types, or ``"all"``.
+
+    Raises:
+        ValueError: for an op type that is neither in the taxonomy nor in the graph, an empty
+            ``op_types``, or an op of the plan that is not in ``graph``.
+    """
+    wanted: frozenset[str] | None = None
+    if op_types is not None:
+        wanted = frozenset((op_types,) if isinstance(op_types, str) else op_types)
+        if not wanted:
+            raise ValueError("op_types is empty; expected at least one op type, or None for every op")
+        known = set(OP_KINDS) | {op.op_type for op in graph.ops}
+        for op_type in sorted(wanted):
+            if op_type not in known:
+                raise UnknownNameError("op type (recompute)", op_type, known)
+    configs: dict[str, OpConfig] = {}
+    for name, cfg in plan.configs.items():
+        op = graph.op(name)
+        configs[name] = cfg.replace(recompute=True) if wanted is None or op.op_type in wanted else cfg
+    label: str | list[str] = "all" if wanted is None else sorted(wanted)
+    return dataclasses.replace(plan, configs=configs, metadata={**plan.metadata, "recompute": label})
 
 
 def tag_strategy(

@@ -32,12 +32,28 @@ This expresses Trinity's single-device group placement (``devices=("m0/gpu1",)``
 (all-reduce, parameter server, duplicate, and model parallelism inside a device group: per-op
 single-device configurations, see :func:`tag_strategy`).
 
+**Schema version 2** adds what large models are trained with:
+
+* per plan, ``micro_batches`` per iteration (gradient accumulation) and a pipeline ``schedule`` by
+  name (:data:`SCHEDULES`): ``gpipe`` (all forwards, then all backwards), ``1f1b`` (PipeDream-Flush:
+  warm-up forwards, then one forward and one backward in turn) and ``interleaved`` (Megatron-LM's
+  interleaved 1F1B, ``virtual_stages`` stages per device group). The stages are the plan's device
+  sets in topological order (:func:`pipeline_stages`);
+* per op, ``recompute`` (the output is dropped after forward and computed again before backward),
+  ``zero`` (sharded data parallelism over the replicas of each parameter shard: 1 shards the
+  optimizer state, 2 also the gradients, 3 also the parameters, gathered before forward and again
+  before backward; FSDP is stage 3) and ``weights`` (an uneven batch split: each device's share of
+  the samples, so that a degree need not divide the batch).
+
+Version 1 files load unchanged (every new field at its default).
+
 Plans on a coarse graph (:func:`placement_rl.graph.coarsen.coarsen`) expand to the original ops with
 :meth:`Plan.expand`. The JSON schema (``format: placement_rl.plan``) is in ``docs/formats.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -57,7 +73,19 @@ TagOption = Literal["all_reduce", "parameter_server", "duplicate", "model_parall
 TAG_OPTIONS: tuple[str, ...] = ("all_reduce", "parameter_server", "duplicate", "model_parallel")
 
 PLAN_FORMAT = "placement_rl.plan"
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2
+#: The plan schema versions :meth:`Plan.from_dict` reads.
+PLAN_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
+
+Schedule = Literal["gpipe", "1f1b", "interleaved"]
+#: Pipeline schedules by name (see the module docstring).
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: ZeRO stages: 0 plain data parallelism, 1 optimizer state, 2 + gradients, 3 + parameters (FSDP).
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+#: The most micro-batches per iteration a plan may ask for.
+MAX_MICRO_BATCHES = 65_536
+#: How far a plan's ``weights`` may sum from 1.
+WEIGHT_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -76,6 +104,14 @@ class OpConfig:
             ``backward:<op>``) every replica also recomputes for the whole batch, besides the weight
             gradient; empty: only the weight gradient (the factors are the op's own input and output
             gradient).
+        recompute: drop the output after forward and compute it again before backward (activation
+            recomputation: the op's forward time is spent twice, its output is not held in between).
+        zero: the ZeRO stage (:data:`ZERO_STAGES`) of the replicas of each parameter shard: 1 shards
+            the optimizer state over them, 2 the gradients too (reduce-scatter), 3 the parameters
+            too (all-gathered before forward and before backward; FSDP).
+        weights: ``(device, weight)`` pairs, one per device of the op, for an uneven sample split:
+            a device's weight is its share of the batch (the devices computing one sample slice
+            add up); weights sum to 1. Empty: equal shares.
     """
 
     devices: tuple[str, ...]
@@ -83,6 +119,9 @@ class OpConfig:
     sync: SyncMode = "all_reduce"
     ps_device: str | None = None
     sfb_duplicate: tuple[str, ...] = ()
+    recompute: bool = False
+    zero: int = 0
+    weights: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def make(
@@ -92,11 +131,27 @@ class OpConfig:
         sync: SyncMode = "all_reduce",
         ps_device: str | None = None,
         sfb_duplicate: Sequence[str] = (),
+        *,
+        recompute: bool = False,
+        zero: int = 0,
+        weights: Mapping[str, float] | None = None,
     ) -> OpConfig:
-        """Build a config from a device list (or one device) and a ``{dim name: degree}`` mapping."""
+        """Build a config from a device list (or one device), a ``{dim name: degree}`` mapping and
+        an optional ``{device: weight}`` mapping."""
         devs = (devices,) if isinstance(devices, str) else tuple(devices)
         degs = tuple(sorted((k, int(v)) for k, v in (degrees or {}).items() if v != 1))
-        return cls(devs, degs, sync, ps_device, tuple(sfb_duplicate))
+        wts = tuple((k, float(v)) for k, v in (weights or {}).items())
+        return cls(devs, degs, sync, ps_device, tuple(sfb_duplicate), recompute, zero, wts)
+
+    def replace(self, **changes: Any) -> OpConfig:
+        """A copy with some fields changed (``weights`` as a mapping or pairs)."""
+        if "weights" in changes and isinstance(changes["weights"], Mapping):
+            changes["weights"] = tuple((k, float(v)) for k, v in changes["weights"].items())
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def weight_map(self) -> dict[str, float]:
+        return dict(self.weights)
 
     @property
     def degree_map(self) -> dict[str, int]:
@@ -120,11 +175,18 @@ class OpConfig:
             d["ps_device"] = self.ps_device
         if self.sfb_duplicate:
             d["sfb_duplicate"] = list(self.sfb_duplicate)
+        if self.recompute:
+            d["recompute"] = True
+        if self.zero:
+            d["zero"] = self.zero
+        if self.weights:
+            d["weights"] = dict(self.weights)
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, where: str) -> OpConfig:
-        check_keys(d, where, {"devices"}, {"degrees", "sync", "ps_device", "sfb_duplicate"})
+    def from_dict(cls, d: Any, where: str, version: int = PLAN_SCHEMA_VERSION) -> OpConfig:
+        v2 = {"recompute", "zero", "weights"} if version >= 2 else set()
+        check_keys(d, where, {"devices"}, {"degrees", "sync", "ps_device", "sfb_duplicate", *v2})
         devices = d["devices"]
         if not isinstance(devices, list) or not all(isinstance(x, str) for x in devices):
             raise SchemaError(f"{where}.devices: expected a list of device names, got {devices!r}")
@@ -142,7 +204,18 @@ class OpConfig:
         dup = d.get("sfb_duplicate", [])
         if not isinstance(dup, list) or not all(isinstance(x, str) for x in dup):
             raise SchemaError(f"{where}.sfb_duplicate: expected a list of node names, got {dup!r}")
-        return cls.make(devices, degrees, sync, ps, dup)
+        recompute = d.get("recompute", False)
+        if not isinstance(recompute, bool):
+            raise SchemaError(f"{where}.recompute: expected true or false, got {recompute!r}")
+        zero = d.get("zero", 0)
+        if isinstance(zero, bool) or zero not in ZERO_STAGES:
+            raise SchemaError(f"{where}.zero: ZeRO stage {zero!r}; expected one of {list(ZERO_STAGES)}")
+        weights = d.get("weights", {})
+        if not isinstance(weights, dict) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights.values()
+        ):
+            raise SchemaError(f"{where}.weights: expected an object of device name -> number, got {weights!r}")
+        return cls.make(devices, degrees, sync, ps, dup, recompute=recompute, zero=zero, weights=weights)
 
 
 @dataclass(frozen=True)
@@ -154,12 +227,40 @@ class Plan:
         configs: op name -> :class:`OpConfig`, one entry per op.
         name: a label (``"data_parallel"``, ``"mcmc"``, ...).
         metadata: free-form JSON-serializable notes (how the plan was found).
+        micro_batches: micro-batches per iteration (gradient accumulation); each op's sample
+            dimension is split into this many equal parts, run one after another.
+        schedule: the pipeline schedule (:data:`SCHEDULES`) that orders each device's micro-batch
+            tasks.
+        virtual_stages: stages per device group under the ``interleaved`` schedule (1 otherwise).
     """
 
     graph_name: str
     configs: Mapping[str, OpConfig]
     name: str = "plan"
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    micro_batches: int = 1
+    schedule: Schedule = "1f1b"
+    virtual_stages: int = 1
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the plan runs several micro-batches per iteration."""
+        return self.micro_batches > 1
+
+    def with_schedule(
+        self, micro_batches: int | None = None, schedule: Schedule | None = None, virtual_stages: int | None = None
+    ) -> Plan:
+        """A copy with the pipeline fields changed (``None``: kept)."""
+        return dataclasses.replace(
+            self,
+            micro_batches=self.micro_batches if micro_batches is None else micro_batches,
+            schedule=self.schedule if schedule is None else schedule,
+            virtual_stages=self.virtual_stages if virtual_stages is None else virtual_stages,
+        )
+
+    def with_configs(self, configs: Mapping[str, OpConfig], name: str | None = None) -> Plan:
+        """A copy with other configurations (same pipeline fields)."""
+        return dataclasses.replace(self, configs=configs, name=self.name if name is None else name)
 
     def __getitem__(self, op_name: str) -> OpConfig:
         try:
@@ -182,7 +283,10 @@ class Plan:
                 ``duplicate`` sync with sample/attribute splits, a misplaced ``ps_device``, or an ``sfb``
                 sync on an op without its own parameters, with a split other than along the sample
                 dimension, with several tasks on a device, or duplicating a node whose op is not
-                configured alike.
+                configured alike; a ZeRO stage on an op whose parameters are not replicated or not
+                all-reduced; weights that do not sum to 1, miss or name a device the op does not
+                use; an unknown schedule, micro-batches that do not divide an op's batch, or virtual
+                stages the plan's stages do not match.
         """
         missing = [op.name for op in graph.ops if op.name not in self.configs]
         if missing:
@@ -199,6 +303,68 @@ class Plan:
             _validate_config(graph.op(op_name), cfg, valid_devices)
             if cfg.sync == "sfb":
                 _validate_sfb(graph, self, op_name, cfg)
+        self.validate_schedule(graph)
+
+    def validate_schedule(self, graph: OpGraph) -> None:
+        """Check the pipeline fields against the graph (see :meth:`validate`)."""
+        where = f"plan {self.name!r}"
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{where}: unknown schedule {self.schedule!r}; expected one of {list(SCHEDULES)}")
+        m = self.micro_batches
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_MICRO_BATCHES:
+            raise ValueError(f"{where}: micro_batches = {m!r}; expected an integer from 1 to {MAX_MICRO_BATCHES:,}")
+        v = self.virtual_stages
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: virtual_stages = {v!r}; expected a positive integer")
+        if v > 1 and self.schedule != "interleaved":
+            raise ValueError(
+                f"{where}: virtual_stages = {v} with schedule {self.schedule!r}; virtual stages need 'interleaved'"
+            )
+        if m > 1:
+            for op in graph.ops:
+                dim = op.sample_dim
+                if dim is not None and dim.size % m:
+                    raise ValueError(
+                        f"{where}: {m} micro-batches do not divide op {op.name!r}'s sample dimension of size "
+                        f"{dim.size}; expected a divisor of the batch"
+                    )
+                cfg = self.configs[op.name]
+                shares = sample_shares(op, cfg)
+                if dim is not None and shares and min(shares) * (dim.size // m) < 1:
+                    raise ValueError(
+                        f"{where}: op {op.name!r}'s weights give a slice of less than one sample of a micro-batch "
+                        f"of {dim.size // m}; expected larger weights or fewer micro-batches"
+                    )
+                if dim is not None and not cfg.weights:
+                    degree = cfg.degree_map.get(dim.name, 1)
+                    if (dim.size // m) % degree:
+                        raise ValueError(
+                            f"{where}: op {op.name!r} splits its sample dimension {degree} ways, which does not "
+                            f"divide a micro-batch of {dim.size // m}; give weights for an uneven split or "
+                            "choose fewer micro-batches"
+                        )
+        if self.schedule == "interleaved":
+            stages = pipeline_stages(graph, self)
+            groups = list(dict.fromkeys(s.devices for s in stages))
+            counts = [sum(s.devices == g for s in stages) for g in groups]
+            if any(c != v for c in counts):
+                raise ValueError(
+                    f"{where}: schedule 'interleaved' with virtual_stages = {v}, but the plan's {len(stages)} "
+                    f"stage(s) give its {len(groups)} device group(s) {sorted(set(counts))} stage(s) each; "
+                    f"expected {v} stages per group ({v * len(groups)} in all)"
+                )
+            off = [i for i, stage in enumerate(stages) if stage.devices != groups[i % len(groups)]]
+            if off:
+                raise ValueError(
+                    f"{where}: schedule 'interleaved' deals model chunks to the {len(groups)} device group(s) in "
+                    f"turn (chunk k on group k mod {len(groups)}); stage {off[0]} runs on "
+                    f"{list(stages[off[0]].devices)}, expected {list(groups[off[0] % len(groups)])}"
+                )
+            if m % len(groups):
+                raise ValueError(
+                    f"{where}: schedule 'interleaved' needs micro_batches to be a multiple of the {len(groups)} "
+                    f"pipeline group(s); got {m}"
+                )
 
     # -------------------------------------------------------------- expansion
     def expand(self, coarse: OpGraph, fine: OpGraph, overrides: Mapping[str, OpConfig] | None = None) -> Plan:
@@ -225,23 +391,52 @@ class Plan:
         for member, cfg in (overrides or {}).items():
             fine.op(member)
             configs[member] = cfg
-        return Plan(fine.name, configs, name=self.name, metadata={**self.metadata, "expanded_from": coarse.name})
+        return Plan(
+            fine.name,
+            configs,
+            name=self.name,
+            metadata={**self.metadata, "expanded_from": coarse.name},
+            micro_batches=self.micro_batches,
+            schedule=self.schedule,
+            virtual_stages=self.virtual_stages,
+        )
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "format": PLAN_FORMAT,
             "schema_version": PLAN_SCHEMA_VERSION,
             "name": self.name,
             "graph": self.graph_name,
             "metadata": dict(self.metadata),
-            "configs": {op: cfg.to_dict() for op, cfg in self.configs.items()},
         }
+        if self.micro_batches != 1 or self.schedule != "1f1b" or self.virtual_stages != 1:
+            d["pipeline"] = {
+                "micro_batches": self.micro_batches,
+                "schedule": self.schedule,
+                "virtual_stages": self.virtual_stages,
+            }
+        d["configs"] = {op: cfg.to_dict() for op, cfg in self.configs.items()}
+        return d
 
     @classmethod
     def from_dict(cls, document: Any) -> Plan:
-        check_header(document, PLAN_FORMAT, (PLAN_SCHEMA_VERSION,))
-        check_keys(document, "plan", {"format", "schema_version", "graph", "configs"}, {"name", "metadata"})
+        check_header(document, PLAN_FORMAT, PLAN_SCHEMA_VERSIONS)
+        version = document["schema_version"]
+        optional = {"name", "metadata", *(("pipeline",) if version >= 2 else ())}
+        check_keys(document, "plan", {"format", "schema_version", "graph", "configs"}, optional)
+        pipeline = document.get("pipeline", {})
+        check_keys(pipeline, "plan.pipeline", set(), {"micro_batches", "schedule", "virtual_stages"})
+        micro_batches = pipeline.get("micro_batches", 1)
+        virtual_stages = pipeline.get("virtual_stages", 1)
+        for key, value in (("micro_batches", micro_batches), ("virtual_stages", virtual_stages)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SchemaError(f"plan.pipeline.{key} = {value!r}; expected a positive integer")
+        schedule = pipeline.get("schedule", "1f1b")
+        if schedule not in SCHEDULES:
+            raise SchemaError(
+                f"plan.pipeline.schedule: unknown schedule {schedule!r}; expected one of {list(SCHEDULES)}"
+            )
         configs = document["configs"]
         if not isinstance(configs, dict):
             raise SchemaError(f"plan.configs: expected an object of op name -> config, got {type(configs).__name__}")
@@ -250,9 +445,12 @@ class Plan:
             raise SchemaError(f"plan.metadata: expected an object, got {type(metadata).__name__}")
         return cls(
             graph_name=str(document["graph"]),
-            configs={op: OpConfig.from_dict(cfg, f"plan.configs[{op!r}]") for op, cfg in configs.items()},
+            configs={op: OpConfig.from_dict(cfg, f"plan.configs[{op!r}]", version) for op, cfg in configs.items()},
             name=str(document.get("name", "plan")),
             metadata=metadata,
+            micro_batches=micro_batches,
+            schedule=schedule,
+            virtual_stages=virtual_stages,
         )
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
@@ -272,9 +470,18 @@ def member_config(op: Op, group_cfg: OpConfig) -> OpConfig:
     split = sample > 1 and dim is not None and dim.size % sample == 0
     # a group's sfb carries over to members it can hold for (own parameters, batch split)
     sync = group_cfg.sync if group_cfg.sync != "sfb" or (split and op.param_bytes > 0) else "all_reduce"
+    zero = group_cfg.zero if op.param_bytes > 0 and sync in ("all_reduce", "all_reduce_per_tensor") else 0
     if split and dim is not None:
-        return OpConfig.make(group_cfg.devices, {dim.name: sample}, sync, group_cfg.ps_device)
-    return OpConfig.make(group_cfg.devices, {}, sync, group_cfg.ps_device)
+        return OpConfig.make(
+            group_cfg.devices,
+            {dim.name: sample},
+            sync,
+            group_cfg.ps_device,
+            recompute=group_cfg.recompute,
+            zero=zero,
+            weights=group_cfg.weight_map,
+        )
+    return OpConfig.make(group_cfg.devices, {}, sync, group_cfg.ps_device, recompute=group_cfg.recompute, zero=zero)
 
 
 def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
@@ -300,8 +507,14 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
             raise UnknownNameError(f"parallel dimension of {where}", name, dims)
         if degree < 1:
             raise ValueError(f"{where}: degree {degree} for dimension {name!r}; expected a positive integer")
-        if dims[name].size % degree:
-            raise ValueError(f"{where}: degree {degree} does not divide dimension {name!r} of size {dims[name].size}")
+        uneven = bool(cfg.weights) and dims[name].kind == "sample"
+        if dims[name].size % degree and not uneven:
+            raise ValueError(
+                f"{where}: degree {degree} does not divide dimension {name!r} of size {dims[name].size}"
+                + ("; give weights for an uneven split" if dims[name].kind == "sample" else "")
+            )
+        if uneven and degree > dims[name].size:
+            raise ValueError(f"{where}: degree {degree} exceeds dimension {name!r} of size {dims[name].size}")
         if cfg.sync == "duplicate" and degree > 1 and dims[name].kind != "parameter":
             raise ValueError(
                 f"{where}: sync 'duplicate' with {name!r} degree {degree}: replicas would compute different "
@@ -312,6 +525,111 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
             f"{where}: {len(cfg.devices)} device(s) for {cfg.num_partitions} partitions; expected a multiple "
             f"(degrees {cfg.degree_map})"
         )
+    if not isinstance(cfg.recompute, bool):
+        raise ValueError(f"{where}: recompute = {cfg.recompute!r}; expected true or false")
+    if isinstance(cfg.zero, bool) or cfg.zero not in ZERO_STAGES:
+        raise ValueError(f"{where}: ZeRO stage {cfg.zero!r}; expected one of {list(ZERO_STAGES)}")
+    if cfg.zero:
+        shards = math.prod(deg for name, deg in cfg.degrees if dims[name].kind == "parameter")
+        holders = len(cfg.devices) // shards
+        if op.param_bytes <= 0:
+            raise ValueError(f"{where}: ZeRO stage {cfg.zero} on an op without parameters; ZeRO shards parameter state")
+        if cfg.sync not in ("all_reduce", "all_reduce_per_tensor"):
+            raise ValueError(
+                f"{where}: ZeRO stage {cfg.zero} with sync {cfg.sync!r}; ZeRO shards all-reduced replicas "
+                "(sync 'all_reduce' or 'all_reduce_per_tensor')"
+            )
+        if holders < 2:
+            raise ValueError(
+                f"{where}: ZeRO stage {cfg.zero} on parameters that are not replicated ({len(cfg.devices)} task(s), "
+                f"{shards} shard(s)); ZeRO needs each shard on at least 2 devices"
+            )
+    if cfg.weights:
+        _validate_weights(op, cfg, where)
+
+
+def _validate_weights(op: Op, cfg: OpConfig, where: str) -> None:
+    """Weights: one positive finite weight per device of the op, summing to 1, with a sample split."""
+    weights = cfg.weight_map
+    if len(weights) != len(cfg.weights):
+        raise ValueError(f"{where}: weights name a device twice: {[d for d, _ in cfg.weights]}")
+    devices = list(dict.fromkeys(cfg.devices))
+    stray = [d for d in weights if d not in devices]
+    if stray:
+        raise ValueError(f"{where}: weights name device(s) {stray} the op does not use; expected weights for {devices}")
+    missing = [d for d in devices if d not in weights]
+    if missing:
+        raise ValueError(f"{where}: weights miss device(s) {missing}; expected one weight per device of {devices}")
+    bad = {d: w for d, w in weights.items() if not (math.isfinite(w) and w > 0)}
+    if bad:
+        raise ValueError(f"{where}: weights {bad}; expected positive finite numbers")
+    total = math.fsum(weights.values())
+    if abs(total - 1.0) > WEIGHT_TOLERANCE:
+        raise ValueError(f"{where}: weights sum to {total:.9g}; expected 1 (each device's share of the batch)")
+    dim = op.sample_dim
+    degree = cfg.degree_map.get(dim.name, 1) if dim is not None else 1
+    if dim is None or degree < 2:
+        raise ValueError(
+            f"{where}: weights {weights} without a sample split (degrees {cfg.degree_map}); weights set the share "
+            "of each slice of the batch, so the op needs a sample degree of at least 2"
+        )
+    if len(devices) != len(cfg.devices):
+        raise ValueError(f"{where}: weights with several tasks on one device {list(cfg.devices)}; expected one each")
+    shares = sample_shares(op, cfg)
+    if shares is not None and min(shares) * dim.size < 1:
+        raise ValueError(
+            f"{where}: weights {weights} give a slice of less than one sample of {dim.size}; expected larger weights"
+        )
+
+
+def sample_shares(op: Op, cfg: OpConfig) -> list[float] | None:
+    """Each sample slice's share of the batch under ``cfg``'s weights (``None``: equal shares).
+
+    The devices whose tasks compute a slice add their weights (every other split and every
+    replica of the slice has its own device).
+    """
+    dim = op.sample_dim
+    if not cfg.weights or dim is None:
+        return None
+    degree = cfg.degree_map.get(dim.name, 1)
+    split = [(d.name, cfg.degree_map[d.name]) for d in op.parallel_dims if cfg.degree_map.get(d.name, 1) > 1]
+    names = [n for n, _ in split]
+    if dim.name not in names:
+        return None
+    k = names.index(dim.name)
+    after = math.prod(deg for _, deg in split[k + 1 :])
+    R = len(cfg.devices) // max(cfg.num_partitions, 1)
+    weights = cfg.weight_map
+    shares = [0.0] * degree
+    for t, device in enumerate(cfg.devices):
+        shares[(t // R // after) % degree] += weights.get(device, 0.0)
+    return shares
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage of a plan: a run of consecutive ops (topological order) on one device set.
+
+    Attributes:
+        devices: the stage's devices, sorted by name.
+        ops: indices of the stage's ops in the graph.
+    """
+
+    devices: tuple[str, ...]
+    ops: tuple[int, ...]
+
+
+def pipeline_stages(graph: OpGraph, plan: Plan) -> list[Stage]:
+    """The plan's stages: maximal runs of consecutive ops (graph order) on the same device set; an
+    op on a subset of the current run's devices stays in the run."""
+    stages: list[tuple[frozenset[str], list[int]]] = []
+    for i, op in enumerate(graph.ops):
+        devices = frozenset(plan[op.name].devices)
+        if stages and devices <= stages[-1][0]:
+            stages[-1][1].append(i)
+        else:
+            stages.append((devices, [i]))
+    return [Stage(tuple(sorted(devs)), tuple(ops)) for devs, ops in stages]
 
 
 def _validate_sfb(graph: OpGraph, plan: Plan, op_name: str, cfg: OpConfig) -> None:

@@ -546,6 +546,28 @@ class CostModel:
         """Parameter state per byte of gradient synchronized: a shard's state is its gradient bytes times this."""
         return self.state_bytes_per_param_element / self.precision_spec.gradient_bytes
 
+    def zero_state_bytes_per_gradient_byte(self, zero: int, holders: int) -> float:
+        """:attr:`state_bytes_per_gradient_byte` for one of ``holders`` replicas under ZeRO stage ``zero``.
+
+        Stage 1 divides the master weights and optimizer state among the holders, stage 2 the
+        gradients too, stage 3 the weights too (0: nothing is divided).
+        """
+        p = self.precision_spec
+        n = max(holders, 1)
+        optimizer = p.master_weight_bytes + OPTIMIZER_STATE_FACTOR[self.optimizer] * p.optimizer_state_bytes
+        per_element = (
+            p.weight_bytes / (n if zero >= 3 else 1)
+            + p.gradient_bytes / (n if zero >= 2 else 1)
+            + optimizer / (n if zero >= 1 else 1)
+        )
+        return per_element / p.gradient_bytes
+
+    @property
+    def weight_per_gradient_byte(self) -> float:
+        """Bytes of weights per byte of gradient (what ZeRO-3's all-gathers move per gradient byte)."""
+        p = self.precision_spec
+        return p.weight_bytes / p.gradient_bytes
+
     def activation_bytes(self, num_bytes: float, element_bytes: float) -> float:
         """Bytes of an activation traced as ``num_bytes`` with ``element_bytes`` per element, in this precision.
 

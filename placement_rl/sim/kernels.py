@@ -287,6 +287,29 @@ def csr(u, v, n):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def unordered(succ_ptr, succ, indegree):  # type: ignore[no-untyped-def]
+    """The nodes Kahn's algorithm cannot order (on or behind a cycle): ``(n,)`` bool."""
+    n = indegree.shape[0]
+    pending = indegree.copy()
+    stack = np.empty(n, np.int64)
+    top = 0
+    for t in range(n):
+        if pending[t] == 0:
+            stack[top] = t
+            top += 1
+    while top > 0:
+        top -= 1
+        t = stack[top]
+        for k in range(succ_ptr[t], succ_ptr[t + 1]):
+            w = succ[k]
+            pending[w] -= 1
+            if pending[w] == 0:
+                stack[top] = w
+                top += 1
+    return pending > 0
+
+
+@njit(cache=True)
 def schedule(duration, res_ptr, res, succ_ptr, succ, indegree, num_resources):  # type: ignore[no-untyped-def]
     """FlexFlow's simulation (sec. 5.2) of fixed-time tasks: :func:`schedule_flows` without flows.
 

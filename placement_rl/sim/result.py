@@ -39,6 +39,8 @@ class TaskTable:
         lanes: lane names: the devices first (same order as ``SimResult.device_names``), then the
             link directions as ``"link <a> -> <b>"``, then (eager execution) each device's host lane
             as ``"<device> host"``.
+        micro_batch: ``(T,)`` int32, the micro-batch a task belongs to, -1 for a synchronization
+            task of the whole iteration; empty for a plan of one micro-batch.
     """
 
     kind: np.ndarray
@@ -48,6 +50,7 @@ class TaskTable:
     end_s: np.ndarray
     num_bytes: np.ndarray
     lanes: tuple[str, ...]
+    micro_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -127,6 +130,8 @@ class SimResult:
         link_direction_busy_s: ``(2L,)`` seconds each direction carries anything.
         link_direction_capacity_bytes_per_s: ``(2L,)`` each direction's bandwidth.
         link_direction_rates: each direction's rate over time (:class:`LinkRates`).
+        micro_batches: micro-batches per iteration of the simulated plan (``tasks.micro_batch``
+            says which one each task computes).
     """
 
     makespan_s: float
@@ -155,6 +160,7 @@ class SimResult:
     link_direction_busy_s: np.ndarray = _empty()
     link_direction_capacity_bytes_per_s: np.ndarray = _empty()
     link_direction_rates: LinkRates = field(default_factory=LinkRates)
+    micro_batches: int = 1
 
     @property
     def link_direction_utilization(self) -> np.ndarray:

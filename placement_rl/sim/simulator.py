@@ -78,6 +78,7 @@ simulation itself always completes).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,9 +88,10 @@ from typing import Any
 import numpy as np
 
 from placement_rl.graph import Op, OpGraph
-from placement_rl.plan.core import OpConfig, Plan
+from placement_rl.plan.core import OpConfig, Plan, pipeline_stages, sample_shares
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim import network as _network
+from placement_rl.sim import pipeline as _pipeline
 from placement_rl.sim import sfb as _sfb
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
@@ -131,6 +133,7 @@ class _CompiledOp:
     activation_bytes: np.ndarray  # (T,) output bytes each task holds until its backward ends
     host_forward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,) host seconds to issue
     host_backward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,)
+    recompute: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (T,) output recomputed
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Parameter-server and SFB synchronization tasks (owners of parameters only), as a template with
@@ -151,6 +154,7 @@ class _CompiledOp:
     task_shard: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
     shards: int = 1
     sync_mode: str = "all_reduce"
+    zero: int = 0  # ZeRO stage of the replicas of each shard
     ps_device: int = -1
 
 
@@ -489,7 +493,15 @@ def _reptr(ptr: np.ndarray, i: int, length: int) -> np.ndarray:
 
 
 _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer that splits them
-    "task": ("devices", "forward_s", "backward_s", "activation_bytes", "host_forward_s", "host_backward_s"),
+    "task": (
+        "devices",
+        "forward_s",
+        "backward_s",
+        "activation_bytes",
+        "host_forward_s",
+        "host_backward_s",
+        "recompute",
+    ),
     "static": ("static_devices", "static_bytes"),
     "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward", "sync_seconds"),
     "pull": ("sync_dep_u", "sync_dep_v"),
@@ -629,6 +641,11 @@ class SimContext:
         self._users_ptr = np.concatenate(([0], np.cumsum([len(u) for u in users]))).astype(np.int64)
         self._users = np.array([j for u in users for j in u], dtype=np.int64)
         self._compiled: dict[tuple[int, OpConfig], _CompiledOp] = {}
+        # a context of the micro-batch graph (:mod:`placement_rl.sim.pipeline`) knows its count and
+        # its parent's graph, whose plans' schedules order its tasks
+        self.micro_batches = int(graph.metadata.get("micro_batches", 1)) if "micro_batches_of" in graph.metadata else 1
+        self.schedule_plan: tuple[OpGraph, Plan] | None = None
+        self._micro: dict[int, SimContext] = {}
         self._shared_owners = sorted({self._owner[k] for k, users in self._key_ops.items() if len(users) > 1})
         self._shared_cache: dict[Any, dict[str, np.ndarray]] = {}
 
@@ -698,9 +715,18 @@ class SimContext:
         shard = np.zeros(P, np.int64)
         shards = 1
         out_shape = list(op.output_shapes[0])
+        shares = sample_shares(op, cfg)  # an uneven sample split: each slice's share of the batch
+        share_of = np.full(P, 1.0)  # (P,) each partition's sample share times its sample degree
+        sample_index = np.zeros(P, np.int64)
         for k, (dim, deg) in enumerate(split):
             lo, hi = idx[:, k] / deg, (idx[:, k] + 1) / deg
             if dim.kind == "sample":
+                sample_index = idx[:, k]
+                if shares is not None:
+                    bounds = np.concatenate(([0.0], np.cumsum(shares)))
+                    bounds[-1] = 1.0
+                    lo, hi = bounds[idx[:, k]], bounds[idx[:, k] + 1]
+                    share_of = (hi - lo) * deg
                 samp_lo, samp_hi = lo, hi
             if not dim.reduction:
                 prod_lo[:, dim.axis], prod_hi[:, dim.axis] = lo, hi
@@ -710,24 +736,38 @@ class SimContext:
             if dim.kind == "parameter":
                 shard = shard * deg + idx[:, k]
                 shards *= deg
-        fraction = 1.0 / P
         task_param_bytes = op.param_bytes // shards
         key = self._op_key[index]
         owner = key is not None and self._owner[key] == index
-        times: dict[int, tuple[float, float, float, float]] = {}
+        times: dict[tuple[int, int], tuple[float, float, float, float]] = {}
         T = len(devices)
+        R0 = max(T // P, 1)
+        # ZeRO: each holder of a shard updates its 1 / holders of it
+        update_fraction = 1.0 / shards / (T // shards if cfg.zero else 1)
+        sample_dim = op.sample_dim
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
         for t, dev in enumerate(devices.tolist()):
-            if dev not in times:
+            part = t // R0
+            slice_key = (dev, int(sample_index[part]) if shares is not None else 0)
+            if slice_key not in times:
                 d = self.topology.devices[dev]
                 shape = tuple(out_shape)
+                if shares is not None and sample_dim is not None and not sample_dim.reduction:
+                    shape = tuple(
+                        max(1, round(share_of[part] * n)) if a == sample_dim.axis else n for a, n in enumerate(shape)
+                    )
+                fraction = float(share_of[part]) / P
                 f, b = self.cost.device_task_times_s(op, fraction, shape, task_param_bytes, d)
                 hf, hb = self.cost.host_times_s(op, shape, task_param_bytes, d.device_type)
+                if cfg.recompute:  # the forward runs again before backward
+                    b, hb = b + f, hb + hf
                 if owner:  # the optimizer step of the parameter shard this task holds
-                    update_gpu, update_host = self.cost.update_times_s(op, 1.0 / shards, d.memory_bandwidth_bytes_per_s)
+                    update_gpu, update_host = self.cost.update_times_s(
+                        op, update_fraction, d.memory_bandwidth_bytes_per_s
+                    )
                     b, hb = b + update_gpu, hb + update_host
-                times[dev] = (f, b, hf, hb)
-            fwd[t], bwd[t], host_fwd[t], host_bwd[t] = times[dev]
+                times[slice_key] = (f, b, hf, hb)
+            fwd[t], bwd[t], host_fwd[t], host_bwd[t] = times[slice_key]
         compiled = _CompiledOp(
             devices,
             P,
@@ -740,13 +780,15 @@ class SimContext:
             samp_hi,
             fwd,
             bwd,
-            np.full(len(devices), self.cost.activation_bytes(op.bytes_written, op.dtype_bytes) / P),
+            self.cost.activation_bytes(op.bytes_written, op.dtype_bytes) / P * share_of[np.arange(T) // R0],
             host_fwd,
             host_bwd,
+            np.full(T, cfg.recompute, np.bool_),
         )
         compiled.task_shard = shard[np.arange(len(devices)) // R]
         compiled.shards = shards
         compiled.sync_mode = cfg.sync
+        compiled.zero = cfg.zero
         compiled.ps_device = self._device_index[cfg.ps_device] if cfg.ps_device else int(devices[0])
         if cfg.sync == "sfb" and key is not None and self._owner[key] == index and op.param_bytes > 0:
             self._set_sync(compiled, self._sfb_template(op, cfg, compiled))
@@ -757,7 +799,9 @@ class SimContext:
             ]
             self._set_sync(
                 compiled,
-                self._sync_template(groups, self.cost.gradient_bytes(op) / shards, cfg.sync, compiled.ps_device),
+                self._sync_template(
+                    groups, self.cost.gradient_bytes(op) / shards, cfg.sync, compiled.ps_device, cfg.zero
+                ),
             )
         return compiled
 
@@ -812,12 +856,17 @@ class SimContext:
         return template
 
     def _sync_template(
-        self, groups: Sequence[tuple[int, ...]], shard_bytes: float, mode: str, ps: int
+        self, groups: Sequence[tuple[int, ...]], shard_bytes: float, mode: str, ps: int, zero: int = 0
     ) -> dict[str, np.ndarray]:
         """Static memory and synchronization tasks (local ids) for parameter shards held by ``groups``.
 
         ``shard_bytes`` is one shard's gradient bytes; its whole state is ``state_bytes_per_gradient_byte`` times that.
         ``sfb`` here (parameters shared by several ops, which validation refuses) falls back to ``all_reduce``.
+        Under ZeRO stage ``zero`` each holder of a group keeps its ``1 / n`` of the sharded state
+        (:meth:`~placement_rl.sim.cost.CostModel.zero_state_bytes_per_gradient_byte`); stage 3 also
+        all-gathers the parameters before every forward and backward of each micro-batch, which moves
+        as many bytes as all-reducing them once per micro-batch: those bytes join the group's
+        gradient all-reduce.
         """
         D = self.num_devices
         static_dev: list[int] = []
@@ -827,8 +876,12 @@ class SimContext:
         dep_u: list[int] = []
         dep_v: list[int] = []
         ar_group: list[int] = []
+        static_bytes: list[float] = []
+        gathered = self.micro_batches * self.cost.weight_per_gradient_byte if zero >= 3 else 0.0
         for group in groups:
             static_dev.extend(group)
+            per_byte = self.cost.zero_state_bytes_per_gradient_byte(zero if len(group) > 1 else 0, len(group))
+            static_bytes.extend([shard_bytes * per_byte] * len(group))
             if len(group) < 2 or mode == "duplicate":
                 continue
             if mode in ("all_reduce", "all_reduce_per_tensor", "sfb"):  # bucketed when the task graph is assembled
@@ -848,7 +901,7 @@ class SimContext:
                     after_backward.append(direction == _PS_PUSH)
         return {
             "static_devices": np.array(static_dev, dtype=np.int64),
-            "static_bytes": np.full(len(static_dev), shard_bytes * self.cost.state_bytes_per_gradient_byte),
+            "static_bytes": np.array(static_bytes, dtype=np.float64),
             "sync_kind": np.array(kind, dtype=np.int64),
             "sync_pair": np.array(pairs, dtype=np.int64),
             "sync_bytes": np.full(len(kind), shard_bytes),
@@ -857,7 +910,7 @@ class SimContext:
             "sync_dep_u": np.array(dep_u, dtype=np.int64),
             "sync_dep_v": np.array(dep_v, dtype=np.int64),
             "ar_group": np.array(ar_group, dtype=np.int64),
-            "ar_bytes": np.full(len(ar_group), shard_bytes),
+            "ar_bytes": np.full(len(ar_group), shard_bytes * (1.0 + gathered)),
             "ar_shard": np.arange(len(ar_group), dtype=np.int64),
             "ar_alone": np.full(len(ar_group), mode == "all_reduce_per_tensor"),
         }
@@ -906,6 +959,7 @@ class SimContext:
             same,
             first.sync_mode,
             first.ps_device,
+            first.zero,
             tuple((ops[u].devices.tobytes(), ops[u].task_shard.tobytes()) for u in users),
         )
         found = self._shared_cache.get(signature)
@@ -918,7 +972,11 @@ class SimContext:
                 members[sh if same else 0][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
-            [tuple(m) for m in members], self.cost.gradient_bytes(op) / shards, first.sync_mode, first.ps_device
+            [tuple(m) for m in members],
+            self.cost.gradient_bytes(op) / shards,
+            first.sync_mode,
+            first.ps_device,
+            first.zero,
         )
         if len(self._shared_cache) >= self.CACHE_SIZE:
             self._shared_cache.clear()
@@ -941,8 +999,34 @@ class SimContext:
         g = self.graph
         if validate:
             plan.validate(g, self.topology)
+        if plan.micro_batches > 1:
+            return self.simulate_micro_batches(plan)
         ops = [self.compile(i, plan[op.name]) for i, op in enumerate(g.ops)]
         return self.run(ops)
+
+    def micro_batch_context(self, micro_batches: int) -> SimContext:
+        """The context of this graph's micro-batch graph for ``micro_batches`` (cached, the last four)."""
+        found = self._micro.get(micro_batches)
+        if found is None:
+            found = SimContext(_pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost)
+            if len(self._micro) >= 4:
+                self._micro.pop(next(iter(self._micro)))
+            self._micro[micro_batches] = found
+        return found
+
+    def simulate_micro_batches(self, plan: Plan) -> SimResult:
+        """Simulate a plan with several micro-batches on the micro-batch graph, in its schedule's order
+        (:mod:`placement_rl.sim.pipeline`); the result speaks of the original ops."""
+        m = plan.micro_batches
+        sub = self.micro_batch_context(m)
+        unrolled = _pipeline.micro_batch_plan(plan, self.graph, sub.graph)
+        ops = [sub.compile(i, unrolled[op.name]) for i, op in enumerate(sub.graph.ops)]
+        sub.schedule_plan = (self.graph, plan)
+        try:
+            result = sub.run(ops)
+        finally:
+            sub.schedule_plan = None
+        return _fold_micro_batches(result, self.graph, m)
 
     def run(self, ops: Sequence[_CompiledOp]) -> SimResult:
         """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
@@ -1132,7 +1216,11 @@ class SimContext:
         # reverse op order, one after the other (one CUDA stream); in eager execution its host lane
         # issues them in that order, each task's GPU work after its issue, and a receive blocks the
         # host until the data is there.
-        chain_u, chain_v = _program_order(task_dev, F if self.stream_order else 0)
+        keys = None
+        if self.schedule_plan is not None:  # micro-batches: each device in its schedule's order
+            parent, plan = self.schedule_plan
+            keys = _pipeline.program_keys(parent, plan, self._device_index, task_dev, op_of_task)
+        chain_u, chain_v = _program_order(task_dev, F if self.stream_order or keys is not None else 0, keys)
         T_plain = first_sync + S
         if self.host_lane:
             host_u = [chain_u + T_plain, T_plain + np.arange(2 * F), fwd_ids, bwd_ids]
@@ -1148,6 +1236,8 @@ class SimContext:
         H = 2 * F if self.host_lane else 0
         T = T_plain + H
         succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
+        if keys is not None:
+            self._check_order(succ_ptr, succ, indegree, task_dev, op_of_task, F)
         chain_prev = np.full(2 * F, -1, np.int64)
         chain_prev[chain_v] = chain_u
         # Communication: point-to-point tasks (transfers, gradient transfers, pushes, pulls and SFB
@@ -1235,6 +1325,33 @@ class SimContext:
             bk.member_local,
             T_plain,
             chain_prev,
+        )
+
+    def _check_order(
+        self,
+        succ_ptr: np.ndarray,
+        succ: np.ndarray,
+        indegree: np.ndarray,
+        task_dev: np.ndarray,
+        op_of_task: np.ndarray,
+        F: int,
+    ) -> None:
+        """Raise :class:`~placement_rl.sim.pipeline.ScheduleDeadlock` when the schedule's order has a cycle."""
+        stuck = np.flatnonzero(_kernels.unordered(succ_ptr, succ, indegree)[: 2 * F])
+        if stuck.size == 0:
+            return
+        assert self.schedule_plan is not None
+        parent, plan = self.schedule_plan
+        t = int(stuck[0])
+        m = self.micro_batches
+        op = int(op_of_task[t % F])
+        device = self.topology.devices[int(task_dev[t % F])].name
+        stages = pipeline_stages(parent, plan)
+        raise _pipeline.ScheduleDeadlock(
+            f"plan {plan.name!r}: schedule {plan.schedule!r} with {m} micro-batches orders the tasks so that a "
+            f"device waits for itself (e.g. {device} at the {'backward' if t >= F else 'forward'} of op "
+            f"{parent.ops[op // m].name!r}, micro-batch {op % m}): its {len(stages)} stage(s) do not form a "
+            "pipeline of device groups in topological order; use schedule 'gpipe', which runs any plan"
         )
 
     def _buckets(self, ops: OpArrays) -> _Buckets:
@@ -1374,6 +1491,15 @@ class SimContext:
         ev_from = start[: 2 * F + 2 * C]
         ev_to = np.concatenate([end[F : 2 * F], end[F : 2 * F], end[F + c_dst], end[F + c_src]])
         ev_bytes = np.concatenate([act, act, comm])
+        again = ops.data["recompute"]
+        if again.any():  # a recomputed output lives while its forward runs, then again during backward
+            ev_to = ev_to.copy()
+            ev_to[:F][again] = end[:F][again]
+            redo = np.flatnonzero(again)
+            ev_dev = np.concatenate([ev_dev, task_dev[redo]])
+            ev_from = np.concatenate([ev_from, start[F + redo]])
+            ev_to = np.concatenate([ev_to, end[F + redo]])
+            ev_bytes = np.concatenate([ev_bytes, act[redo]])
         if only_over:
             bound = static + np.bincount(ev_dev, weights=ev_bytes, minlength=D)
             over = bound > self._capacity
@@ -1467,15 +1593,21 @@ class SimContext:
         )
 
 
-def _program_order(task_dev: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray]:
+def _program_order(task_dev: np.ndarray, F: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Consecutive pairs ``(u, v)`` of compute tasks on one device in program order.
 
     Program order on a device: its forward tasks by ascending id (op order), then its backward tasks
-    (``F + i``) by descending id. Shapes: ``task_dev`` (F,) device of each forward task; returns two
-    (2F - devices used,) arrays of task ids.
+    (``F + i``) by descending id; or, given ``keys`` ((2F,) one per compute task, forward then
+    backward), its tasks by ascending key (a pipeline schedule). Shapes: ``task_dev`` (F,) device
+    of each forward task; returns two (2F - devices used,) arrays of task ids.
     """
     if F == 0:  # no tasks (or no stream order): no pairs
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if keys is not None:
+        dev2 = np.concatenate([task_dev, task_dev])
+        seq = np.lexsort((keys, dev2))
+        same = dev2[seq[1:]] == dev2[seq[:-1]]
+        return seq[:-1][same].astype(np.int64), seq[1:][same].astype(np.int64)
     forward = np.argsort(task_dev, kind="stable")
     reverse = np.arange(F - 1, -1, -1)
     backward = reverse[np.argsort(task_dev[reverse], kind="stable")]
@@ -1510,6 +1642,29 @@ def _peak_levels(device: np.ndarray, time: np.ndarray, delta: np.ndarray, num_de
         return np.zeros(num_devices)
     return _kernels.sweep(np.argsort(time, kind="stable"), time, device, delta, num_devices)
 
+
+def _fold_micro_batches(result: SimResult, graph: OpGraph, m: int) -> SimResult:
+    """A result on the micro-batch graph, told of the original ops: each op's times span its
+    micro-batches' copies, and every task names its original op and its micro-batch."""
+    n = graph.num_ops
+    tasks = result.tasks
+    copy = tasks.op.astype(np.int64)
+    micro = np.where(np.isin(tasks.kind, _PER_MICRO_BATCH), copy % m, -1).astype(np.int32)
+    table = dataclasses.replace(tasks, op=(copy // m).astype(np.int32), micro_batch=micro)
+    return dataclasses.replace(
+        result,
+        op_names=tuple(op.name for op in graph.ops),
+        op_start_s=result.op_start_s.reshape(n, m).min(axis=1),
+        op_forward_end_s=result.op_forward_end_s.reshape(n, m).max(axis=1),
+        op_backward_start_s=result.op_backward_start_s.reshape(n, m).min(axis=1),
+        op_end_s=result.op_end_s.reshape(n, m).max(axis=1),
+        tasks=table,
+        micro_batches=m,
+    )
+
+
+#: Task kinds that belong to one micro-batch (the others synchronize once per iteration).
+_PER_MICRO_BATCH = np.array([_FORWARD, _BACKWARD, _TRANSFER, _GRAD_TRANSFER, _HOST])
 
 _CONTEXTS: list[SimContext] = []  # the last few; each holds its graph and topology alive, so identity is safe
 
