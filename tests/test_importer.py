@@ -28,9 +28,10 @@ def test_linear_flops_by_hand() -> None:
     assert lin.backward_flops == 2 * lin.forward_flops
     assert lin.param_bytes == (100 * 50 + 50) * 4
     assert lin.output_shapes == ((32, 50),)
-    assert [(d.name, d.kind, d.axis) for d in lin.parallel_dims] == [
-        ("sample", "sample", 0),
-        ("channel", "parameter", 1),
+    assert [(d.name, d.kind, d.axis, d.reduction) for d in lin.parallel_dims] == [
+        ("sample", "sample", 0, False),
+        ("channel", "parameter", 1, False),
+        ("in_channel", "parameter", 1, True),  # the input features: row-parallel, partial sums
     ]
 
 

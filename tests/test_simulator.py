@@ -443,6 +443,24 @@ BEFORE_ISSUE_14 = {
 }
 
 
+def _dims_of_then(graph: OpGraph) -> OpGraph:
+    """``graph`` with the parallel dimensions the importer gave when the figures were recorded: none
+    of the input features of linear layers, the heads of attention or the axes of views."""
+
+    def then(op: Op) -> Op:
+        view = op.op_type in ("reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk")
+        dims = tuple(
+            d
+            for d in op.parallel_dims
+            if not (d.reduction and d.kind == "parameter")
+            and d.name != "heads"
+            and not (view and d.kind == "attribute")
+        )
+        return dataclasses.replace(op, parallel_dims=dims)
+
+    return OpGraph(graph.name, [then(op) for op in graph.ops], graph.tensors, graph.batch_size, graph.metadata)
+
+
 def _recorded_plan(graph: OpGraph, topo: DeviceTopology, name: str) -> Plan:
     """The plans the figures above were recorded with."""
     from placement_rl.graph.coarsen import coarsen
@@ -455,7 +473,7 @@ def _recorded_plan(graph: OpGraph, topo: DeviceTopology, name: str) -> Plan:
         return expert(graph, topo)
     if name.startswith("random"):
         rng = np.random.default_rng(1)
-        space = SearchSpace(graph, topo)
+        space = SearchSpace(_dims_of_then(graph), topo)  # the configuration sets of the time of recording
         plans = [space.random_plan(rng) for _ in range(int(name[-1]) + 1)]
         return plans[-1]
     groups = coarsen(graph, 20)  # TAG's options round-robin over machines and options

@@ -836,6 +836,8 @@ class _Builder:
         self.key_bytes: dict[str, int] = {}
         #: ops that read a tensor carrying the batch but output none: (node, op type)
         self.lost: list[tuple[fx.Node, str]] = []
+        #: view op name -> for each output axis, the axis of its first input it follows (-1: none)
+        self.dst_axes: dict[str, tuple[int, ...]] = {}
 
     def build(self) -> tuple[list[Op], list[Tensor]]:
         ops: list[Op] = []
@@ -868,12 +870,15 @@ class _Builder:
             self.alias[node] = (op.name, 0)
             self.outputs[op.name] = flat
             seen: set[tuple[str, int]] = set()
-            for src, idx, info in inputs:
+            for k, (src, idx, info) in enumerate(inputs):
                 if (src, idx) in seen:
                     continue
                 seen.add((src, idx))
                 nbytes = math.prod(info.shape) * info.dtype_bytes
-                tensors.append(Tensor(src=src, dst=op.name, shape=info.shape, num_bytes=nbytes, src_output=idx))
+                axes = self.dst_axes.get(op.name, ()) if k == 0 else ()
+                tensors.append(
+                    Tensor(src=src, dst=op.name, shape=info.shape, num_bytes=nbytes, src_output=idx, dst_axes=axes)
+                )
         return ops, tensors
 
     def _tuple_offset(self, node: fx.Node, index: int) -> int:
@@ -916,6 +921,11 @@ class _Builder:
         sample_axes = self._sample_axes(node, flat)
         self.sample_axes[node.name] = sample_axes
         dims, split = self._parallel_dims(kind, out, sample_axes[0], inputs, param_bytes > 0)
+        if kind.family in ("view", "copy") and inputs and op_type in _AXIS_MAPPED:
+            axes = view_axes(node, op_type, out.shape, inputs[0][2].shape)
+            if axes is not None:
+                self.dst_axes[node.name] = axes
+                dims = dims + _mapped_dims(dims, out.shape, axes)
         if not dims and all(a is None for a in sample_axes) and self._batched_input(inputs) is not None:
             self.lost.append((node, op_type))
         return Op(
@@ -1123,7 +1133,8 @@ class _Builder:
     ) -> tuple[tuple[ParallelDim, ...], SplitClass]:
         """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op (:func:`parallel_dims`)."""
         reduce_axis = self._batched_input(inputs) if sample_axis is None else None
-        return parallel_dims(kind, out.shape, sample_axis, reduce_axis, has_params)
+        in_shape = inputs[0][2].shape if inputs else None
+        return parallel_dims(kind, out.shape, sample_axis, reduce_axis, has_params, in_shape)
 
     def _batched_input(self, inputs: list[tuple[str, int, _TensorInfo]]) -> tuple[int, int] | None:
         """``(sample axis, extent)`` of the first input that carries the batch, ``None`` if none does."""
@@ -1162,14 +1173,115 @@ _TENSOR_ATTRS: dict[Any, str] = {
 }
 
 
+#: View and copy op types whose output axes the importer maps to their input's (:func:`view_axes`).
+_AXIS_MAPPED = frozenset(
+    {"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk", "split"}
+)
+
+
+def view_axes(node: fx.Node, op_type: str, out_shape: Shape, in_shape: Shape) -> tuple[int, ...] | None:
+    """For each axis of a view's (first) output, the axis of its input it follows, -1 for none.
+
+    A transpose or permute moves axes (read from the call's arguments); a reshape groups
+    consecutive axes whose extents multiply alike, and the first axis of an output group follows
+    the first axis of its input group (a contiguous split of one is a contiguous split of the
+    other); a chunk or split keeps every axis but the one it cuts. ``None`` when unknown.
+    """
+    rank = len(in_shape)
+    if op_type in ("transpose", "permute"):
+        perm = _permutation(node, op_type, rank)
+        if perm is None or len(out_shape) != rank or any(out_shape[a] != in_shape[p] for a, p in enumerate(perm)):
+            return None
+        return tuple(perm)
+    if op_type in ("chunk", "split"):
+        if len(out_shape) != rank:
+            return None
+        return tuple(a if out_shape[a] == in_shape[a] else -1 for a in range(rank))
+    return _grouped_axes(tuple(out_shape), tuple(in_shape))
+
+
+def _permutation(node: fx.Node, op_type: str, rank: int) -> list[int] | None:
+    """The input axis of each output axis of a transpose or permute call, from its arguments."""
+    args = list(node.args[1:]) if node.op in ("call_method", "call_function") else []
+    if node.op == "call_function" and node.target is builtins.getattr:  # x.T / x.mT
+        perm = list(range(rank))
+        if node.args[1] in ("mT", "mH") and rank >= 2:
+            perm[-2], perm[-1] = perm[-1], perm[-2]
+            return perm
+        return perm[::-1]
+    if op_type == "transpose":
+        if not args:  # x.t()
+            return [1, 0] if rank == 2 else None
+        if len(args) < 2 or not all(isinstance(a, int) for a in args[:2]):
+            return None
+        d0, d1 = (int(a) % rank for a in args[:2])
+        perm = list(range(rank))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return perm
+    dims = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+    if len(dims) != rank or not all(isinstance(a, int) for a in dims):
+        return None
+    perm = [int(a) % rank for a in dims]
+    return perm if sorted(perm) == list(range(rank)) else None
+
+
+def _grouped_axes(out_shape: Shape, in_shape: Shape) -> tuple[int, ...] | None:
+    """A reshape's axis map: consecutive axes grouped where the running products of the extents meet."""
+    axes = [-1] * len(out_shape)
+    i = o = 0
+    while i < len(in_shape) or o < len(out_shape):
+        # skip extents of 1 (squeeze / unsqueeze): they carry nothing to split
+        if o < len(out_shape) and out_shape[o] == 1:
+            o += 1
+            continue
+        if i < len(in_shape) and in_shape[i] == 1:
+            i += 1
+            continue
+        if i >= len(in_shape) or o >= len(out_shape):
+            return None
+        first_in, first_out = i, o
+        p_in, p_out = in_shape[i], out_shape[o]
+        i, o = i + 1, o + 1
+        while p_in != p_out:
+            if p_in < p_out:
+                if i >= len(in_shape):
+                    return None
+                p_in *= in_shape[i]
+                i += 1
+            else:
+                if o >= len(out_shape):
+                    return None
+                p_out *= out_shape[o]
+                o += 1
+        axes[first_out] = first_in
+    return tuple(axes)
+
+
+def _mapped_dims(dims: tuple[ParallelDim, ...], shape: Shape, axes: tuple[int, ...]) -> tuple[ParallelDim, ...]:
+    """Attribute dimensions for a view's output axes that follow an input axis (besides its sample axis)."""
+    taken = {d.axis for d in dims}
+    return tuple(
+        ParallelDim(f"dim{a}", "attribute", a, shape[a])
+        for a, src in enumerate(axes)
+        if src >= 0 and a not in taken and shape[a] > 1
+    )
+
+
 def parallel_dims(
     kind: OpKind,
     shape: Shape,
     sample_axis: int | None,
     reduce_axis: tuple[int, int] | None,
     has_params: bool,
+    in_shape: Shape | None = None,
 ) -> tuple[tuple[ParallelDim, ...], SplitClass]:
     """SOAP dimensions (FlexFlow Table 2) and TAG's split class for one op, by its kind's rule.
+
+    Besides FlexFlow's output dimensions, a product with parameters (a linear layer) has its input
+    features as a *reduction* dimension ``in_channel`` of kind ``parameter`` (Megatron-LM's
+    row-parallel layer: each partition reads its slice of the input features and of the weight's
+    columns, and the partial outputs are summed), and an attention op its heads (``heads``, the
+    third axis from the end: heads are independent).
 
     Args:
         kind: the op's kind.
@@ -1178,6 +1290,7 @@ def parallel_dims(
         reduce_axis: ``(axis, extent)`` of the sample axis of the first input that has one, for ops
             that may reduce it (reductions, and products, which contract it).
         has_params: whether the op reads parameters (a ``matmul`` then splits like a linear layer).
+        in_shape: its first input's shape (for the input features of a linear layer).
     """
     if sample_axis is None:
         # A reduction over the batch (a mean loss), or a product contracting it (x^T x): partitions
@@ -1210,6 +1323,10 @@ def parallel_dims(
         for axis in rest[:-1]:
             add("length" if axis == rest[0] else f"dim{axis}", "attribute", axis)
         add("channel", "parameter", len(shape) - 1)
+        if kind.family == "matmul" and in_shape is not None and len(in_shape) == len(shape) and in_shape[-1] > 1:
+            dims.append(ParallelDim("in_channel", "parameter", len(in_shape) - 1, in_shape[-1], reduction=True))
+    elif rule == "sample" and kind.flop_rule == "attention" and len(shape) >= 3:
+        add("heads", "attribute", len(shape) - 3)
     elif rule == "rnn_cell":
         add("hidden", "parameter", 1)
     elif rule in ("rows", "contraction"):

@@ -43,7 +43,9 @@ DIM_KINDS: tuple[str, ...] = ("sample", "attribute", "parameter")
 SPLIT_CLASSES: tuple[str, ...] = ("concat", "sum", "none")
 
 GRAPH_FORMAT = "placement_rl.graph"
-GRAPH_SCHEMA_VERSION = 1
+GRAPH_SCHEMA_VERSION = 2
+#: The graph schema versions :meth:`OpGraph.from_dict` reads (2 adds a tensor's ``dst_axes``).
+GRAPH_SCHEMA_VERSIONS: tuple[int, ...] = (1, 2)
 
 Shape = tuple[int, ...]
 
@@ -152,6 +154,10 @@ class Tensor:
         shape: the tensor's shape.
         num_bytes: its size in bytes.
         src_output: which output of ``src`` it is (0 for single-output ops).
+        dst_axes: for each axis of ``dst``'s first output, the axis of this tensor it follows (-1:
+            none), when the importer knows it (a transpose permutes axes, a reshape groups them);
+            empty: the same layout when the ranks and sample axes agree. A split of ``dst``'s output
+            along axis ``a`` reads the same fraction of this tensor along axis ``dst_axes[a]``.
     """
 
     src: str
@@ -159,6 +165,7 @@ class Tensor:
     shape: Shape
     num_bytes: int
     src_output: int = 0
+    dst_axes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -382,6 +389,7 @@ class OpGraph:
                     "src_output": t.src_output,
                     "shape": list(t.shape),
                     "num_bytes": t.num_bytes,
+                    **({"dst_axes": list(t.dst_axes)} if t.dst_axes else {}),
                 }
                 for t in self.tensors
             ],
@@ -390,7 +398,8 @@ class OpGraph:
     @classmethod
     def from_dict(cls, document: Any) -> OpGraph:
         """Rebuild a graph from :meth:`to_dict` output, validating the schema and the graph."""
-        check_header(document, GRAPH_FORMAT, (GRAPH_SCHEMA_VERSION,))
+        check_header(document, GRAPH_FORMAT, GRAPH_SCHEMA_VERSIONS)
+        tensor_keys = {"src_output", "dst_axes"} if document["schema_version"] >= 2 else {"src_output"}
         check_keys(
             document, "graph", {"format", "schema_version", "name", "ops", "tensors"}, {"batch_size", "metadata"}
         )
@@ -398,7 +407,8 @@ class OpGraph:
         tensors = []
         for i, d in enumerate(as_list(document["tensors"], "graph.tensors")):
             where = f"graph.tensors[{i}]"
-            check_keys(d, where, {"src", "dst", "shape", "num_bytes"}, {"src_output"})
+            check_keys(d, where, {"src", "dst", "shape", "num_bytes"}, tensor_keys)
+            dst_axes = as_list(d.get("dst_axes", []), f"{where}.dst_axes")
             num_bytes = as_int(d["num_bytes"], f"{where}.num_bytes")
             _check_quantity(num_bytes, f"{where}.num_bytes", MAX_TENSOR_BYTES, integer=True)
             shape = _shape(d["shape"], f"{where}.shape")
@@ -410,6 +420,7 @@ class OpGraph:
                     shape=shape,
                     num_bytes=num_bytes,
                     src_output=as_int(d.get("src_output", 0), f"{where}.src_output"),
+                    dst_axes=tuple(as_int(a, f"{where}.dst_axes[{k}]") for k, a in enumerate(dst_axes)),
                 )
             )
         metadata = document.get("metadata") or {}
@@ -497,6 +508,13 @@ def _validate_tensor(t: Tensor, ops: dict[str, Op]) -> None:
         raise ValueError(
             f"{where}: src_output {t.src_output} but op {t.src!r} has {len(ops[t.src].output_shapes)} output(s)"
         )
+    if t.dst_axes:
+        rank = len(ops[t.dst].output_shapes[0])
+        if len(t.dst_axes) != rank or any(not -1 <= a < len(t.shape) for a in t.dst_axes):
+            raise ValueError(
+                f"{where}: dst_axes {list(t.dst_axes)}; expected one entry per axis of {t.dst!r}'s output (rank "
+                f"{rank}), each an axis of the tensor (0 to {len(t.shape) - 1}) or -1"
+            )
 
 
 class CycleError(ValueError):

@@ -42,11 +42,33 @@ def _consumer_box(j_part, e_rank, same_layout, prod_sample_axis, need_lo, need_h
 
 
 @njit(cache=True)
+def consumer_region(j_part, e_rank, amap, prod_sample_axis, need_lo, need_hi, samp_lo, samp_hi, out_lo, out_hi):  # type: ignore[no-untyped-def]
+    """The region of the input tensor that consumer partition ``j_part`` reads (into out_lo/out_hi).
+
+    ``amap`` (MAX_RANK,): for each axis of the consumer's output, the tensor axis it follows (-1:
+    none); ``amap[0] == -2`` when the layouts are unrelated: then only the sample slice is read.
+    """
+    for a in range(e_rank):
+        out_lo[a] = 0.0
+        out_hi[a] = 1.0
+    if amap[0] != -2:
+        for a in range(MAX_RANK):
+            t = amap[a]
+            if t >= 0:
+                out_lo[t] = need_lo[j_part, a]
+                out_hi[t] = need_hi[j_part, a]
+    elif prod_sample_axis >= 0:
+        out_lo[prod_sample_axis] = samp_lo[j_part]
+        out_hi[prod_sample_axis] = samp_hi[j_part]
+
+
+@njit(cache=True)
 def _edge(  # type: ignore[no-untyped-def]
     i_dev,
     i_replicas,
     i_prod_lo,
     i_prod_hi,
+    i_sum,
     j_dev,
     j_replicas,
     j_need_lo,
@@ -54,7 +76,7 @@ def _edge(  # type: ignore[no-untyped-def]
     j_samp_lo,
     j_samp_hi,
     rank,
-    same_layout,
+    amap,
     prod_box,
     sample_axis,
     nbytes,
@@ -70,7 +92,12 @@ def _edge(  # type: ignore[no-untyped-def]
     """Transfers of one tensor: for each consumer task, each producer partition whose output overlaps
     what it reads. Same-device pairs are dependencies ``(dep_p, dep_q)``; the others transfers
     ``(com_p, com_q, com_b)``. Indices are local task indices of the producer and consumer ops.
-    Writes only when ``fill``; returns the counts ``(kd, kc)`` after this edge."""
+    Writes only when ``fill``; returns the counts ``(kd, kc)`` after this edge.
+
+    Partial sums (``i_sum[p] >= 0``: a split of the producer's input features) reach a consumer on a
+    device of the partial's sum group by the group's all-reduce (:func:`partial_reductions`), not by
+    a transfer, when the consumer also has a task on the partial's device (to pass its gradient back).
+    """
     box_lo = np.zeros(MAX_RANK)
     box_hi = np.ones(MAX_RANK)
     full_lo = np.zeros(MAX_RANK)
@@ -78,9 +105,7 @@ def _edge(  # type: ignore[no-untyped-def]
     p_i = i_dev.shape[0] // i_replicas
     axis = sample_axis if prod_box else -1
     for q in range(j_dev.shape[0]):
-        _consumer_box(
-            q // j_replicas, rank, same_layout, axis, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi, box_lo, box_hi
-        )
+        consumer_region(q // j_replicas, rank, amap, axis, j_need_lo, j_need_hi, j_samp_lo, j_samp_hi, box_lo, box_hi)
         for p in range(p_i):
             if prod_box:
                 frac = _overlap(i_prod_lo[p], i_prod_hi[p], box_lo, box_hi, rank)
@@ -89,6 +114,9 @@ def _edge(  # type: ignore[no-untyped-def]
             if frac <= 0.0:
                 continue
             src = _pick_replica(p * i_replicas, i_replicas, i_dev, j_dev[q], q)
+            if i_sum[src] >= 0 and i_dev[src] != j_dev[q] and _reduced(i_sum, i_dev, src, j_dev):
+                if _in_group(i_sum, i_dev, src, j_dev[q]):
+                    continue
             if i_dev[src] == j_dev[q]:
                 if fill:
                     dep_p[kd] = src
@@ -104,12 +132,30 @@ def _edge(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def _in_group(i_sum, i_dev, src, device):  # type: ignore[no-untyped-def]
+    """Whether a task of ``src``'s sum group runs on ``device``."""
+    for t in range(i_dev.shape[0]):
+        if i_sum[t] == i_sum[src] and i_dev[t] == device:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _reduced(i_sum, i_dev, src, j_dev):  # type: ignore[no-untyped-def]
+    """Whether a consumer task runs on ``src``'s device (so ``src``'s partial joins an all-reduce)."""
+    for q in range(j_dev.shape[0]):
+        if j_dev[q] == i_dev[src]:
+            return True
+    return False
+
+
+@njit(cache=True)
 def build_transfers(  # type: ignore[no-untyped-def]
     e_src,
     e_dst,
     e_bytes,
     e_rank,
-    e_same,
+    e_map,
     e_prod_box,
     op_task_ptr,
     op_part_ptr,
@@ -122,6 +168,7 @@ def build_transfers(  # type: ignore[no-untyped-def]
     need_hi,
     samp_lo,
     samp_hi,
+    sum_group,
 ):
     """:func:`_edge` for every tensor of the graph, in edge order.
 
@@ -156,6 +203,7 @@ def build_transfers(  # type: ignore[no-untyped-def]
                 op_replicas[i],
                 prod_lo[op_part_ptr[i] : op_part_ptr[i + 1]],
                 prod_hi[op_part_ptr[i] : op_part_ptr[i + 1]],
+                sum_group[op_task_ptr[i] : op_task_ptr[i + 1]],
                 task_dev[op_task_ptr[j] : op_task_ptr[j + 1]],
                 op_replicas[j],
                 need_lo[op_part_ptr[j] : op_part_ptr[j + 1]],
@@ -163,7 +211,7 @@ def build_transfers(  # type: ignore[no-untyped-def]
                 samp_lo[op_part_ptr[j] : op_part_ptr[j + 1]],
                 samp_hi[op_part_ptr[j] : op_part_ptr[j + 1]],
                 e_rank[e],
-                e_same[e],
+                e_map[e],
                 e_prod_box[e],
                 op_sample_axis[i],
                 e_bytes[e],
@@ -187,6 +235,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
     i_replicas,
     i_prod_lo,
     i_prod_hi,
+    i_sum,
     j_dev,
     j_replicas,
     j_need_lo,
@@ -194,7 +243,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
     j_samp_lo,
     j_samp_hi,
     rank,
-    same_layout,
+    amap,
     prod_box,
     sample_axis,
     nbytes,
@@ -206,6 +255,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
         i_replicas,
         i_prod_lo,
         i_prod_hi,
+        i_sum,
         j_dev,
         j_replicas,
         j_need_lo,
@@ -213,7 +263,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
         j_samp_lo,
         j_samp_hi,
         rank,
-        same_layout,
+        amap,
         prod_box,
         sample_axis,
         nbytes,
@@ -236,6 +286,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
         i_replicas,
         i_prod_lo,
         i_prod_hi,
+        i_sum,
         j_dev,
         j_replicas,
         j_need_lo,
@@ -243,7 +294,7 @@ def edge_transfers(  # type: ignore[no-untyped-def]
         j_samp_lo,
         j_samp_hi,
         rank,
-        same_layout,
+        amap,
         prod_box,
         sample_axis,
         nbytes,

@@ -19,6 +19,7 @@ TASK_KINDS: tuple[str, ...] = (
     "sfb_broadcast",  # one replica's sufficient factors sent to another replica (sync ``sfb``)
     "sfb_gradient",  # compute: a replica rebuilding the whole gradient from every replica's factors
     "host",  # a device's host issuing one compute task's kernels (eager execution)
+    "partial_all_reduce",  # all-reduce of partial sums of a tensor-parallel layer (forward) or of its input gradient
 )
 COMPUTE_KINDS = (0, 1, 8)
 

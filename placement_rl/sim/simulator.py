@@ -109,6 +109,7 @@ MAX_RANK = _kernels.MAX_RANK
     _SFB_BROADCAST,
     _SFB_GRADIENT,
     _HOST,
+    _PARTIAL_ALL_REDUCE,
 ) = range(len(TASK_KINDS))
 
 DEFAULT_COST_MODEL = CostModel()
@@ -134,6 +135,13 @@ class _CompiledOp:
     host_forward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,) host seconds to issue
     host_backward_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,)
     recompute: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (T,) output recomputed
+    # tensor parallelism: the tasks whose partial outputs (a split of input features) sum together
+    # share a ``sum_group``, those whose partial input gradients (a split of output features) sum
+    # together a ``grad_group`` (local ids, -1: none); ``in_fraction`` is the share of its input a task reads
+    sum_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
+    grad_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
+    in_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,)
+    out_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,) share of the output it produces
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Parameter-server and SFB synchronization tasks (owners of parameters only), as a template with
@@ -221,6 +229,19 @@ class _Tasks:
     bucket_member_local: np.ndarray  # each of those shards' position among its owner's all-reduced shards
     host_base: int  # the first host task's id (host tasks, in eager execution: [host_base, host_base + 2F))
     chain_prev: np.ndarray  # (2F,) the compute task before each on its device in program order, -1 for the first
+
+
+@dataclass
+class _Partials:
+    """All-reduces of partial sums (:meth:`SimContext._partial_reductions`). K all-reduces."""
+
+    groups: np.ndarray  # (K,) device group ids
+    num_bytes: np.ndarray  # (K,) the summed tensor's bytes
+    op: np.ndarray  # (K,) the op whose partials (forward) or partial gradients (backward) are summed
+    pred: np.ndarray  # task ids that each precede all-reduce pred_of[k]
+    pred_of: np.ndarray
+    succ: np.ndarray  # task ids that each follow all-reduce succ_of[k]
+    succ_of: np.ndarray
 
 
 @dataclass
@@ -501,6 +522,10 @@ _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer
         "host_forward_s",
         "host_backward_s",
         "recompute",
+        "sum_group",
+        "grad_group",
+        "in_fraction",
+        "out_fraction",
     ),
     "static": ("static_devices", "static_bytes"),
     "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward", "sync_seconds"),
@@ -658,7 +683,8 @@ class SimContext:
         # in the cost model's precision (the graph records the traced dtype)
         self.e_bytes = np.array([self.cost.tensor_bytes(t.num_bytes, t.shape) for t in g.tensors], dtype=np.float64)
         ranks, same, prod_box = [], [], []
-        for t in g.tensors:
+        self.e_map = np.full((len(g.tensors), MAX_RANK), -1, np.int64)
+        for e, t in enumerate(g.tensors):
             src, dst = g.op(t.src), g.op(t.dst)
             rank = len(t.shape)
             if rank > MAX_RANK:
@@ -670,6 +696,13 @@ class SimContext:
             prod_box.append(box)
             s_src, s_dst = src.plain_sample_axis, dst.plain_sample_axis
             same.append(box and rank == len(dst.output_shapes[0]) and s_src == s_dst and s_dst >= 0)
+            # the tensor axis each axis of the consumer's output follows (-2 first: unrelated layouts)
+            if box and t.dst_axes:
+                self.e_map[e, : len(t.dst_axes)] = t.dst_axes
+            elif same[-1]:
+                self.e_map[e, :rank] = np.arange(rank)
+            else:
+                self.e_map[e, 0] = -2
         self.e_rank = np.array(ranks, dtype=np.int64)
         self.e_same = np.array(same, dtype=np.bool_)
         self.e_prod_box = np.array(prod_box, dtype=np.bool_)
@@ -733,6 +766,8 @@ class SimContext:
                 out_shape[dim.axis] //= deg
                 if dim.kind != "parameter":
                     need_lo[:, dim.axis], need_hi[:, dim.axis] = lo, hi
+            elif dim.kind == "parameter":  # input features (row-parallel): its slice of the input
+                need_lo[:, dim.axis], need_hi[:, dim.axis] = lo, hi
             if dim.kind == "parameter":
                 shard = shard * deg + idx[:, k]
                 shards *= deg
@@ -786,6 +821,8 @@ class SimContext:
             np.full(T, cfg.recompute, np.bool_),
         )
         compiled.task_shard = shard[np.arange(len(devices)) // R]
+        partial = _partial_groups(split, idx, R, samp_hi - samp_lo)
+        compiled.sum_group, compiled.grad_group, compiled.in_fraction, compiled.out_fraction = partial
         compiled.shards = shards
         compiled.sync_mode = cfg.sync
         compiled.zero = cfg.zero
@@ -1126,7 +1163,7 @@ class SimContext:
             self.e_dst,
             self.e_bytes,
             self.e_rank,
-            self.e_same,
+            self.e_map,
             self.e_prod_box,
             task_ptr,
             part_ptr,
@@ -1139,6 +1176,7 @@ class SimContext:
             np.concatenate([c.need_hi for c in ops]),
             np.concatenate([c.samp_lo for c in ops]),
             np.concatenate([c.samp_hi for c in ops]),
+            np.concatenate([c.sum_group for c in ops]),
         )
 
     def edge_transfers(self, e: int, producer: _CompiledOp, consumer: _CompiledOp) -> tuple[np.ndarray, ...]:
@@ -1149,6 +1187,7 @@ class SimContext:
             producer.replicas,
             producer.prod_lo,
             producer.prod_hi,
+            producer.sum_group,
             consumer.devices,
             consumer.replicas,
             consumer.need_lo,
@@ -1156,7 +1195,7 @@ class SimContext:
             consumer.samp_lo,
             consumer.samp_hi,
             self.e_rank[e],
-            self.e_same[e],
+            self.e_map[e],
             self.e_prod_box[e],
             self.op_sample_axis[i],
             self.e_bytes[e],
@@ -1221,17 +1260,36 @@ class SimContext:
             parent, plan = self.schedule_plan
             keys = _pipeline.program_keys(parent, plan, self._device_index, task_dev, op_of_task)
         chain_u, chain_v = _program_order(task_dev, F if self.stream_order or keys is not None else 0, keys)
-        T_plain = first_sync + S
+        # partial sums of tensor-parallel layers: all-reduces after the sync block
+        tp = self._partial_reductions(ops, edges, task_ptr, task_dev, F)
+        K = tp.groups.shape[0]
+        first_tp = first_sync + S
+        T_plain = first_sync + S + K
         if self.host_lane:
             host_u = [chain_u + T_plain, T_plain + np.arange(2 * F), fwd_ids, bwd_ids]
             host_v = [chain_v + T_plain, np.arange(2 * F), T_plain + c_dst, T_plain + F + c_src]
         else:
             host_u = host_v = []
+        tp_u = [tp.pred, first_tp + tp.succ_of]
+        tp_v = [first_tp + tp.pred_of, tp.succ]
         u = np.concatenate(
-            [arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u, chain_u, *host_u]
+            [arange_f, dep_u, F + dep_v, c_src, fwd_ids, F + c_dst, bwd_ids, sync_u, pull_u, chain_u, *tp_u, *host_u]
         )
         v = np.concatenate(
-            [F + arange_f, dep_v, F + dep_u, fwd_ids, c_dst, bwd_ids, F + c_src, sync_v, pull_v, chain_v, *host_v]
+            [
+                F + arange_f,
+                dep_v,
+                F + dep_u,
+                fwd_ids,
+                c_dst,
+                bwd_ids,
+                F + c_src,
+                sync_v,
+                pull_v,
+                chain_v,
+                *tp_v,
+                *host_v,
+            ]
         )
         H = 2 * F if self.host_lane else 0
         T = T_plain + H
@@ -1258,7 +1316,9 @@ class SimContext:
         ps_source[local] = 2 * C + sent.shape[0] + B + np.arange(local.shape[0])
         source[2 * C + ps_pos] = ps_source
         source[2 * C + bucket_pos] = 2 * C + sent.shape[0] + np.arange(B)
-        comm = _Comm.concat(_Comm.concat(p2p, coll), computed).take(source)
+        comm = _Comm.concat(
+            _Comm.concat(_Comm.concat(p2p, coll), computed).take(source), self._collectives(tp.groups, tp.num_bytes)
+        )
         sync_kind = np.empty(S, np.int64)
         sync_kind[ps_pos] = data["sync_kind"]
         sync_kind[bucket_pos] = _ALL_REDUCE
@@ -1272,12 +1332,13 @@ class SimContext:
                 np.full(C, _TRANSFER),
                 np.full(C, _GRAD_TRANSFER),
                 sync_kind,
+                np.full(K, _PARTIAL_ALL_REDUCE),
                 np.full(H, _HOST),
             ]
         ).astype(np.int8)
         host_op = op_of_task if H else op_of_task[:0]
         task_op = np.concatenate(
-            [op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], sync_op, host_op, host_op]
+            [op_of_task, op_of_task, op_of_task[c_dst], op_of_task[c_dst], sync_op, tp.op, host_op, host_op]
         ).astype(np.int32)
         res_len = np.concatenate([np.ones(2 * F, np.int64), np.diff(comm.res_ptr), np.ones(H, np.int64)])
         flows = comm.flows
@@ -1353,6 +1414,85 @@ class SimContext:
             f"{parent.ops[op // m].name!r}, micro-batch {op % m}): its {len(stages)} stage(s) do not form a "
             "pipeline of device groups in topological order; use schedule 'gpipe', which runs any plan"
         )
+
+    def _partial_reductions(
+        self, ops: OpArrays, edges: EdgeArrays, task_ptr: np.ndarray, task_dev: np.ndarray, F: int
+    ) -> _Partials:
+        """The all-reduces of partial sums (tensor parallelism, Megatron-LM's ``f`` and ``g``).
+
+        Forward: a producer split along its input features (a row-parallel layer) yields partial
+        outputs; the partials of one sum group on devices that also run a consumer task are summed
+        by one all-reduce over those devices (the kernel sends them no transfer), after every such
+        partial's forward task and before those consumers' forward tasks.
+
+        Backward: a consumer split along its output features (a column-parallel layer) that reads
+        its whole input from a replica of the producer on its own device (no transfer) yields
+        partial input gradients;
+        the consumer tasks of one gradient group doing so sum them by one all-reduce over their
+        devices, after their backward tasks and before the backward tasks of the replicas they read.
+        """
+        data = ops.data
+        e_src, e_dst = self.e_src, self.e_dst
+        sg, gg = data["sum_group"], data["grad_group"]
+        N = task_ptr.shape[0] - 1
+        has_sum = np.zeros(N, np.bool_)
+        has_grad = np.zeros(N, np.bool_)
+        full = np.flatnonzero(task_ptr[1:] > task_ptr[:-1])
+        if full.size:
+            has_sum[full] = np.maximum.reduceat(sg, task_ptr[full]) >= 0
+            has_grad[full] = np.maximum.reduceat(gg, task_ptr[full]) >= 0
+        groups: list[int] = []
+        nbytes: list[float] = []
+        owner: list[int] = []
+        pred: list[int] = []
+        pred_of: list[int] = []
+        succ: list[int] = []
+        succ_of: list[int] = []
+        for e in np.flatnonzero(has_sum[e_src] | has_grad[e_dst]).tolist():
+            i, j = int(e_src[e]), int(e_dst[e])
+            pi, pj = int(task_ptr[i]), int(task_ptr[j])
+            p_dev, c_dev = task_dev[pi : int(task_ptr[i + 1])], task_dev[pj : int(task_ptr[j + 1])]
+            if has_sum[i]:
+                consumers = set(c_dev.tolist())
+                p_sum = sg[pi : pi + p_dev.shape[0]]
+                for g in np.unique(p_sum[p_sum >= 0]).tolist():
+                    members = [t for t in np.flatnonzero(p_sum == g).tolist() if int(p_dev[t]) in consumers]
+                    devs = list(dict.fromkeys(int(p_dev[t]) for t in members))
+                    if len(devs) < 2:
+                        continue
+                    k = len(groups)
+                    groups.append(self.group_id(tuple(devs)))
+                    nbytes.append(float(self.e_bytes[e] * data["out_fraction"][pi + members[0]]))
+                    owner.append(i)
+                    pred.extend(pi + t for t in members)
+                    pred_of.extend([k] * len(members))
+                    readers = [q for q in range(c_dev.shape[0]) if int(c_dev[q]) in devs]
+                    succ.extend(pj + q for q in readers)
+                    succ_of.extend([k] * len(readers))
+            if has_grad[j]:
+                d0, d1 = int(edges.dep_ptr[e]), int(edges.dep_ptr[e + 1])
+                local_p, local_q = edges.dep_p[d0:d1], edges.dep_q[d0:d1]
+                # only consumer tasks that read everything from a local replica (no transfer)
+                fed = edges.com_q[int(edges.com_ptr[e]) : int(edges.com_ptr[e + 1])]
+                alone = ~np.isin(local_q, fed)
+                local_p, local_q = local_p[alone], local_q[alone]
+                c_grad = gg[pj : pj + c_dev.shape[0]]
+                for h in np.unique(c_grad[local_q][c_grad[local_q] >= 0]).tolist():
+                    pick = np.flatnonzero(c_grad[local_q] == h)
+                    devs = list(dict.fromkeys(int(c_dev[q]) for q in local_q[pick].tolist()))
+                    if len(devs) < 2:
+                        continue
+                    k = len(groups)
+                    groups.append(self.group_id(tuple(devs)))
+                    nbytes.append(float(self.e_bytes[e] * data["in_fraction"][pj + int(local_q[pick[0]])]))
+                    owner.append(j)
+                    pred.extend(F + pj + q for q in dict.fromkeys(local_q[pick].tolist()))
+                    pred_of.extend([k] * len(dict.fromkeys(local_q[pick].tolist())))
+                    succ.extend(F + pi + p for p in dict.fromkeys(local_p[pick].tolist()))
+                    succ_of.extend([k] * len(dict.fromkeys(local_p[pick].tolist())))
+        as_int = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+        return _Partials(as_int(groups), np.array(nbytes), as_int(owner), as_int(pred), as_int(pred_of),
+                         as_int(succ), as_int(succ_of))  # fmt: skip
 
     def _buckets(self, ops: OpArrays) -> _Buckets:
         """The all-reduce buckets of every group (module docstring): shards in backward order, each
@@ -1591,6 +1731,40 @@ class SimContext:
             link_direction_capacity_bytes_per_s=self.network.capacity,
             link_direction_rates=rates,
         )
+
+
+def _partial_groups(
+    split: Sequence[tuple[Any, int]], idx: np.ndarray, replicas: int, sample_share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per task (T = P R): its ``sum_group``, ``grad_group``, ``in_fraction`` and ``out_fraction``
+    (see :class:`_CompiledOp`).
+
+    ``split``: the split dimensions and degrees; ``idx`` (P, len(split)) each partition's coordinates;
+    ``sample_share`` (P,) each partition's share of the batch.
+    """
+    P = idx.shape[0]
+    degrees = [deg for _, deg in split]
+    rows = np.arange(P * replicas) // replicas
+    replica = np.arange(P * replicas) % replicas
+
+    def group(zeroed: list[int]) -> np.ndarray:
+        if not zeroed:
+            return np.full(P * replicas, -1, np.int64)
+        coords = idx.copy()
+        coords[:, zeroed] = 0
+        flat = np.ravel_multi_index(tuple(coords.T), degrees) if degrees else np.zeros(P, np.int64)
+        return (flat[rows] * replicas + replica).astype(np.int64)
+
+    sums = [k for k, (d, _) in enumerate(split) if d.reduction and d.kind == "parameter"]
+    grads = [k for k, (d, _) in enumerate(split) if not d.reduction and d.kind == "parameter"]
+    fraction = sample_share.copy()
+    out = sample_share.copy()
+    for d, deg in split:
+        if d.kind == "attribute" or (d.reduction and d.kind == "parameter"):
+            fraction = fraction / deg
+        if not d.reduction and d.kind != "sample":
+            out = out / deg
+    return group(sums), group(grads), fraction[rows], out[rows]
 
 
 def _program_order(task_dev: np.ndarray, F: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
