@@ -204,3 +204,13 @@ def test_one_micro_batch_is_todays_simulation(zoo_graph) -> None:  # type: ignor
     dp = data_parallel(g, topo)
     for schedule in ("gpipe", "1f1b"):
         assert simulate(g, topo, dp.with_schedule(1, schedule)).makespan_s == simulate(g, topo, dp).makespan_s
+
+
+def test_the_trace_names_each_task_s_micro_batch() -> None:
+    from placement_rl.sim.trace import chrome_trace
+
+    g, topo = _chain(), _line()
+    result = simulate(g, topo, _stages(g).with_schedule(2, "1f1b"), EXACT)
+    events = [e for e in chrome_trace(result)["traceEvents"] if e.get("ph") == "X"]
+    assert {e["args"].get("micro_batch") for e in events if e["cat"] == "forward"} == {0, 1}
+    assert any(e["name"] == "a mb1 [forward]" for e in events)

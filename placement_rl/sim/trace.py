@@ -44,6 +44,8 @@ _KIND_COLOURS: tuple[str, ...] = (
     "#e377c2",  # ps_pull: pink
     "#bcbd22",  # sfb_broadcast: olive
     "#17becf",  # sfb_gradient: cyan
+    "#7f7f7f",  # host: grey
+    "#aec7e8",  # partial_all_reduce: light blue
 )
 
 
@@ -271,18 +273,21 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{lanes[home]} #{row + 1}"}}
         )
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    for k, op, lane, tid, s, e, b, c in zip(
-        kinds, ops, lane_ids, tids.tolist(), starts, ends, num_bytes, crit, strict=True
+    micro = tasks.micro_batch[keep].tolist() if tasks.micro_batch.size else [-1] * len(kinds)
+    for k, op, lane, tid, s, e, b, c, mb in zip(
+        kinds, ops, lane_ids, tids.tolist(), starts, ends, num_bytes, crit, micro, strict=True
     ):
         kind = TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}"
         op_name = _op_label(result, op)
         args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
         if k not in compute:
             args["bytes"] = b
+        if mb >= 0:
+            args["micro_batch"] = mb
         events.append(
             {
                 "ph": "X",
-                "name": f"{op_name} [{kind}]",
+                "name": f"{op_name} [{kind}]" if mb < 0 else f"{op_name} mb{mb} [{kind}]",
                 "cat": kind,
                 "pid": lane_pid[lane],
                 "tid": tid,
