@@ -45,6 +45,7 @@ _SPENT_ON = {
     "sfb_broadcast": "gradient synchronization",
     "sfb_gradient": "gradient synchronization",
     "host": "the host issuing kernels",
+    "partial_all_reduce": "tensor-parallel all-reduces",
 }
 _GIB = float(2**30)
 
