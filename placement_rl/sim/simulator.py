@@ -15,6 +15,24 @@ pairs become dependencies; the others become transfer tasks on the route between
 and mirrored gradient transfers for backward. Backward task ``t`` follows forward task ``t`` and the
 backward tasks of the consumers it fed.
 
+**Tensor parallelism** (Megatron-LM). A split along a linear layer's input features (``in_channel``,
+a reduction dimension of kind ``parameter``: the row-parallel layer) yields partial outputs; the
+partials of one sum group reach consumers on the group's devices through one all-reduce over those
+devices (a ``partial_all_reduce`` task: Megatron's ``g``), not as transfers. A layer split along its
+output features (the column-parallel layer) that reads its whole input from a replica on its own
+device yields partial input gradients, summed by one backward all-reduce (Megatron's ``f``). A
+view's output axes follow its input's through the tensor's ``dst_axes``, so attention split by head
+flows through the reshapes and transposes around it without moving data.
+
+**Micro-batches** (``plan.micro_batches > 1``) are simulated on the micro-batch graph, every op
+copied once per micro-batch, each device's tasks in the order of the plan's pipeline schedule
+(:mod:`placement_rl.sim.pipeline`); gradients synchronize once, after the last micro-batch. An op
+with ``recompute`` spends its forward time again in its backward task and does not hold its output
+in between. ZeRO (``zero``) divides the optimizer state (stage 1), the gradients (2) and the
+parameters (3) among the holders of each shard; stage 3's parameter all-gathers add their bytes to
+the gradient all-reduce. An uneven sample split (``weights``) gives each partition its share of
+the batch, of the work and of the activations.
+
 **Synchronization.** Parameters are split along parameter dimensions and replicated along the
 others. Each shard held by several devices is synchronized by all-reduce, by parameter-server push
 and pull transfers, or not at all for ``duplicate``. Ops sharing a ``param_key`` (an unrolled LSTM
