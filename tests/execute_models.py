@@ -4,6 +4,9 @@
 global average pooling and a linear classifier, returning the mean cross-entropy. Its normalization is
 ``GroupNorm``: per-sample statistics, so a split batch computes exactly what the whole batch does (batch
 norm over a split batch uses each partition's statistics, as DistributedDataParallel does, and differs).
+
+``inplace_mlp``: linear layers with in-place ReLUs and an in-place residual addition. ``batch_centered``:
+a reduction over the batch before the loss, which micro-batches cannot split (the executor refuses it).
 """
 
 from __future__ import annotations
@@ -77,3 +80,21 @@ class InplaceMLP(nn.Module):
 def inplace_mlp(batch_size: int = 8) -> tuple[nn.Module, tuple[Tensor, Tensor]]:
     """The module and its example inputs: ``(batch, 16)`` features and ``(batch,)`` labels."""
     return InplaceMLP(), (torch.empty(batch_size, 16), torch.empty(batch_size, dtype=torch.int64))
+
+
+class BatchCentered(nn.Module):
+    """A linear classifier of features centred on the batch mean: a reduction over the batch before the
+    loss (a sample split sums its partial means; micro-batches would each centre on their own)."""
+
+    def __init__(self, width: int = 16, num_classes: int = 4) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, num_classes)
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return self.loss(self.fc(x - x.mean(0, keepdim=True)), target)
+
+
+def batch_centered(batch_size: int = 8) -> tuple[nn.Module, tuple[Tensor, Tensor]]:
+    """The module and its example inputs: ``(batch, 16)`` features and ``(batch,)`` labels."""
+    return BatchCentered(), (torch.empty(batch_size, 16), torch.empty(batch_size, dtype=torch.int64))

@@ -1,10 +1,15 @@
 """The executor: plans lowered with the simulator's compilation, run on real gloo workers.
 
 Fast tests check the lowering against the simulator (no process starts). The slow matrix runs
-lenet, a small ResNet and a 2-step rnnlm under data parallel, expert, layerwise, a random valid plan
-and a plan mixing parameter splits, a parameter server and duplicated ops, on 2 and 4 CPU workers,
-and checks one iteration against single-device training: the same loss and updated parameters
-(relative 1e-4), and the bytes every worker sent equal to the simulator's for that plan.
+lenet, a small ResNet, a 2-step rnnlm and an MLP with in-place ops under data parallel, expert,
+layerwise, a random valid plan, a plan mixing parameter splits, a parameter server and duplicated ops,
+and the plans of schema version 2: a GPipe pipeline (one stage per worker, 2 micro-batches), a 1F1B
+pipeline (two stages, data parallel inside each, 4 micro-batches), the same interleaved (two chunks
+per device group), ZeRO-1 on data parallelism, ZeRO-2
+on data parallelism with 2 accumulated micro-batches, an uneven data-parallel split and the expert
+plan with every op recomputed; on 2 and 4 CPU workers. It checks one iteration against single-device
+training of the whole batch: the same loss and updated parameters (relative 1e-4), and the bytes every
+worker sent equal to the simulator's for that plan.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import numpy as np
 import pytest
 
 from placement_rl.emulate.cluster import switched_cluster
-from placement_rl.execute import ModelSource, NotExecutableError, RunOptions, lower, reference_step
+from placement_rl.execute import ModelSource, NotExecutableError, RunOptions, lower, reference_step, replay
 from placement_rl.execute.local import run_local_jobs
 from placement_rl.graph import OpGraph
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.plan import constructors as pc
+from placement_rl.plan.core import pipeline_stages
+from placement_rl.sim.pipeline import schedule_slots
+from placement_rl.sim.simulator import simulate
 from placement_rl.topology import DeviceTopology
 
 SOURCES = {
@@ -30,7 +38,22 @@ SOURCES = {
     "rnnlm": ModelSource("rnnlm", 8, (("steps", 2), ("hidden", 32), ("vocab_size", 50), ("num_layers", 2))),
     "inplace_mlp": ModelSource("execute_models:inplace_mlp", 8),
 }
-PLANS = ("data_parallel", "expert", "layerwise", "random", "mixed")
+PLANS = (
+    "data_parallel",
+    "expert",
+    "layerwise",
+    "random",
+    "mixed",
+    "gpipe",
+    "1f1b",
+    "interleaved",
+    "zero1",
+    "zero2",
+    "uneven",
+    "recompute",
+)
+#: Each worker's share of the batch in the uneven plan: whole samples of a batch of 8 (2 + 6; 1 + 3 + 2 + 2).
+UNEVEN_WEIGHTS = {2: (0.25, 0.75), 4: (0.125, 0.375, 0.25, 0.25)}
 _GRAPHS: dict[str, OpGraph] = {}
 
 
@@ -99,11 +122,43 @@ def _splittable(op: Any, n: int) -> str | None:
     return str(param.name)
 
 
+def uneven_plan(graph: OpGraph, topology: DeviceTopology) -> Plan:
+    """Data parallelism with :data:`UNEVEN_WEIGHTS`: every op split over all devices takes them."""
+    devices = [d.name for d in topology.devices]
+    weights = dict(zip(devices, UNEVEN_WEIGHTS[len(devices)], strict=True))
+    plan = pc.data_parallel(graph, topology)
+    configs = {}
+    for op in graph.ops:
+        cfg = plan[op.name]
+        sample = op.sample_dim
+        if sample is not None and cfg.degree_map.get(sample.name, 1) == len(devices):
+            cfg = cfg.replace(weights=weights)
+        configs[op.name] = cfg
+    return plan.with_configs(configs, name="uneven")
+
+
 def make_plan(kind: str, graph: OpGraph, topology: DeviceTopology) -> Plan:
+    n = len(topology.devices)
     if kind == "random":
-        return random_plan(graph, topology, seed=len(topology.devices))
+        return random_plan(graph, topology, seed=n)
     if kind == "mixed":
         return mixed_plan(graph, topology)
+    if kind == "gpipe":
+        return pc.pipeline(graph, topology, stages=n, micro_batches=2, schedule="gpipe")
+    if kind == "1f1b":
+        return pc.pipeline(graph, topology, stages=2, data_parallel=n // 2, micro_batches=4, schedule="1f1b")
+    if kind == "interleaved":
+        return pc.pipeline(
+            graph, topology, stages=2, data_parallel=n // 2, micro_batches=4, schedule="interleaved", virtual_stages=2
+        )
+    if kind == "zero1":
+        return pc.zero(graph, pc.data_parallel(graph, topology), stage=1)
+    if kind == "zero2":
+        return pc.zero(graph, pc.data_parallel(graph, topology).with_schedule(2, "1f1b"), stage=2)
+    if kind == "uneven":
+        return uneven_plan(graph, topology)
+    if kind == "recompute":
+        return pc.recompute(graph, pc.expert(graph, topology))
     return getattr(pc, kind)(graph, topology)  # type: ignore[no-any-return]
 
 
@@ -147,6 +202,167 @@ def test_lowering_is_the_simulated_task_graph(model: str, kind: str) -> None:
     ps = sum(p.num_bytes for p in program.ps)
     buckets = sum(b.num_bytes * len(b.ranks) for b in program.buckets)
     assert program.sent_bytes().sum() == pytest.approx(transfers + ps + buckets)
+
+
+@pytest.mark.parametrize("model", sorted(SOURCES))
+@pytest.mark.parametrize("workers", [2, 4])
+def test_every_plan_lowers_to_what_simulate_returns(model: str, workers: int) -> None:
+    graph = _graph(model)
+    topology = switched_cluster(1, workers)
+    for kind in PLANS:
+        plan = make_plan(kind, graph, topology)
+        program = lower(graph, topology, plan)
+        expected = simulate(graph, topology, plan)
+        assert program.simulated.makespan_s == expected.makespan_s, kind
+        assert program.simulated.comm_bytes == expected.comm_bytes, kind
+        np.testing.assert_array_equal(program.simulated.tasks.micro_batch, expected.tasks.micro_batch)
+        assert program.micro_batches == plan.micro_batches
+        # the loss's tasks seed one whole batch: over micro-batches, partitions and replicas, 1 in all
+        loss = [s for s in program.tasks.values() if s.node == program.loss_op]
+        assert sum(s.seed_gradient * s.partial_weight for s in loss) == pytest.approx(1.0, rel=1e-12), kind
+        # every input op's partitions read every sample of the batch once (replica 0 of each)
+        for op in graph.ops:
+            if op.op_type != "input" or op.sample_dim is None:
+                continue
+            axis, size = op.plain_sample_axis, op.output_shapes[0][op.plain_sample_axis]
+            rows: list[int] = []
+            for spec in program.tasks.values():
+                if spec.node == op.name and spec.replica == 0:
+                    lo, hi = spec.output_boxes[0][axis]
+                    rows += [spec.micro_batch * (size // plan.micro_batches) + r for r in range(lo, hi)]
+            assert sorted(rows) == list(range(size)), f"{kind}: {op.name}"
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b", "interleaved"])
+def test_each_worker_runs_its_compute_in_the_schedules_order(workers: int, kind: str) -> None:
+    graph = _graph("lenet")
+    topology = switched_cluster(1, workers)
+    plan = make_plan(kind, graph, topology)
+    program = lower(graph, topology, plan)
+    stages = pipeline_stages(graph, plan)
+    groups = list(dict.fromkeys(stage.devices for stage in stages))
+    assert len(groups) == (workers if kind == "gpipe" else 2)
+    assert len(stages) == len(groups) * plan.virtual_stages
+    for rank, instructions in enumerate(program.instructions):
+        device = program.devices[rank]
+        group = next(g for g, devices in enumerate(groups) if device in devices)
+        mine = [stage for stage in stages if device in stage.devices]  # chunk c: the device's c-th stage
+        chunk_of = {graph.ops[i].name: c for c, stage in enumerate(mine) for i in stage.ops}
+        slots: list[tuple[int, int, int]] = []  # (backward, micro-batch, chunk) of its compute, in program order
+        for ins in instructions:
+            if ins.kind in ("forward", "backward"):
+                spec = program.tasks[program.task_order[ins.ref]]
+                slot = (int(ins.kind == "backward"), spec.micro_batch, chunk_of[spec.node])
+                if not slots or slots[-1] != slot:
+                    slots.append(slot)
+        expected = schedule_slots(plan.schedule, group, len(groups), plan.micro_batches, plan.virtual_stages)
+        assert slots == expected, f"rank {rank}"
+
+
+def test_micro_batch_tasks_run_their_op_with_its_parameters() -> None:
+    graph = _graph("rnnlm")
+    topology = switched_cluster(1, 2)
+    plan = make_plan("1f1b", graph, topology)
+    program = lower(graph, topology, plan)
+    assert program.micro_batches == 4
+    for (op, _), spec in program.tasks.items():
+        assert op == f"{spec.node}@mb{spec.micro_batch}" and program.node_of[op] == spec.node
+        for inp in spec.inputs:
+            assert inp.src_op == f"{inp.src_node}@mb{spec.micro_batch}"  # a micro-batch reads its own
+    # every parameter is held under its original op's name and synchronized once per iteration
+    owners = {h.shard.owner for held in program.holdings for h in held}
+    assert owners <= {op.name for op in graph.ops}
+    ops_with_parameters = {op.param_key for op in graph.ops if op.param_bytes > 0}
+    assert len(owners) == len(ops_with_parameters)
+
+
+def test_zero_buckets_shard_the_update_and_move_what_an_all_reduce_moves() -> None:
+    graph = _graph("lenet")
+    topology = switched_cluster(1, 4)
+    plain = lower(graph, topology, pc.data_parallel(graph, topology))
+    for stage in (1, 2):
+        program = lower(graph, topology, pc.zero(graph, pc.data_parallel(graph, topology), stage=stage))
+        assert program.buckets and all(b.zero == (stage,) * len(b.members) for b in program.buckets)
+        assert all(not b.plain and b.sharded == b.members for b in program.buckets)
+        assert all(h.zero == stage for held in program.holdings for h in held)
+        np.testing.assert_array_equal(program.sent_bytes(), plain.sent_bytes())
+        assert program.simulated.comm_bytes == plain.simulated.comm_bytes
+
+
+def test_zero_stage_3_is_refused_before_any_worker_starts() -> None:
+    graph = _graph("lenet")
+    topology = switched_cluster(1, 2)
+    with pytest.raises(NotExecutableError, match="op 'features_0'.*ZeRO stage 3.*expected ZeRO stage 1 or 2"):
+        lower(graph, topology, pc.fsdp(graph, pc.data_parallel(graph, topology)))
+
+
+def test_uneven_weights_off_whole_samples_are_refused() -> None:
+    graph = _graph("lenet")
+    topology = switched_cluster(1, 2)
+    plan = uneven_plan(graph, topology)
+    weights = {d.name: w for d, w in zip(topology.devices, (0.3, 0.7), strict=True)}
+    off = plan.with_configs({n: c.replace(weights=weights) if c.weights else c for n, c in plan.configs.items()})
+    with pytest.raises(
+        NotExecutableError,
+        match=r"op 'features_0': weights .* its input from 'images' .* at 2\.4 of its 8 rows.*multiples of 1/8",
+    ):
+        lower(graph, topology, off)
+
+
+def test_micro_batches_refuse_a_reduction_over_the_batch_before_the_loss() -> None:
+    graph = ModelSource("execute_models:batch_centered", 8).graph()
+    topology = switched_cluster(1, 2)
+    plan = pc.data_parallel(graph, topology)
+    lower(graph, topology, plan)  # one batch: each partition's mean is weighted and summed
+    with pytest.raises(NotExecutableError, match="op 'mean' \\(mean\\) reduces over the batch"):
+        lower(graph, topology, plan.with_schedule(2))
+
+
+def test_accumulated_micro_batches_with_recomputation_equal_one_big_batch(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker in this process (a gloo group of one): four micro-batches, every op recomputed."""
+    import torch
+    import torch.distributed as dist
+
+    from placement_rl.execute.rendezvous import loopback_env
+    from placement_rl.execute.runtime import Worker
+
+    source, graph = SOURCES["inplace_mlp"], _graph("inplace_mlp")
+    topology = switched_cluster(1, 2)
+    plan = pc.recompute(graph, pc.single_device(graph, topology).with_schedule(4, "gpipe"))
+    program = lower(graph, topology, plan)
+    for key, value in loopback_env().items():
+        monkeypatch.setenv(key, value)
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    try:
+        result = Worker(program, graph, source, 0, torch.device("cpu")).run(1)
+    finally:
+        dist.destroy_process_group()
+    loss_ref, params_ref = _reference("inplace_mlp")
+    assert result.iterations[0].loss == pytest.approx(loss_ref, rel=1e-5)
+    assert set(result.parameters) == set(params_ref)
+    for name, value in result.parameters.items():
+        np.testing.assert_allclose(value, params_ref[name].numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+    recomputed = [e for e in result.iterations[0].events if e.kind == "recompute"]
+    assert len(recomputed) == len(program.task_order) == 4 * len(graph.ops)
+
+
+@pytest.mark.parametrize("kind", ["data_parallel", "1f1b", "zero2", "recompute"])
+def test_replaying_the_simulated_compute_times_is_the_simulation(kind: str) -> None:
+    """The replay (measured compute times in the simulated task graph) runs the lowered task graph."""
+    graph = _graph("lenet")
+    topology = switched_cluster(1, 2)
+    plan = make_plan(kind, graph, topology)
+    program = lower(graph, topology, plan)
+    F = len(program.task_order)
+    spans = program.simulated.tasks.end_s - program.simulated.tasks.start_s
+    replayed = replay(graph, topology, plan, spans[:F], spans[F : 2 * F])
+    assert replayed.makespan_s == pytest.approx(program.simulated.makespan_s, rel=1e-9)
+    assert replayed.micro_batches == plan.micro_batches
+    with pytest.raises(ValueError, match=f"expected \\({F},\\) forward and backward times"):
+        replay(graph, topology, plan, spans[: F - 1], spans[F : 2 * F - 1])
 
 
 @pytest.mark.parametrize("model", sorted(SOURCES))
@@ -244,7 +460,17 @@ def test_one_iteration_equals_single_device_training(workers: int, model: str, k
             seen.add(name)
     assert seen == set(params_ref), f"parameters no worker holds: {sorted(set(params_ref) - seen)}"
     # the bytes each worker sent are the simulator's bytes for this plan, exactly
-    assert [r.iterations[0].sent_bytes for r in results] == [int(b) for b in program.sent_bytes()]
+    assert [r.iterations[0].sent_bytes for r in results] == [round(b) for b in program.sent_bytes()]
+    # ZeRO buckets were reduce-scattered and all-gathered, recomputed tasks ran their forward again
+    for r in results:
+        kinds = [e.kind for e in r.iterations[0].events]
+        sharded = [b for b in program.buckets if b.sharded and r.rank in b.ranks]
+        assert kinds.count("reduce_scatter_done") == kinds.count("all_gather_done") == len(sharded)
+        assert kinds.count("recompute") == sum(s.recompute for s in program.tasks.values() if s.rank == r.rank)
+    if kind in ("zero1", "zero2"):
+        assert all(b.sharded for b in program.buckets)
+    if kind == "recompute":
+        assert all(s.recompute for s in program.tasks.values())
 
 
 def test_a_worker_builds_only_the_parameters_it_needs_with_the_reference_values() -> None:

@@ -86,6 +86,29 @@ def test_execute_local_writes_the_report_and_both_traces(tmp_path: Path, capsys:
     assert lanes["measured.json"] == lanes["simulated.json"]  # the measured trace has the simulated lanes
 
 
+@pytest.mark.slow
+def test_execute_runs_micro_batches_under_zero_from_a_plan_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lenet: tuple[ModelSource, OpGraph]
+) -> None:
+    """A schema-2 plan file (2 micro-batches, 1F1B, ZeRO-2) through the command: the single-device loss,
+    the simulator's bytes, and a measured trace whose ZeRO buckets are timed."""
+    source, graph = lenet
+    plan = pc.zero(graph, pc.data_parallel(graph, switched_cluster(1, 2)).with_schedule(2, "1f1b"), stage=2)
+    path, measured = tmp_path / "zero2.json", tmp_path / "measured.json"
+    plan.to_json(path)
+    argv = ["execute", *TINY, "--topology", "1x2", "--launcher", "local", "--plan", str(path), "--json"]
+    assert main([*argv, "--trace", str(measured)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["loss"] == pytest.approx(reference_step(source)[0], rel=1e-4)
+    assert report["sent_bytes"] == report["simulated_sent_bytes"] and report["sent_bytes"][0] > 0
+    assert report["replayed_ms"] > 0
+    assert any("2 micro-batches" in line for line in report["explanation"])
+    assert any("ZeRO-2" in line for line in report["explanation"])
+    spans = [e for e in json.loads(measured.read_text())["traceEvents"] if e.get("ph") == "X"]
+    assert {"forward", "backward", "all_reduce"} <= {e["cat"] for e in spans}
+    assert all(e["dur"] >= 0 for e in spans)
+
+
 def test_ray_train_launcher_matches_the_single_device_step(ray_local: Any, lenet: tuple[ModelSource, OpGraph]) -> None:
     source, graph = lenet
     topology = switched_cluster(1, 2)

@@ -96,7 +96,6 @@ def test_layerwise_balances_by_device_speed(zoo_graph) -> None:  # type: ignore[
         ),
         (OpConfig.make(["m0/gpu0"] * 4, {"height": 4}), UnknownNameError, "unknown parallel dimension .*'height'"),
         (OpConfig.make(["m0/gpu0"] * 3, {"sample": 2}), ValueError, "3 device\\(s\\) for 2 partitions"),
-        (OpConfig.make(["m0/gpu0", "m0/gpu1"], {"sample": 2}, "duplicate"), ValueError, "replicas would compute"),
         (OpConfig.make(["m0/gpu0"], {}, "all_reduce", "m0/gpu1"), ValueError, "needs 'parameter_server'"),
         (OpConfig.make(["m0/gpu0"], {"sample": 0}), ValueError, "degree 0 for dimension 'sample'"),
         (OpConfig.make([]), ValueError, "lists no device"),

@@ -100,3 +100,22 @@ def test_a_row_parallel_layer_reads_only_its_slice_of_the_input_features(gpt: Op
     # the view between the heads and the projection follows the heads axis
     into_reshape = [t for t in gpt.tensors if t.dst == "reshape_1"]
     assert into_reshape and into_reshape[0].dst_axes[:3] == (0, 1, 2)
+
+
+def test_duplicate_replicas_of_batch_slices_all_reduce_once_per_replica() -> None:
+    """Megatron's LayerNorm under data and tensor parallelism: identical on the tensor-parallel ranks of
+    a slice, all-reduced over the data-parallel ranks: one all-reduce per tensor-parallel rank."""
+    from placement_rl.graph import Op, ParallelDim
+
+    norm = Op("norm", "layer_norm", ((8, 16),), forward_flops=1e6, backward_flops=2e6, param_bytes=2**20,
+              param_key="norm", parallel_dims=(ParallelDim("sample", "sample", 0, 8),))  # fmt: skip
+    g = OpGraph("one", [norm], [])
+    topo = load_preset("h100-2x8")
+    names = [d.name for d in topo.devices][:4]
+    # two batch slices (data parallel), two replicas each (tensor-parallel ranks): devices d * 2 + r
+    plan = Plan("one", {"norm": OpConfig.make(names, {"sample": 2}, "duplicate")})
+    result = simulate(g, topo, plan, CostModel(calibration=None, bucket_bytes=0))
+    ar = result.tasks.kind == TASK_KINDS.index("all_reduce")
+    assert ar.sum() == 2  # ranks (0, 2) and (1, 3)
+    # a ring over two devices moves 2 (n - 1) = 2 times the gradient
+    assert result.tasks.num_bytes[ar] == pytest.approx([2 * 2**20] * 2)

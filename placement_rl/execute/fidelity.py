@@ -440,7 +440,8 @@ def calibrate_overheads(
     F = len(fwd)
     simulated = (table.end_s - table.start_s)[: 2 * F]
     op_type = {op.name: op.op_type for op in graph.ops}
-    unmeasured = np.array([op_type[op] in UNMEASURED_OPS for op, _ in report.program.task_order])
+    node_of = report.program.node_of
+    unmeasured = np.array([op_type[node_of.get(op, op)] in UNMEASURED_OPS for op, _ in report.program.task_order])
     (rank,) = [r for r in report.results if any(it.events for it in r.iterations)][:1]
     outside = statistics.median(
         it.time_s - sum(e.end_s - e.start_s for e in it.events if e.kind.startswith("compute_"))

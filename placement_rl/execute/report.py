@@ -14,7 +14,8 @@ a barrier at the start of the iteration; on the CPU it is the host's wall clock,
 compute task spans its op's forward or backward call (not the assembly of its inputs).
 Communication is non-blocking: a transfer starts when the sender posts it and ends when the
 receiver's wait for it returns; an all-reduce starts at the first member's post and ends at the last
-member's wait; a push or pull ends when its receiver waits for it. Waits happen where the data is
+member's wait (a ZeRO bucket's at the last wait for its all-gather); a push or pull ends when its
+receiver waits for it. Waits happen where the data is
 needed, so these ends are upper bounds of when the bytes arrived.
 """
 
@@ -26,13 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from placement_rl.execute.lower import Program
+from placement_rl.execute.lower import Program, task_graph
 from placement_rl.execute.runtime import Event, WorkerResult
 from placement_rl.graph import OpGraph
 from placement_rl.plan.core import Plan
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import LinkRates, SimResult, TaskTable
-from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext
 from placement_rl.topology import DeviceTopology
 
 
@@ -91,14 +91,16 @@ def measured_result(program: Program, results: Sequence[WorkerResult], iteration
             widen(2 * F + ev.ref, ev.start_s, ev.end_s if kind != "send" else ev.start_s)
         elif kind in ("grad_send", "grad_send_done", "grad_recv_done"):
             widen(2 * F + C + ev.ref, ev.start_s, ev.end_s if kind != "grad_send" else ev.start_s)
-        elif kind == "all_reduce_done":
+        elif kind in ("all_reduce_done", "reduce_scatter_done", "all_gather_done"):
             widen(bucket_task[ev.ref], ev.start_s, ev.end_s)
         elif kind in ("push", "push_done", "pull", "pull_done"):
             widen(ps_task[ev.ref], ev.start_s, ev.end_s if kind.endswith("_done") else ev.start_s)
     missing = np.isnan(start)
     start[missing] = 0.0
     end[missing] = 0.0
-    measured_table = TaskTable(table.kind, table.op, table.lane, start, end, table.num_bytes, table.lanes)
+    measured_table = TaskTable(
+        table.kind, table.op, table.lane, start, end, table.num_bytes, table.lanes, table.micro_batch
+    )
     makespan = max(r.iterations[iteration].time_s for r in results)
     return dataclasses.replace(
         sim,
@@ -122,12 +124,10 @@ def replay(
 
     Args:
         forward_s, backward_s: ``(F,)`` seconds per forward and backward task, in the simulator's
-            task order (:attr:`Program.task_order`).
+            task order (:attr:`Program.task_order`; under micro-batches, the micro-batch graph's).
     """
-    ctx = SimContext(graph, topology, cost_model)
-    ops = [ctx.compile_uncached(i, plan[op.name]) for i, op in enumerate(graph.ops)]
-    arrays = ctx.with_shared(OpArrays.from_ops(ops), ops)
-    tasks = ctx.assemble(arrays, EdgeArrays.from_flat(*ctx.transfers(ops)))
+    built = task_graph(graph, topology, plan, cost_model)
+    tasks = built.tasks
     F = tasks.F
     if forward_s.shape != (F,) or backward_s.shape != (F,):
         raise ValueError(
@@ -136,5 +136,5 @@ def replay(
     tasks.duration = tasks.duration.copy()
     tasks.duration[:F] = forward_s
     tasks.duration[F : 2 * F] = backward_s
-    start, end, _, crit, busy, *timeline = ctx.schedule(tasks, record=True)
-    return ctx._result(arrays, tasks, start, end, crit, busy, timeline)
+    start, end, _, crit, busy, *timeline = built.ctx.schedule(tasks, record=True)
+    return built.result(start, end, crit, busy, timeline)

@@ -17,13 +17,23 @@ instruction list (:mod:`placement_rl.execute.lower`) once per iteration:
 * ``send`` / ``recv`` / ``grad_send`` / ``grad_recv``: non-blocking point-to-point operations, waited
   for where their data is needed and at the end of the iteration.
 * ``all_reduce``: the bucket's gradients flattened into one tensor, summed asynchronously over the
-  bucket's process group, unflattened at the end of the iteration.
+  bucket's process group, unflattened at the end of the iteration. The bucket's ZeRO members
+  (stages 1 and 2) are reduce-scattered instead: at the end of the iteration each holder updates its
+  chunk of their flattened parameters with its chunk of the summed gradients, and the chunks are
+  all-gathered (stage 2 drops the full gradients once they are handed to the reduce-scatter).
 * ``push`` / ``pull``: gradients to the parameter server's rank, which sums them into its own,
   updates and sends the parameters back.
 
 Then every shard is updated with SGD (``p -= lr * grad``); ``duplicate`` replicas scale their
 gradient by the replica count (each received ``1 / R`` of the loss's seed). Batch norm over a split
-batch normalizes each partition with its own statistics, as DistributedDataParallel does.
+batch normalizes each partition with its own statistics, as DistributedDataParallel does (and so
+over each micro-batch).
+
+Under micro-batches a task is one micro-batch's copy of an op (:attr:`TaskSpec.micro_batch`): it
+runs the op's fx node (:attr:`TaskSpec.node`) with the op's parameters, so their gradients
+accumulate over the micro-batches until the synchronization after the last one; an input op reads
+its micro-batch's rows of the batch. A task with ``recompute`` runs its forward without autograd and
+runs it again (same inputs, same random state) at the start of its backward.
 
 Every instruction is timed, and so are the waits for communication: the compute times feed the
 replay, the rest the measured trace. On the CPU the clock is the host's (:class:`WallClock`: an op's
@@ -51,13 +61,18 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.utils._pytree import tree_map
 
-from placement_rl.execute.lower import Box, InputSpec, NotExecutableError, Program, ShardRef, TaskSpec
+from placement_rl.execute.lower import Box, BucketSpec, InputSpec, NotExecutableError, Program, ShardRef, TaskSpec
 from placement_rl.graph import OpGraph
 from placement_rl.graph.importer import from_torch
 from placement_rl.profiling import _flat_tensors as _flat
+from placement_rl.sim.pipeline import copy_name, micro_batch_graph
 
 #: Default learning rate of the SGD step each iteration ends with.
 DEFAULT_LR = 0.01
+
+# ZeRO's collectives on one flat tensor each: torch 2.13 renamed them (the old names warn)
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 # ------------------------------------------------------------------ the model
@@ -308,6 +323,9 @@ class Worker:
             raise NotExecutableError(f"ops {missing[:5]} of graph {graph.name!r} are no node of the traced model")
         self.modules = dict(self.gm.named_modules())
         self.ops = {op.name: op for op in graph.ops}
+        self.node_of = program.node_of or {op.name: op.name for op in graph.ops}  # lowered op -> fx node
+        lowered = micro_batch_graph(graph, program.micro_batches) if program.micro_batches > 1 else graph
+        self.shapes = {op.name: op.output_shapes for op in lowered.ops}  # of the lowered ops (micro-batches)
         self.my_tasks = [s for s in program.tasks.values() if s.rank == rank]
         self.owner = _owners(graph)
         self.needs_grad = _needs_gradient(graph)
@@ -326,7 +344,7 @@ class Worker:
         """Module paths whose tensors this worker's ops read."""
         paths: set[str] = set()
         for spec in self.my_tasks:
-            node = self.nodes[spec.op]
+            node = self.nodes[spec.node]
             if node.op == "call_module":
                 paths.update(
                     p for p, _ in self.gm.get_submodule(str(node.target)).named_modules(prefix=str(node.target))
@@ -413,6 +431,8 @@ class Worker:
         self.handles: list[tuple[Any, str, int, float, torch.Tensor | None]] = []
         self.buckets: list[tuple[Any, int, torch.Tensor, float]] = []
         self.ps_recv: dict[int, tuple[Any, torch.Tensor, float]] = {}
+        self.scattered: list[tuple[Any, int, torch.Tensor, torch.Tensor, tuple[ShardRef, ...], float]] = []
+        self.rng: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor | None]] = {}
         self.pulled: set[tuple[str, int]] = set()
         self.sent = 0
         self.losses: list[tuple[torch.Tensor, float]] = []  # read after the final synchronize
@@ -437,22 +457,15 @@ class Worker:
     def _do_forward(self, ref: int) -> None:
         spec = self.specs_by_ref[ref]
         key = (spec.op, spec.task)
-        node = self.nodes[spec.op]
-        op = self.ops[spec.op]
         leaves = [self._assemble(spec, inp) for inp in spec.inputs]
         begin = self._now()
-        with torch.enable_grad():
-            if op.op_type == "input":
-                out: Any = self.batch[self.input_index[node.name]][_slices(spec.output_boxes[0], _zero(spec))]
-            elif op.op_type == "fill":
-                out = self._fill(node, spec)
-            elif node.op == "get_attr":
-                out = self._attr(str(node.target))[_slices(spec.output_boxes[0], _zero(spec))]
-            else:
-                out = self._call(node, spec, leaves)
-            outs = _flat(out)
-            if spec.partial_weight != 1.0:
-                outs = [o * spec.partial_weight for o in outs]
+        if spec.recompute:  # no autograd graph now: backward runs the forward again, in this random state
+            self.rng[key] = self._rng_state()
+            with torch.no_grad():
+                outs = self._compute(spec, leaves)
+        else:
+            with torch.enable_grad():
+                outs = self._compute(spec, leaves)
         for k, (o, box) in enumerate(zip(outs, spec.output_boxes, strict=False)):
             if tuple(o.shape) != _shape(box):
                 raise RuntimeError(
@@ -465,6 +478,49 @@ class Worker:
             self.losses.append((outs[0].detach(), spec.seed_gradient))  # no host sync mid-iteration
         self.events.append(Event("compute_forward", ref, begin, self._now()))
 
+    def _compute(self, spec: TaskSpec, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The task's outputs from its input leaves (under the caller's grad mode)."""
+        node = self.nodes[spec.node]
+        op = self.ops[spec.node]
+        if op.op_type == "input":
+            data = self._micro_batch(self.batch[self.input_index[node.name]], spec)
+            out: Any = data[_slices(spec.output_boxes[0], _zero(spec))]
+        elif op.op_type == "fill":
+            out = self._fill(node, spec)
+        elif node.op == "get_attr":
+            out = self._micro_batch(self._attr(str(node.target)), spec)[_slices(spec.output_boxes[0], _zero(spec))]
+        else:
+            out = self._call(node, spec, leaves)
+        outs = _flat(out)
+        if spec.partial_weight != 1.0:
+            outs = [o * spec.partial_weight for o in outs]
+        return outs
+
+    def _micro_batch(self, data: torch.Tensor, spec: TaskSpec) -> torch.Tensor:
+        """The rows of ``data`` (an op's whole-batch output) that the task's micro-batch reads: along
+        the op's sample axis, where the micro-batch graph cut it, block ``spec.micro_batch``."""
+        if self.program.micro_batches == 1:
+            return data
+        axis = self.ops[spec.node].plain_sample_axis
+        size = self.shapes[spec.op][0][axis] if axis >= 0 else 0
+        if axis < 0 or data.dim() <= axis or size == data.shape[axis]:
+            return data
+        return data.narrow(axis, spec.micro_batch * size, size)
+
+    def _rng_state(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        cuda = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        return torch.get_rng_state(), cuda
+
+    def _recompute(self, spec: TaskSpec, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The forward again, with autograd, in the random state it first ran in (dropout alike)."""
+        cpu, cuda = self.rng.pop((spec.op, spec.task))
+        with torch.random.fork_rng(devices=[self.device] if cuda is not None else []):
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state(cuda, self.device)
+            with torch.enable_grad():
+                return self._compute(spec, leaves)
+
     def _assemble(self, spec: TaskSpec, inp: InputSpec) -> torch.Tensor:
         """The input region ``inp.box`` from its pieces, as a leaf (requires a gradient when floating)."""
         if len(inp.pieces) == 1 and inp.pieces[0].box == inp.box:
@@ -476,7 +532,7 @@ class Worker:
                 data = first if piece is inp.pieces[0] else self._piece(inp, piece)
                 value[_slices(piece.box, inp.box)] += data
         leaf = value.detach()
-        if leaf.is_floating_point() and self.needs_grad[inp.src_op]:
+        if leaf.is_floating_point() and self.needs_grad[inp.src_node]:
             leaf.requires_grad_(True)
         return leaf
 
@@ -526,11 +582,12 @@ class Worker:
 
     def _shape_only(self, name: str, spec: TaskSpec) -> Any:
         """Op ``name``'s output as this task would see it, on the meta device: its batch axis cut to the
-        task's share of the batch. Only its shape can be read; using its values is an error."""
+        task's share of its (micro-)batch. Only its shape can be read; using its values is an error."""
         op = self.ops[name]
         axis = op.plain_sample_axis
         values = []
-        for shape, dtype in zip(op.output_shapes, self.dtypes[name], strict=True):
+        lowered = copy_name(name, spec.micro_batch) if self.program.micro_batches > 1 else name
+        for shape, dtype in zip(self.shapes[lowered], self.dtypes[name], strict=True):
             dims = list(shape)
             if axis >= 0 and axis < len(dims):
                 lo, hi = spec.sample_range
@@ -547,10 +604,10 @@ class Worker:
     def _bind(self, spec: TaskSpec, leaves: list[torch.Tensor]) -> dict[fx.Node, Any]:
         """fx env entries for the op nodes (and output-selecting getitems) this task reads."""
         by_output: dict[tuple[str, int], torch.Tensor] = {
-            (inp.src_op, inp.src_output): leaf for inp, leaf in zip(spec.inputs, leaves, strict=True)
+            (inp.src_node, inp.src_output): leaf for inp, leaf in zip(spec.inputs, leaves, strict=True)
         }
         env: dict[fx.Node, Any] = {}
-        node = self.nodes[spec.op]
+        node = self.nodes[spec.node]
         for n in node.all_input_nodes:
             self._bind_node(n, by_output, env)
         return env
@@ -582,7 +639,7 @@ class Worker:
 
     def _call_shard(self, node: fx.Node, spec: TaskSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A linear, convolution or embedding on its parameter shard (the task's weight rows/columns)."""
-        owner = self.owner[spec.op]
+        owner = self.owner[spec.node]
         tensors = self.held[(owner, spec.param_shard)]
         module = self.gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         weight, bias = tensors["weight"], tensors.get("bias")
@@ -611,6 +668,9 @@ class Worker:
         if spec.seed_gradient:
             grads[0] = torch.full_like(outs[0], spec.seed_gradient)
         begin = self._now()
+        if spec.recompute:  # inside the backward's span, as the simulator's backward task spends it
+            outs = self._recompute(spec, self.leaves[key])
+            self.events.append(Event("recompute", ref, begin, self._now()))
         pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
@@ -642,19 +702,20 @@ class Worker:
 
     def _do_recv(self, ref: int) -> None:
         cm = self.program.comms[ref]
-        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[self.node_of[cm.src_op]][cm.src_output], device=self.device)
         self.pending_recv[ref] = (dist.irecv(buf, cm.src_rank, tag=2 * ref), buf, self._now())
 
     def _do_grad_send(self, ref: int) -> None:
         cm = self.program.comms[ref]
         data = self.grad_out.pop(ref, None)
         if data is None:  # an integer input (token ids) has no gradient: zeros keep the pair matched
-            data = torch.zeros(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+            dtype = self.dtypes[self.node_of[cm.src_op]][cm.src_output]
+            data = torch.zeros(_shape(cm.box), dtype=dtype, device=self.device)
         self._isend(data, cm.src_rank, 2 * ref + 1, "grad_send", ref)
 
     def _do_grad_recv(self, ref: int) -> None:
         cm = self.program.comms[ref]
-        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[cm.src_op][cm.src_output], device=self.device)
+        buf = torch.empty(_shape(cm.box), dtype=self.dtypes[self.node_of[cm.src_op]][cm.src_output], device=self.device)
         work = dist.irecv(buf, cm.dst_rank, tag=2 * ref + 1)
         self.pending_grad.setdefault((cm.src_op, cm.src_task), []).append((ref, work, buf, self._now()))
 
@@ -674,11 +735,59 @@ class Worker:
 
     def _do_all_reduce(self, ref: int) -> None:
         bucket = self.program.buckets[ref]
-        grads = [g for member in bucket.members for g in self._shard_grads(member)]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.sent += flat.numel() * flat.element_size()
-        work = dist.all_reduce(flat, group=self.groups[bucket.ranks], async_op=True)
-        self.buckets.append((work, ref, flat, self._now()))
+        if bucket.plain:
+            grads = [g for member in bucket.plain for g in self._shard_grads(member)]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.sent += flat.numel() * flat.element_size()
+            work = dist.all_reduce(flat, group=self.groups[bucket.ranks], async_op=True)
+            self.buckets.append((work, ref, flat, self._now()))
+        if bucket.sharded:
+            self._reduce_scatter(bucket)
+
+    def _reduce_scatter(self, bucket: BucketSpec) -> None:
+        """ZeRO: post the reduce-scatter of the bucket's ZeRO members' flattened gradients (zero-padded
+        to equal chunks); this worker receives the sum of its chunk. Payload: the gradient bytes
+        outside its own chunk (its own chunk's bytes go out in the all-gather, :meth:`_all_gather`)."""
+        members = bucket.sharded
+        flat = torch.cat([g.reshape(-1) for member in members for g in self._shard_grads(member)])
+        n = len(bucket.ranks)
+        own = sorted(bucket.ranks).index(self.rank)  # a group's ranks are numbered in ascending order
+        lo, hi, chunk = _chunk(flat.numel(), n, own)
+        padded = torch.cat([flat, flat.new_zeros(chunk * n - flat.numel())]) if chunk * n > flat.numel() else flat
+        out = torch.empty(chunk, dtype=flat.dtype, device=self.device)
+        self.sent += (flat.numel() - (hi - lo)) * flat.element_size()
+        work = _reduce_scatter(out, padded, group=self.groups[bucket.ranks], async_op=True)
+        self.scattered.append((work, bucket.bucket, out, padded, members, self._now()))
+        stages = dict(zip(bucket.members, bucket.zero, strict=True))
+        for member in members:  # ZeRO-2: the full gradients are not kept, only the summed chunk
+            if stages[member] >= 2:
+                for t in self.held[_hkey(member)].values():
+                    t.grad = None
+
+    def _all_gather(self) -> None:
+        """ZeRO: each holder updates its chunk of its buckets' flattened parameters with the summed
+        gradient chunk it received, and the updated chunks are all-gathered into every holder's
+        parameters. Payload: its own chunk's bytes."""
+        gathers = []
+        for work, ref, out, _, members, posted in self.scattered:
+            work.wait()
+            self.events.append(Event("reduce_scatter_done", ref, posted, self._now()))
+            bucket = self.program.buckets[ref]
+            params = [t for member in members for t in self.held[_hkey(member)].values()]
+            flat = torch.cat([t.detach().reshape(-1) for t in params])
+            n = len(bucket.ranks)
+            lo, hi, chunk = _chunk(flat.numel(), n, sorted(bucket.ranks).index(self.rank))
+            mine = torch.zeros(chunk, dtype=flat.dtype, device=self.device)
+            mine[: hi - lo] = torch.add(flat[lo:hi], out[: hi - lo], alpha=-self.lr)  # SGD on its chunk
+            gathered = torch.empty(chunk * n, dtype=flat.dtype, device=self.device)
+            self.sent += (hi - lo) * flat.element_size()
+            begin = self._now()
+            handle = _all_gather(gathered, mine, group=self.groups[bucket.ranks], async_op=True)
+            gathers.append((handle, ref, gathered, params, flat.numel(), begin))
+        for handle, ref, gathered, params, numel, begin in gathers:
+            handle.wait()
+            self.events.append(Event("all_gather_done", ref, begin, self._now()))
+            _unflatten_set(gathered[:numel], params)
 
     def _ps_tag(self, ref: int) -> int:
         return 2 * len(self.program.comms) + ref
@@ -722,8 +831,9 @@ class Worker:
         for work, ref, flat, posted in self.buckets:
             work.wait()
             self.events.append(Event("all_reduce_done", ref, posted, self._now()))
-            grads = [g for member in self.program.buckets[ref].members for g in self._shard_grads(member)]
+            grads = [g for member in self.program.buckets[ref].plain for g in self._shard_grads(member)]
             _unflatten_set(flat, grads)
+        self._all_gather()
         for ref, (work, buf, posted) in list(self.ps_recv.items()):  # the pulled parameters
             work.wait()
             self.events.append(Event("pull_done", ref, posted, self._now()))
@@ -734,6 +844,8 @@ class Worker:
         for h in self.program.holdings[self.rank]:
             if h.mode == "parameter_server" and len(h.holders) > 1:
                 continue  # updated by the server, pulled above
+            if h.zero and len(h.holders) > 1:
+                continue  # ZeRO: updated in chunks and all-gathered above
             scale = float(len(h.holders)) if h.mode == "duplicate" else 1.0
             self._update(self.held[_hkey(h.shard)].values(), scale)
         for tensors in self.held.values():
@@ -753,6 +865,14 @@ class Worker:
 
 def _hkey(ref: ShardRef) -> tuple[str, int]:
     return (ref.owner, ref.shard if ref.shards > 1 else 0)
+
+
+def _chunk(numel: int, n: int, index: int) -> tuple[int, int, int]:
+    """``(lo, hi, chunk)``: holder ``index`` of ``n`` owns elements ``[lo, hi)`` of a flattened bucket of
+    ``numel`` elements cut into ``n`` chunks of ``chunk = ceil(numel / n)`` (the last ones short or empty)."""
+    chunk = -(-numel // n)
+    lo = min(index * chunk, numel)
+    return lo, min(lo + chunk, numel), chunk
 
 
 def _zero(spec: TaskSpec) -> Box:

@@ -1212,16 +1212,18 @@ def _permutation(node: fx.Node, op_type: str, rank: int) -> list[int] | None:
     if op_type == "transpose":
         if not args:  # x.t()
             return [1, 0] if rank == 2 else None
-        if len(args) < 2 or not all(isinstance(a, int) for a in args[:2]):
+        pair = [a for a in args[:2] if isinstance(a, int)]
+        if len(pair) < 2:
             return None
-        d0, d1 = (int(a) % rank for a in args[:2])
+        d0, d1 = (a % rank for a in pair)
         perm = list(range(rank))
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return perm
     dims = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
-    if len(dims) != rank or not all(isinstance(a, int) for a in dims):
+    ints = [a for a in dims if isinstance(a, int)]
+    if len(dims) != rank or len(ints) != rank:
         return None
-    perm = [int(a) % rank for a in dims]
+    perm = [a % rank for a in ints]
     return perm if sorted(perm) == list(range(rank)) else None
 
 

@@ -17,8 +17,10 @@ replication options (sec. 4.1):
   DDP: :mod:`placement_rl.sim.simulator`), ``all_reduce_per_tensor`` (an all-reduce of this op's
   gradient alone, as FlexFlow's and TAG's DP-NCCL), through a
   ``parameter_server`` (``ps_device``, default the first task's device) or not at all,
-  ``duplicate``, which is only valid when every replica computes identical gradients, i.e. when no
-  sample or attribute degree exceeds 1, or by ``sfb`` (TAG sec. 4.2.3, sufficient factor
+  ``duplicate``: the replicas of each partition compute identical gradients and keep them (with
+  sample or attribute splits, the slices' gradients are all-reduced once per replica index, as
+  Megatron-LM all-reduces a LayerNorm's gradient over data-parallel ranks and duplicates it over
+  tensor-parallel ranks), or by ``sfb`` (TAG sec. 4.2.3, sufficient factor
   broadcasting): every replica broadcasts the *sufficient factors* of its share of the batch (for a
   linear layer its input activation and output gradient) to the other replicas, and each replica
   rebuilds the whole gradient locally. ``sfb`` needs an op with its own parameters split along its
@@ -515,11 +517,6 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
             )
         if uneven and degree > dims[name].size:
             raise ValueError(f"{where}: degree {degree} exceeds dimension {name!r} of size {dims[name].size}")
-        if cfg.sync == "duplicate" and degree > 1 and dims[name].kind != "parameter":
-            raise ValueError(
-                f"{where}: sync 'duplicate' with {name!r} degree {degree}: replicas would compute different "
-                "gradients; duplicate allows only parameter-dimension splits"
-            )
     if len(cfg.devices) % cfg.num_partitions:
         raise ValueError(
             f"{where}: {len(cfg.devices)} device(s) for {cfg.num_partitions} partitions; expected a multiple "

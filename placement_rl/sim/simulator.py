@@ -160,6 +160,7 @@ class _CompiledOp:
     grad_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (T,)
     in_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,)
     out_fraction: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T,) share of the output it produces
+    duplicated: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # (T,) its op's sync is duplicate
     static_devices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     static_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Parameter-server and SFB synchronization tasks (owners of parameters only), as a template with
@@ -544,6 +545,7 @@ _OP_FIELDS = {  # per-op arrays concatenated in op order, grouped by the pointer
         "grad_group",
         "in_fraction",
         "out_fraction",
+        "duplicated",
     ),
     "static": ("static_devices", "static_bytes"),
     "sync": ("sync_kind", "sync_pair", "sync_bytes", "sync_after_backward", "sync_seconds"),
@@ -841,6 +843,7 @@ class SimContext:
         compiled.task_shard = shard[np.arange(len(devices)) // R]
         partial = _partial_groups(split, idx, R, samp_hi - samp_lo)
         compiled.sum_group, compiled.grad_group, compiled.in_fraction, compiled.out_fraction = partial
+        compiled.duplicated = np.full(len(devices), cfg.sync == "duplicate", np.bool_)
         compiled.shards = shards
         compiled.sync_mode = cfg.sync
         compiled.zero = cfg.zero
@@ -848,15 +851,10 @@ class SimContext:
         if cfg.sync == "sfb" and key is not None and self._owner[key] == index and op.param_bytes > 0:
             self._set_sync(compiled, self._sfb_template(op, cfg, compiled))
         elif key is not None and self._owner[key] == index and op.param_bytes > 0:
-            groups = [
-                tuple(dict.fromkeys(int(d) for d, sh in zip(devices, compiled.task_shard, strict=True) if sh == k))
-                for k in range(shards)
-            ]
+            groups, mode = _holder_groups(devices, compiled.task_shard, shards, R, cfg.sync, P // shards)
             self._set_sync(
                 compiled,
-                self._sync_template(
-                    groups, self.cost.gradient_bytes(op) / shards, cfg.sync, compiled.ps_device, cfg.zero
-                ),
+                self._sync_template(groups, self.cost.gradient_bytes(op) / shards, mode, compiled.ps_device, cfg.zero),
             )
         return compiled
 
@@ -1021,15 +1019,20 @@ class SimContext:
         if found is not None:
             return found
         shards = first.shards if same else 1
-        members: list[dict[int, None]] = [{} for _ in range(shards)]
+        # "duplicate" over replicas of sample slices: one group per (shard, replica) (see _holder_groups)
+        per_replica = first.sync_mode == "duplicate" and same and first.partitions > first.shards
+        slots = shards * (first.replicas if per_replica else 1)
+        members: list[dict[int, None]] = [{} for _ in range(slots)]
         for u in users:
-            for d, sh in zip(ops[u].devices.tolist(), ops[u].task_shard.tolist(), strict=True):
-                members[sh if same else 0][d] = None
+            R = ops[u].replicas
+            for t, (d, sh) in enumerate(zip(ops[u].devices.tolist(), ops[u].task_shard.tolist(), strict=True)):
+                slot = (sh if same else 0) * (R if per_replica else 1) + (t % R if per_replica else 0)
+                members[min(slot, slots - 1)][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
             [tuple(m) for m in members],
             self.cost.gradient_bytes(op) / shards,
-            first.sync_mode,
+            "all_reduce" if per_replica else first.sync_mode,
             first.ps_device,
             first.zero,
         )
@@ -1445,9 +1448,13 @@ class SimContext:
 
         Backward: a consumer split along its output features (a column-parallel layer) that reads
         its whole input from a replica of the producer on its own device (no transfer) yields
-        partial input gradients;
+        partial input gradients. Where the producer's replicas are ``duplicate`` (each must hold the
+        whole gradient, as Megatron-LM's replicated LayerNorm on every tensor-parallel rank), they
+        are summed by one all-reduce;
         the consumer tasks of one gradient group doing so sum them by one all-reduce over their
         devices, after their backward tasks and before the backward tasks of the replicas they read.
+        Otherwise each replica goes on with its partial gradient, and the all-reduce of the
+        replicas' parameter gradients sums them (the executor runs it so).
         """
         data = ops.data
         e_src, e_dst = self.e_src, self.e_dst
@@ -1487,7 +1494,7 @@ class SimContext:
                     readers = [q for q in range(c_dev.shape[0]) if int(c_dev[q]) in devs]
                     succ.extend(pj + q for q in readers)
                     succ_of.extend([k] * len(readers))
-            if has_grad[j]:
+            if has_grad[j] and data["duplicated"][pi]:
                 d0, d1 = int(edges.dep_ptr[e]), int(edges.dep_ptr[e + 1])
                 local_p, local_q = edges.dep_p[d0:d1], edges.dep_q[d0:d1]
                 # only consumer tasks that read everything from a local replica (no transfer)
@@ -1749,6 +1756,36 @@ class SimContext:
             link_direction_capacity_bytes_per_s=self.network.capacity,
             link_direction_rates=rates,
         )
+
+
+def _holder_groups(
+    devices: np.ndarray, task_shard: np.ndarray, shards: int, replicas: int, sync: str, slices: int
+) -> tuple[list[tuple[int, ...]], str]:
+    """The device groups that synchronize each parameter shard, and how.
+
+    Normally every device holding a shard is in its group. Under ``duplicate`` with the batch (or
+    another non-parameter dimension) split into ``slices > 1`` slices, the replicas of one slice
+    compute identical gradients (Megatron-LM's tensor-parallel ranks hold identical LayerNorm
+    gradients) and the slices' gradients are all-reduced per replica: one group per (shard, replica).
+    """
+    if sync == "duplicate" and slices > 1:
+        groups = [
+            tuple(
+                dict.fromkeys(
+                    int(d)
+                    for t, (d, sh) in enumerate(zip(devices, task_shard, strict=True))
+                    if sh == k and t % replicas == r
+                )
+            )
+            for k in range(shards)
+            for r in range(replicas)
+        ]
+        return groups, "all_reduce"
+    groups = [
+        tuple(dict.fromkeys(int(d) for d, sh in zip(devices, task_shard, strict=True) if sh == k))
+        for k in range(shards)
+    ]
+    return groups, sync
 
 
 def _partial_groups(
