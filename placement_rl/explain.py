@@ -10,7 +10,7 @@ comparing that split with data parallelism's says why a plan is faster or slower
 When no method's plan fits in memory, :func:`explain_no_fit` says so instead: the plan that needs the
 least memory, how far each of its devices is over, and what would fit (how many devices of the
 cluster's largest type a training step needs when split without replication, a lower precision where
-it needs less memory, splitting the model).
+it needs less memory, splitting the model, sharding it with the memory-saving methods).
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from placement_rl.methods import MethodResult
     from placement_rl.sim import CostModel
 
+#: The methods that save memory (tensor / pipeline parallelism, ZeRO, recomputation) :func:`explain_no_fit`
+#: suggests where the rows lack them.
+MEMORY_METHODS: tuple[str, ...] = ("megatron", "zero")
+
 #: Critical-path task kinds by what the time is spent on.
 _SPENT_ON = {
     "forward": "compute",
@@ -51,7 +55,8 @@ _GIB = float(2**30)
 
 
 def time_breakdown(result: SimResult) -> dict[str, float]:
-    """Seconds of the critical path spent on compute, data transfers, gradient synchronization and issuing kernels."""
+    """Seconds of the critical path spent on compute, data transfers, gradient synchronization and issuing
+    kernels, and on tensor-parallel all-reduces where the critical path has any."""
     t = result.tasks
     out: dict[str, float] = dict.fromkeys(
         ("compute", "data transfers", "gradient synchronization", "the host issuing kernels"), 0.0
@@ -60,7 +65,8 @@ def time_breakdown(result: SimResult) -> dict[str, float]:
     if ids.size:
         spent = t.end_s[ids] - t.start_s[ids]
         for kind, seconds in zip(t.kind[ids].tolist(), spent.tolist(), strict=True):
-            out[_SPENT_ON[TASK_KINDS[kind]]] += seconds
+            key = _SPENT_ON[TASK_KINDS[kind]]
+            out[key] = out.get(key, 0.0) + seconds
     return out
 
 
@@ -263,10 +269,11 @@ def explain_plan(
         ref_total = max(sum(theirs.values()), 1e-30)
         ratio = reference.makespan_s / result.makespan_s if result.makespan_s > 0 else float("inf")
         verdict = "faster than" if ratio > 1.0005 else "slower than" if ratio < 0.9995 else "as fast as"
-        main = max(theirs, key=lambda k: theirs[k] / ref_total - mine[k] / total)
+        main = max(theirs, key=lambda k: theirs[k] / ref_total - mine.get(k, 0.0) / total)
+        share = mine.get(main, 0.0) / total
         lines.append(
             f"{ratio:.2f}x {verdict} {reference_name} ({reference.makespan_s * 1e3:.2f} ms): {reference_name} spends "
-            f"{theirs[main] / ref_total:.0%} of its critical path on {main}, this plan {mine[main] / total:.0%}"
+            f"{theirs[main] / ref_total:.0%} of its critical path on {main}, this plan {share:.0%}"
         )
     return lines
 
@@ -311,7 +318,8 @@ def explain_no_fit(
         The lines to print, and the same as a JSON-ready object: ``least_memory`` (the method whose plan
         is least over memory, ``memory_over_bytes``, and per out-of-memory device its ``peak_bytes`` and
         ``capacity_bytes``), ``step_bytes`` (a training step on one device), and ``suggestions``, each
-        with a ``kind`` (``more_devices``, ``split``, ``precision``, ``not_expressible``) and a ``text``.
+        with a ``kind`` (``more_devices``, ``split``, ``precision``, ``shard``) and a ``text``; ``shard``
+        lists the memory-saving ``methods`` (:data:`MEMORY_METHODS`) the rows do not include.
     """
     from placement_rl.methods import least_memory
 
@@ -381,11 +389,15 @@ def explain_no_fit(
                     }
                 )
             break
+    untried = [name for name in MEMORY_METHODS if name not in {row.method for row in results}]
     suggestions.append(
         {
-            "kind": "not_expressible",
-            "text": "sharding the optimizer state over data-parallel replicas (ZeRO), activation recomputation and "
-            "pipelines of micro-batches are not expressible in plans yet",
+            "kind": "shard",
+            "methods": untried,
+            "text": "shard the model and trade compute for memory: tensor and pipeline parallelism with "
+            "micro-batches, sharded data parallelism (ZeRO, FSDP) and activation recomputation"
+            + (f" (--methods {','.join(untried)})" if untried else "")
+            + "; placement_rl.plan.megatron, zero, fsdp, recompute and pipeline build such plans by hand",
         }
     )
     lines.append("what would fit:")

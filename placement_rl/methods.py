@@ -16,6 +16,10 @@ name                          what it is
 ``mcts``                      TAG's tree search with a uniform prior (pure MCTS, :mod:`placement_rl.search.mcts`)
 ``ft``                        TensorOpt's FT over 1, 2, 4, ... devices, the simulator's pick
 ``exhaustive``                branch and bound over the whole SOAP space (small spaces only)
+``megatron``                  Megatron-LM's tensor, pipeline and data parallelism (distributed
+                              optimizer, recomputation where needed), degrees chosen by simulating
+                              the candidates (:func:`placement_rl.plan.megatron`)
+``zero``                      data parallelism with ZeRO-1, or ZeRO-3 (FSDP) when ZeRO-1 does not fit
 ============================  ======================================================================
 
 Learned agents join as :class:`Method` objects built at the Ray edge
@@ -35,6 +39,7 @@ A method may check its options (and whether it can run on an instance) before an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,8 +55,11 @@ from placement_rl.plan import (
     data_parallel_per_tensor,
     expert,
     layerwise,
+    megatron,
     single_device,
     subset_data_parallel,
+    tensor_parallel_regions,
+    zero,
 )
 from placement_rl.sim import CostModel, SimContext, SimResult
 from placement_rl.topology import DeviceTopology
@@ -487,8 +495,6 @@ def _ft(problem: Problem) -> Found:
     """FT for 1, 2, 4, ... and all devices; the frontier plan the simulator finds fastest and fitting.
     When no frontier plan fits at any device count, the one whose worst device is least over its
     memory, marked so (its plan's ``metadata["fits"]`` is false and the row's note says it)."""
-    import dataclasses
-
     from placement_rl.progress import step_progress
     from placement_rl.search.ft import pick_over_device_counts
 
@@ -701,3 +707,182 @@ register_method(
         _check_exhaustive,
     )
 )
+
+
+# ------------------------------------------------------------------------- Megatron-LM and ZeRO
+#: The options of ``megatron``: degrees to pin (others are searched) and the most ``(tp, pp, dp)`` tried.
+MEGATRON_OPTIONS = ("tp", "pp", "dp", "max_candidates")
+#: How many ``(tp, pp, dp)`` candidates ``megatron`` simulates unless ``max_candidates`` says otherwise.
+MEGATRON_MAX_CANDIDATES = 12
+#: Micro-batches per pipeline stage ``megatron`` aims for (fewer leave a larger pipeline bubble).
+MICRO_BATCHES_PER_STAGE = 4
+#: How many times more micro-batches ``megatron`` tries when a candidate does not fit with recomputation.
+MICRO_BATCH_STEP = 4
+#: The most micro-batches ``megatron`` tries that way (each is simulated: the time grows with the count).
+MEGATRON_MAX_MICRO_BATCHES = 32
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _batch_size(graph: OpGraph) -> int:
+    if graph.batch_size is not None:
+        return graph.batch_size
+    return next((op.sample_dim.size for op in graph.ops if op.sample_dim is not None), 1)
+
+
+def megatron_candidates(
+    graph: OpGraph, topology: DeviceTopology, options: Mapping[str, Any] | None = None
+) -> list[dict[str, int]]:
+    """The ``(tp, pp, dp, micro_batches)`` the ``megatron`` method tries on an instance, most likely first.
+
+    Every candidate uses all devices (``tp * pp * dp`` of them): ``tp`` a divisor of the GPUs of the
+    smallest machine that splits some tensor-parallel region (or 1), ``pp`` a divisor of the rest, ``dp``
+    what remains and divides the batch. Micro-batches: 1 without a pipeline; with ``pp`` stages the
+    fewest that divide a replica's share of the batch and give each stage at least
+    :data:`MICRO_BATCHES_PER_STAGE` (or as many as the share allows). Ordered by ``pp`` (a pipeline's
+    bubble and its activations in flight cost most), then ``tp``; ``options`` may pin ``tp``, ``pp`` or
+    ``dp`` and cap the count (``max_candidates``).
+    """
+    options = dict(options or {})
+    machines = topology.machines().values()
+    per_machine = min(len(m) for m in machines) if machines else 1
+    total = topology.num_devices
+    batch = _batch_size(graph)
+    found: list[dict[str, int]] = []
+    for tp in _divisors(per_machine):
+        if options.get("tp", tp) != tp or total % tp or (tp > 1 and not tensor_parallel_regions(graph, tp)):
+            continue
+        for pp in _divisors(total // tp):
+            dp = total // (tp * pp)
+            if options.get("pp", pp) != pp or options.get("dp", dp) != dp or batch % dp:
+                continue
+            share = batch // dp
+            micro = 1
+            if pp > 1:
+                enough = [m for m in _divisors(share) if m >= MICRO_BATCHES_PER_STAGE * pp]
+                micro = enough[0] if enough else share
+            found.append({"tp": tp, "pp": pp, "dp": dp, "micro_batches": micro})
+    found.sort(key=lambda c: (c["pp"], c["tp"]))
+    return found[: int(options.get("max_candidates", MEGATRON_MAX_CANDIDATES))]
+
+
+def _pick(tried: Sequence[tuple[Plan, SimResult]]) -> tuple[Plan, SimResult, bool]:
+    """The fastest plan that fits, else the one least over memory; whether it fits."""
+    fitting = [(p, r) for p, r in tried if not r.oom]
+    if fitting:
+        plan, result = min(fitting, key=lambda pr: pr[1].makespan_s)
+        return plan, result, True
+    plan, result = min(tried, key=lambda pr: (memory_over_bytes(pr[1]), pr[1].makespan_s))
+    return plan, result, False
+
+
+def _unfit(plan: Plan, result: SimResult, what: str) -> Found:
+    """A plan that does not fit, marked so (``metadata["fits"]`` false) with the row's note."""
+    from placement_rl.explain import format_bytes
+
+    marked = dataclasses.replace(plan, metadata={**plan.metadata, "fits": False})
+    note = (
+        f"{what} fits in memory; this is the one that needs the least ({format_bytes(memory_over_bytes(result))} over)"
+    )
+    return Found(marked, note=note)
+
+
+def _attempts(candidate: Mapping[str, int], batch: int) -> list[tuple[int, str | None]]:
+    """``(micro_batches, recompute)`` to try for one candidate, in turn until one fits: its micro-batches
+    without recomputation, with full recomputation, then with at least :data:`MICRO_BATCH_STEP` times as
+    many micro-batches (smaller ones hold fewer activations; at most :data:`MEGATRON_MAX_MICRO_BATCHES`)."""
+    m = candidate["micro_batches"]
+    attempts: list[tuple[int, str | None]] = [(m, None), (m, "full")]
+    share = batch // candidate["dp"]
+    more = [d for d in _divisors(share) if MICRO_BATCH_STEP * m <= d <= MEGATRON_MAX_MICRO_BATCHES]
+    if more:
+        attempts.append((more[0], "full"))
+    return attempts
+
+
+def _megatron(problem: Problem) -> Plan | Found:
+    """Megatron-LM's 3D parallelism with the degrees the simulator finds fastest: every candidate of
+    :func:`megatron_candidates`, with its distributed optimizer (ZeRO-1 over the data-parallel replicas)
+    where ``dp > 1``; where one does not fit, with full recomputation, then with more micro-batches
+    (:func:`_attempts`). The fastest plan that fits, else the one least over memory."""
+    graph, topology = problem.graph, problem.topology
+    candidates = megatron_candidates(graph, topology, problem.options)
+    if not candidates:
+        raise ValueError(
+            f"megatron: no (tp, pp, dp) of {graph.name!r} on {topology.name!r} uses all {topology.num_devices} devices "
+            f"with dp dividing the batch of {_batch_size(graph)} (options {dict(problem.options)}); expected other "
+            "options, or another method"
+        )
+    tried: list[tuple[Plan, SimResult]] = []
+    for candidate in candidates:
+        for micro_batches, recompute in _attempts(candidate, _batch_size(graph)):
+            try:
+                plan = megatron(
+                    graph,
+                    topology,
+                    tp=candidate["tp"],
+                    pp=candidate["pp"],
+                    dp=candidate["dp"],
+                    micro_batches=micro_batches,
+                    recompute=recompute,
+                    zero_stage=1 if candidate["dp"] > 1 else 0,
+                )
+            except ValueError:  # e.g. more stages than cuts between layers
+                break
+            result = problem.context.simulate(plan, validate=False)
+            tried.append((plan, result))
+            if not result.oom:
+                break
+    if not tried:
+        raise ValueError(
+            f"megatron: none of the {len(candidates)} candidate(s) {candidates} makes a plan of {graph.name!r}; "
+            "expected fewer pipeline stages than layers"
+        )
+    plan, result, fits = _pick(tried)
+    plan = dataclasses.replace(plan, metadata={**plan.metadata, "candidates": len(tried)})
+    if fits:
+        return plan
+    return _unfit(plan, result, f"none of megatron's {len(tried)} plans")
+
+
+def _check_megatron(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
+    for key in ("tp", "pp", "dp"):
+        if key in options:
+            _check_int(options, key, 1, 1 << 20)
+    _check_int(options, "max_candidates", MEGATRON_MAX_CANDIDATES, 10_000)
+    if graph is not None and topology is not None and not megatron_candidates(graph, topology, options):
+        pinned = {k: options[k] for k in ("tp", "pp", "dp") if k in options}
+        raise ValueError(
+            f"megatron on {graph.name!r} x {topology.name!r}: no candidate with {pinned or 'any degrees'}: tp must "
+            f"divide a machine's GPUs and split a layer, tp * pp * dp = {topology.num_devices} and dp divide the "
+            f"batch of {_batch_size(graph)}"
+        )
+
+
+def _zero(problem: Problem) -> Plan | Found:
+    """Data parallelism over all devices with ZeRO-1 (optimizer state sharded); ZeRO-3 (FSDP) when
+    ZeRO-1 does not fit."""
+    base = data_parallel(problem.graph, problem.topology)
+    tried: list[tuple[Plan, SimResult]] = []
+    for stage in (1, 3):
+        plan = dataclasses.replace(zero(problem.graph, base, stage), name="zero")
+        result = problem.context.simulate(plan, validate=False)
+        if not result.oom:
+            return plan
+        tried.append((plan, result))
+    plan, result, _ = _pick(tried)
+    return _unfit(plan, result, "neither ZeRO-1 nor ZeRO-3 data parallelism")
+
+
+register_method(
+    Method(
+        "megatron",
+        _megatron,
+        "Megatron-LM's tensor, pipeline and data parallelism, the simulator's pick of the degrees",
+        MEGATRON_OPTIONS,
+        _check_megatron,
+    )
+)
+register_method(Method("zero", _zero, "data parallelism with ZeRO-1 (ZeRO-3 where ZeRO-1 does not fit)"))

@@ -68,7 +68,8 @@ def test_plan_says_no_method_fits_and_what_would(tiny_memory: Path, tmp_path: Pa
     assert " over on m0/gpu" in text and "of 97.66 KiB" in text  # per-device peak vs capacity
     assert "what would fit:" in text and "more devices: a training step needs " in text
     assert "--precision fp16-mixed" in text  # the P100 has no bf16 peak: fp16-mixed is the lower precision
-    assert "(ZeRO)" in text and "not expressible in plans yet" in text
+    assert "sharded data parallelism (ZeRO, FSDP) and activation recomputation (--methods megatron,zero)" in text
+    assert "placement_rl.plan.megatron, zero, fsdp, recompute and pipeline" in text
     assert (tmp_path / "text" / "least_memory_plan.json").is_file()
     assert not (tmp_path / "text" / "best_plan.json").exists()  # a plan that does not fit is not "best"
 
@@ -81,7 +82,8 @@ def test_plan_says_no_method_fits_and_what_would(tiny_memory: Path, tmp_path: Pa
     assert over and all(d["capacity_bytes"] == CAPACITY_BYTES < d["peak_bytes"] for d in over.values())
     assert max(d["peak_bytes"] for d in over.values()) - CAPACITY_BYTES == least["memory_over_bytes"]
     kinds = [s["kind"] for s in report["no_fit"]["suggestions"]]
-    assert kinds == ["more_devices", "split", "precision", "not_expressible"]
+    assert kinds == ["more_devices", "split", "precision", "shard"]
+    assert report["no_fit"]["suggestions"][3]["methods"] == ["megatron", "zero"]
     more = report["no_fit"]["suggestions"][0]
     step_bytes = report["no_fit"]["step_bytes"]
     assert more["devices_needed"] == -(-step_bytes // CAPACITY_BYTES) > more["devices_of_type"] == 4
@@ -145,3 +147,23 @@ def test_best_result_is_the_least_memory_plan_when_none_fits(tiny_memory: Path) 
     assert best is least_memory(rows)
     assert best.memory_over_bytes == min(r.memory_over_bytes for r in rows) > 0
     assert best.row()["memory_over_bytes"] == best.memory_over_bytes
+
+
+def test_memory_saving_methods_say_they_do_not_fit(tiny_memory: Path) -> None:
+    """``megatron`` and ``zero`` mark their least-memory plan when none fits, and once they are among the
+    rows the explanation no longer suggests them."""
+    from placement_rl.explain import explain_no_fit
+
+    graph = zoo.load("lenet", batch_size=32)
+    topology = DeviceTopology.from_json(tiny_memory)
+    rows = compare_methods(graph, topology, ["data_parallel", "zero", "megatron"])
+    assert all(r.oom for r in rows)
+    for row in rows[1:]:
+        assert row.plan.metadata["fits"] is False and "fits in memory; this is the one that needs the least" in row.note
+    assert rows[1].plan.metadata["zero"] == 3  # ZeRO-1 did not fit either
+    assert rows[2].plan.metadata["recompute"] == "full" and rows[2].plan.metadata["candidates"] >= 2
+    words, document = explain_no_fit(graph, topology, rows)
+    [shard] = [s for s in document["suggestions"] if s["kind"] == "shard"]
+    assert shard["methods"] == [] and "--methods" not in shard["text"]
+    partial = explain_no_fit(graph, topology, rows[:2])[1]
+    assert [s["methods"] for s in partial["suggestions"] if s["kind"] == "shard"] == [["megatron"]]

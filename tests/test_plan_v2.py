@@ -230,14 +230,15 @@ def test_interleaved_stages_must_match_virtual_stages(gpt, trinity) -> None:  # 
         (
             "fc",
             OpConfig.make(GPU[:2], {"channel": 2}, zero=1),
-            r"not replicated \(2 task\(s\), 2 shard\(s\)\); ZeRO needs each shard on at least 2 devices",
+            r"not replicated \(2 task\(s\), degrees .*\); ZeRO needs each shard all-reduced over at least 2 devices",
         ),
         (
             "conv",
             OpConfig.make(GPU[:2], {"sample": 2}, "parameter_server", zero=1),
             "ZeRO stage 1 with sync 'parameter_server'",
         ),
-        ("conv", OpConfig.make(GPU[:2], {}, "duplicate", zero=3), "ZeRO stage 3 with sync 'duplicate'"),
+        ("conv", OpConfig.make(GPU[:2], {}, "duplicate", zero=3), "ZeRO stage 3 on parameters that are not replicated"),
+        ("conv", OpConfig.make(GPU[:2], {}, "parameter_server", zero=1), "ZeRO stage 1 with sync 'parameter_server'"),
         ("conv", OpConfig.make(GPU[:2], {"sample": 2}, zero=4), r"ZeRO stage 4; expected one of \[0, 1, 2, 3\]"),
     ],
 )

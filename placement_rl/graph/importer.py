@@ -1175,7 +1175,7 @@ _TENSOR_ATTRS: dict[Any, str] = {
 
 #: View and copy op types whose output axes the importer maps to their input's (:func:`view_axes`).
 _AXIS_MAPPED = frozenset(
-    {"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk", "split"}
+    {"reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk", "split", "slice", "cat"}
 )
 
 
@@ -1193,7 +1193,7 @@ def view_axes(node: fx.Node, op_type: str, out_shape: Shape, in_shape: Shape) ->
         if perm is None or len(out_shape) != rank or any(out_shape[a] != in_shape[p] for a, p in enumerate(perm)):
             return None
         return tuple(perm)
-    if op_type in ("chunk", "split"):
+    if op_type in ("chunk", "split", "slice", "cat"):
         if len(out_shape) != rank:
             return None
         return tuple(a if out_shape[a] == in_shape[a] else -1 for a in range(rank))

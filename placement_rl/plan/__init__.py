@@ -1,18 +1,23 @@
 """Parallelization plans: the data model (:mod:`.core`) and the constructors of the baseline, TAG,
-pipeline, ZeRO and recomputation strategies (:mod:`.constructors`)."""
+pipeline, ZeRO, recomputation and Megatron-LM strategies (:mod:`.constructors`)."""
 
 from placement_rl.plan.constructors import (
+    MEGATRON_RECOMPUTE,
+    MegatronRecompute,
+    TensorParallelRegion,
     data_parallel,
     data_parallel_per_tensor,
     expert,
     fsdp,
     layerwise,
+    megatron,
     pipeline,
     recompute,
     single_device,
     subset_data_parallel,
     tag_group_config,
     tag_strategy,
+    tensor_parallel_regions,
     zero,
 )
 from placement_rl.plan.core import (
@@ -32,9 +37,11 @@ from placement_rl.plan.core import (
     member_config,
     pipeline_stages,
     sample_shares,
+    zero_holders,
 )
 
 __all__ = [
+    "MEGATRON_RECOMPUTE",
     "PLAN_FORMAT",
     "PLAN_SCHEMA_VERSION",
     "PLAN_SCHEMA_VERSIONS",
@@ -43,24 +50,29 @@ __all__ = [
     "TAG_OPTIONS",
     "ZERO_STAGES",
     "OpConfig",
+    "MegatronRecompute",
     "Plan",
     "Schedule",
     "Stage",
     "SyncMode",
     "TagOption",
+    "TensorParallelRegion",
     "data_parallel",
     "data_parallel_per_tensor",
     "expert",
     "fsdp",
     "layerwise",
+    "megatron",
     "member_config",
     "pipeline",
     "pipeline_stages",
     "recompute",
     "sample_shares",
+    "zero_holders",
     "single_device",
     "subset_data_parallel",
     "tag_group_config",
     "tag_strategy",
+    "tensor_parallel_regions",
     "zero",
 ]

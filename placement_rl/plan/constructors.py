@@ -11,6 +11,8 @@
 * :func:`zero` / :func:`fsdp`: a plan's all-reduced, replicated parameters sharded with ZeRO (stage 1:
   optimizer state, 2: + gradients, 3: + parameters, i.e. FSDP).
 * :func:`recompute`: activation recomputation on every op, or on the ops of some types.
+* :func:`megatron`: Megatron-LM's tensor, pipeline and data parallelism, the tensor-parallel regions
+  found from the graph (:func:`tensor_parallel_regions`), with full or selective recomputation.
 * :func:`tag_strategy` / :func:`tag_group_config`: TAG's placement and replication options on op groups.
 """
 
@@ -20,12 +22,13 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from placement_rl.errors import UnknownNameError
-from placement_rl.graph import Op, OpGraph
+from placement_rl.graph import Op, OpGraph, ParallelDim
 from placement_rl.ops import DENSE_OPS, OP_KINDS, RECURRENT_OPS
 from placement_rl.plan.core import (
     MAX_MICRO_BATCHES,
@@ -37,6 +40,7 @@ from placement_rl.plan.core import (
     Schedule,
     SyncMode,
     TagOption,
+    zero_holders,
 )
 from placement_rl.topology import DeviceTopology
 
@@ -402,12 +406,8 @@ def zero(graph: OpGraph, plan: Plan, stage: int = 1) -> Plan:
 
 
 def _zero_eligible(op: Op, cfg: OpConfig) -> bool:
-    """Whether ``cfg`` can shard ``op``'s parameter state: parameters, all-reduced, each shard on >= 2 devices."""
-    if op.param_bytes <= 0 or cfg.sync not in ("all_reduce", "all_reduce_per_tensor"):
-        return False
-    kinds = {d.name: d.kind for d in op.parallel_dims}
-    shards = math.prod(degree for dim, degree in cfg.degrees if kinds.get(dim) == "parameter")
-    return len(cfg.devices) // shards >= 2
+    """Whether ``cfg`` can shard ``op``'s parameter state: parameters, each shard all-reduced over >= 2 devices."""
+    return op.param_bytes > 0 and zero_holders(op, cfg) >= 2
 
 
 def fsdp(graph: OpGraph, plan: Plan) -> Plan:
@@ -535,3 +535,576 @@ def subset_data_parallel(
     costs = [oom_cost(r.makespan_s, r.peak_memory_bytes, r.memory_capacity_bytes, 10.0) for r in results]
     best = min(range(len(plans)), key=lambda k: (costs[k], len(plans[k].devices_used())))
     return Plan(graph.name, dict(plans[best].configs), name="subset_data_parallel", metadata=plans[best].metadata)
+
+
+# ------------------------------------------------------------------------------------ Megatron-LM
+#: ``recompute`` of :func:`megatron`: none, Megatron-LM's full (per-layer) or selective recomputation,
+#: or the op types to recompute.
+MegatronRecompute = Literal["full", "selective"] | Collection[str] | None
+#: The named recomputation policies of :func:`megatron`.
+MEGATRON_RECOMPUTE: tuple[str, ...] = ("full", "selective")
+
+
+@dataclass(frozen=True)
+class TensorParallelRegion:
+    """One region of Megatron-LM's tensor parallelism (Shoeybi et al. 2019, sec. 3): column-parallel
+    layers, the ops their split output flows through, and the row-parallel layers whose partial sums end it.
+
+    Attributes:
+        splits: ``(op name, parallel dimension name)`` for every op of the region, in graph order: the
+            dimension split ``degree`` ways (``channel`` for a column-parallel layer, ``in_channel``
+            for a row-parallel one, ``heads`` for attention, ``dim<a>`` for a view, an element-wise
+            op's own name of the dimension on that axis, e.g. a GELU's ``channel``).
+        column: the column-parallel layers (split along their output features), in graph order.
+        row: the row-parallel layers (split along their input features), in graph order.
+    """
+
+    splits: tuple[tuple[str, str], ...]
+    column: tuple[str, ...]
+    row: tuple[str, ...]
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.splits)
+
+
+def _edge_axes(graph: OpGraph, e: int) -> tuple[int, ...] | None:
+    """For each axis of tensor ``e``'s consumer's output, the tensor axis it follows (-1: none);
+    ``None`` when the layouts are unrelated. The simulator's rule (``SimContext._build_edges``): a
+    tensor's ``dst_axes`` when the importer recorded them, else the same axes when the ranks and
+    plain sample axes agree."""
+    t = graph.tensors[e]
+    src, dst = graph.op(t.src), graph.op(t.dst)
+    if t.src_output and len(src.output_shapes[t.src_output]) != len(src.output_shapes[0]):
+        return None  # an output whose box the producer's split does not describe
+    if t.dst_axes:
+        return t.dst_axes
+    rank = len(t.shape)
+    if rank == len(dst.output_shapes[0]) and src.plain_sample_axis == dst.plain_sample_axis >= 0:
+        return tuple(range(rank))
+    return None
+
+
+def _split_dim(op: Op, axis: int, degree: int) -> ParallelDim | None:
+    """``op``'s non-reduction, non-sample parallel dimension on output ``axis`` that ``degree`` divides."""
+    return next(
+        (
+            d
+            for d in op.parallel_dims
+            if d.axis == axis and not d.reduction and d.kind != "sample" and d.size % degree == 0
+        ),
+        None,
+    )
+
+
+def _column_dim(op: Op, degree: int) -> ParallelDim | None:
+    """The output-feature dimension of a linear layer with parameters (a column-parallel candidate),
+    when ``degree`` divides it."""
+    if _row_dim(op, 1) is None:  # a linear layer: parameters and input features to split
+        return None
+    last = len(op.output_shapes[0]) - 1
+    return next(
+        (
+            d
+            for d in op.parallel_dims
+            if d.kind == "parameter" and not d.reduction and d.axis == last and d.size % degree == 0
+        ),
+        None,
+    )
+
+
+def _row_dim(op: Op, degree: int) -> ParallelDim | None:
+    """The input-feature (reduction) dimension of a linear layer with parameters (a row-parallel candidate)."""
+    kind = OP_KINDS.get(op.op_type)
+    if kind is None or kind.family != "matmul" or (op.param_bytes <= 0 and op.param_key is None):
+        return None
+    return next((d for d in op.parallel_dims if d.kind == "parameter" and d.reduction and d.size % degree == 0), None)
+
+
+class _Regions:
+    """One pass of the region search (:func:`tensor_parallel_regions`) with some candidates barred."""
+
+    def __init__(self, graph: OpGraph, degree: int, barred: set[int]) -> None:
+        self.graph = graph
+        self.degree = degree
+        self.axis: dict[int, int] = {}  # op -> the output axis it splits (ops whose output is split)
+        self.dim: dict[int, str] = {}  # op -> the dimension it splits (every op of a region)
+        self.column: set[int] = set()
+        self.row: set[int] = set()
+        self.parent: dict[int, int] = {}  # union-find over the regions' column-parallel starts
+        self.root_of: dict[int, int] = {}
+        self.failed: set[int] = set()
+        for j, op in enumerate(graph.ops):
+            self._visit(j, op, barred)
+        for i in self.axis:  # a region ends in row-parallel layers, not in an output nobody reads
+            if not graph.successors[i]:
+                self.failed.add(self.find(self.root_of[i]))
+
+    def find(self, r: int) -> int:
+        while self.parent[r] != r:
+            self.parent[r] = self.parent[self.parent[r]]
+            r = self.parent[r]
+        return r
+
+    def _visit(self, j: int, op: Op, barred: set[int]) -> None:
+        g = self.graph
+        ins = g.in_tensors[j]
+        split_in = [e for e in ins if g.index(g.tensors[e].src) in self.axis]
+        if not split_in:
+            col = _column_dim(op, self.degree)
+            if col is not None and j not in barred:
+                self.axis[j], self.dim[j] = col.axis, col.name
+                self.column.add(j)
+                self.parent[j] = self.root_of[j] = j
+            return
+        roots = {self.find(self.root_of[g.index(g.tensors[e].src)]) for e in split_in}
+        root = min(roots)
+        for r in roots:
+            self.parent[r] = root
+        accepted = self._accept(j, op, ins, split_in)
+        if accepted is None:
+            self.failed.add(root)
+            return
+        self.root_of[j] = root
+        out_axis, name = accepted
+        self.dim[j] = name
+        if out_axis < 0:
+            self.row.add(j)
+        else:
+            self.axis[j] = out_axis
+
+    def _accept(self, j: int, op: Op, ins: tuple[int, ...], split_in: list[int]) -> tuple[int, str] | None:
+        """How op ``j`` continues the split of its inputs: ``(output axis, dimension)``, ``(-1, dimension)``
+        for a row-parallel layer that ends the region, ``None`` when it cannot (the region fails)."""
+        g = self.graph
+        src_axis = {e: self.axis[g.index(g.tensors[e].src)] for e in split_in}
+        row = _row_dim(op, self.degree)
+        if row is not None:
+            # reading the split on the input features of its first input: Megatron's row-parallel layer
+            if split_in == [ins[0]] and src_axis[ins[0]] == row.axis == len(g.tensors[ins[0]].shape) - 1:
+                return -1, row.name
+            return None
+        kind = OP_KINDS.get(op.op_type)
+        if kind is None or not op.output_shapes:
+            return None
+        rank = len(op.output_shapes[0])
+        out_axes = set()
+        for e in split_in:
+            amap = _edge_axes(g, e)
+            if amap is None:
+                return None
+            found = [a for a, s in enumerate(amap) if s == src_axis[e]]
+            if len(found) != 1:
+                return None
+            out_axes.add(found[0])
+        if len(out_axes) != 1:
+            return None
+        (out_axis,) = out_axes
+        if kind.family == "attention":
+            # heads are independent: q, k and v all split along their heads (the third axis from the end)
+            if op.param_bytes > 0 or len(ins) < 3 or out_axis != rank - 3 or any(e not in split_in for e in ins[:3]):
+                return None
+        elif kind.family in ("elementwise", "activation"):
+            if kind.reduces or any(len(g.tensors[e].shape) != rank for e in split_in):
+                return None
+        elif kind.family not in ("view", "copy"):
+            return None
+        dim = _split_dim(op, out_axis, self.degree)
+        if dim is None:
+            return None
+        for e in ins:  # an input carrying the axis must be split alike (broadcast tables are read whole)
+            if e not in split_in:
+                amap = _edge_axes(g, e)
+                if amap is not None and out_axis < len(amap) and amap[out_axis] >= 0:
+                    return None
+        return out_axis, dim.name
+
+    def regions(self) -> list[TensorParallelRegion]:
+        members: dict[int, list[int]] = {}
+        for j in self.dim:
+            members.setdefault(self.find(self.root_of[j]), []).append(j)
+        ops = self.graph.ops
+        found = []
+        for root in sorted(members):
+            idx = sorted(members[root])
+            found.append(
+                TensorParallelRegion(
+                    splits=tuple((ops[j].name, self.dim[j]) for j in idx),
+                    column=tuple(ops[j].name for j in idx if j in self.column),
+                    row=tuple(ops[j].name for j in idx if j in self.row),
+                )
+            )
+        return found
+
+
+def tensor_parallel_regions(graph: OpGraph, degree: int) -> list[TensorParallelRegion]:
+    """Megatron-LM's tensor-parallel regions of any graph, found from the ops' parallel dimensions
+    and the tensors' axis maps (no op names).
+
+    Every linear layer with parameters is tried as column-parallel (split ``degree`` ways along its
+    output features), and its split is followed forward: a view or copy maps the split axis through
+    the axes its input edge records (:attr:`~placement_rl.graph.Tensor.dst_axes`) and needs a parallel
+    dimension there; an attention op needs q, k and v all split along their heads (the third axis from
+    the end) and splits its ``heads``; an element-wise op or activation keeps the axis where it has a
+    dimension and every input carrying the axis is split alike (inputs without it, such as broadcast
+    rotary tables, are read whole); a linear layer reading the split along its input features is
+    row-parallel (its ``in_channel``) and ends the region. Regions meeting at an op merge (Llama's
+    q, k and v projections at attention; the SwiGLU's gate and up projections at their product). A
+    region reaching anything else (a norm, a loss, a linear layer reading another axis, an op whose
+    other input is not split alike, an output nobody reads) fails: its column-parallel layers are
+    barred and the search runs again until no region fails, so a failed region's ops stay unsplit.
+
+    Args:
+        graph: the graph.
+        degree: the tensor-parallel degree every split dimension must be divisible by.
+
+    Returns:
+        The regions, in graph order of their first op.
+    """
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+        raise ValueError(f"degree = {degree!r}; expected a positive integer")
+    barred: set[int] = set()
+    while True:
+        found = _Regions(graph, degree, barred)
+        if not found.failed:
+            return found.regions()
+        barred |= {j for j in found.column if found.find(found.root_of[j]) in found.failed}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _check_megatron(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batches: int,
+    schedule: str,
+    virtual_stages: int,
+    zero_stage: int,
+    devices: Sequence[str] | None,
+) -> list[str]:
+    """The checked arguments of :func:`megatron`; returns its devices."""
+    for key, value in (("tp", tp), ("pp", pp), ("dp", dp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} = {value!r}; expected a positive integer")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}; expected one of {list(SCHEDULES)}")
+    for key, value, top in (
+        ("micro_batches", micro_batches, MAX_MICRO_BATCHES),
+        ("virtual_stages", virtual_stages, graph.num_ops),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{key} = {value!r}; expected an integer from 1 to {top:,}")
+    if virtual_stages > 1 and (schedule != "interleaved" or pp < 2):
+        raise ValueError(
+            f"virtual_stages = {virtual_stages} with schedule {schedule!r} and pp = {pp}; virtual stages need "
+            "schedule 'interleaved' and pp >= 2"
+        )
+    if isinstance(zero_stage, bool) or zero_stage not in ZERO_STAGES:
+        raise ValueError(f"zero_stage = {zero_stage!r}; expected one of {list(ZERO_STAGES)}")
+    need = tp * pp * dp
+    if devices is None:
+        names = [d.name for d in topology.devices]
+        if need > len(names):
+            raise ValueError(
+                f"tp * pp * dp = {tp} * {pp} * {dp} = {need} devices; topology {topology.name!r} has "
+                f"{len(names)}; expected a product of at most {len(names)}"
+            )
+        names = names[:need]
+    else:
+        names = _device_names(topology, devices)
+        repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+        if repeated:
+            raise ValueError(f"devices name {repeated} more than once; expected each device once")
+        if need != len(names):
+            raise ValueError(
+                f"tp * pp * dp = {tp} * {pp} * {dp} = {need}, but {len(names)} device(s) are given; expected the "
+                f"product to equal the device count"
+            )
+    per_machine = max(len(group) for group in topology.machines().values())
+    if tp > per_machine:
+        raise ValueError(
+            f"tp = {tp} exceeds the {per_machine} GPUs per machine of topology {topology.name!r}; tensor "
+            f"parallelism stays inside a machine: expected tp <= {per_machine}"
+        )
+    for k in range(0, need, tp):
+        group = names[k : k + tp]
+        machines = sorted({topology.device(n).machine for n in group})
+        if len(machines) > 1:
+            raise ValueError(
+                f"tp = {tp}: the tensor-parallel group {group} spans machines {machines}; expected tp devices "
+                "of one machine side by side (give devices in machine order, or a smaller tp)"
+            )
+    batch = graph.batch_size
+    if batch is not None and batch % (micro_batches * dp):
+        raise ValueError(
+            f"micro_batches * dp = {micro_batches} * {dp} = {micro_batches * dp} does not divide the batch of "
+            f"{batch}; expected a divisor (each data-parallel replica takes an equal share of every micro-batch)"
+        )
+    return names
+
+
+def _megatron_cuts(graph: OpGraph, regions: Sequence[TensorParallelRegion], chunks: int) -> list[int]:
+    """Cut positions ``0 = c_0 < ... < c_K = num_ops`` of ``K = chunks`` chunks balanced by
+    forward+backward FLOPs, cutting only outside tensor-parallel regions; near each balanced target
+    (within a quarter of a chunk's share of the work), where the fewest tensors cross (the residual
+    stream between layers rather than a block's inside)."""
+    n = graph.num_ops
+    if chunks == 1:
+        return [0, n]
+    inside = np.zeros(n + 1, np.int64)  # cut c (ops < c | ops >= c) lies inside a region
+    for region in regions:
+        idx = [graph.index(name) for name in region.ops]
+        inside[min(idx) + 1 : max(idx) + 1] = 1
+    last_use: dict[tuple[str, int], int] = {}
+    for t in graph.tensors:
+        key = (t.src, t.src_output)
+        last_use[key] = max(last_use.get(key, -1), graph.index(t.dst))
+    crossing = np.zeros(n + 2, np.int64)  # tensors live across cut c
+    for (src, _), last in last_use.items():
+        crossing[graph.index(src) + 1] += 1
+        crossing[last + 1] -= 1
+    crossing = np.cumsum(crossing)[: n + 1]
+    allowed = [c for c in range(1, n) if not inside[c]]
+    if len(allowed) < chunks - 1:
+        raise ValueError(
+            f"{chunks} pipeline chunks of graph {graph.name!r}: only {len(allowed)} cut(s) lie outside its "
+            f"tensor-parallel regions; expected pp * virtual_stages <= {len(allowed) + 1}"
+        )
+    work = graph.arrays.forward_flops + graph.arrays.backward_flops
+    cum = np.concatenate(([0.0], np.cumsum(work)))
+    total = float(cum[-1])
+    slack = total / chunks / 4  # how far from the balanced target a cut may move to cross fewer tensors
+    cuts = [0]
+    start = 0  # the first allowed cut the next cut may use
+    for k in range(1, chunks):
+        target = total * k / chunks
+        stop = len(allowed) - (chunks - 1 - k)  # leave one allowed cut to every later cut
+        off = {q: abs(float(cum[allowed[q]]) - target) for q in range(start, stop)}
+        near = min(off.values()) + slack
+        best = min((q for q in off if off[q] <= near), key=lambda q: (int(crossing[allowed[q]]), off[q], q))
+        cuts.append(allowed[best])
+        start = best + 1
+    cuts.append(n)
+    return cuts
+
+
+def _task_devices(
+    op: Op, degrees: Mapping[str, int], group: Sequence[str], dp: int, tp: int, tp_dim: str | None
+) -> list[str]:
+    """The device of each task of ``op`` under ``degrees`` on a stage's ``group`` (DP replica ``d``, TP
+    rank ``r`` on ``group[d * tp + r]``): partitions row-major over ``op.parallel_dims``, replicas
+    taking the unsplit one of the two (or both: DP-major)."""
+    split = [(d.name, degrees[d.name]) for d in op.parallel_dims if degrees.get(d.name, 1) > 1]
+    sample = op.sample_dim.name if op.sample_dim is not None else None
+    partitions = math.prod(deg for _, deg in split)
+    replicas = len(group) // partitions
+    out = []
+    for task in range(len(group)):
+        part, rep = divmod(task, replicas)
+        index = dict(zip([n for n, _ in split], np.unravel_index(part, [deg for _, deg in split]), strict=True))
+        tp_split = tp_dim is not None and tp_dim in index
+        d_rep, r_rep = divmod(rep, 1 if tp_split else tp)  # the replica's DP and TP positions
+        d = int(index[sample]) if sample in index else d_rep
+        r = int(index[tp_dim]) if tp_dim is not None and tp_split else r_rep
+        out.append(group[d * tp + r])
+    return out
+
+
+def _residual_adds(graph: OpGraph) -> set[int]:
+    """The residual stream's adds: ``add`` ops that branch (their output read twice: the block and the
+    skip) or read a branching tensor (the skip connection)."""
+    found = set()
+    for j, op in enumerate(graph.ops):
+        if op.op_type != "add":
+            continue
+        if len(graph.successors[j]) > 1 or any(len(graph.successors[i]) > 1 for i in graph.predecessors[j]):
+            found.add(j)
+    return found
+
+
+def _selective_ops(graph: OpGraph) -> set[int]:
+    """Attention ops and the views and copies around them (Korthikanti et al.'s selective recomputation)."""
+    shaping = ("view", "copy")
+    found: set[int] = set()
+    for j, op in enumerate(graph.ops):
+        kind = OP_KINDS.get(op.op_type)
+        if kind is None or kind.family != "attention":
+            continue
+        found.add(j)
+        for neighbours in (graph.predecessors, graph.successors):
+            frontier = list(neighbours[j])
+            while frontier:
+                i = frontier.pop()
+                k = OP_KINDS.get(graph.ops[i].op_type)
+                if i not in found and k is not None and k.family in shaping:
+                    found.add(i)
+                    frontier.extend(neighbours[i])
+    return found
+
+
+def _recompute_ops(graph: OpGraph, recompute: MegatronRecompute, chunk_of: np.ndarray) -> tuple[set[int], Any]:
+    """The ops :func:`megatron` recomputes, and the policy's label for the plan's metadata."""
+    if recompute is None:
+        return set(), None
+    if isinstance(recompute, str):
+        if recompute == "selective":
+            return _selective_ops(graph), "selective"
+        if recompute != "full":
+            raise ValueError(
+                f"recompute = {recompute!r}; expected None, one of {list(MEGATRON_RECOMPUTE)}, or a collection of "
+                "op types"
+            )
+        keep = _residual_adds(graph)
+        for t in graph.tensors:  # outputs that cross a stage boundary are kept (sent, not recomputed)
+            i, j = graph.index(t.src), graph.index(t.dst)
+            if chunk_of[i] != chunk_of[j]:
+                keep.add(i)
+        inputs = {j for j, op in enumerate(graph.ops) if not graph.predecessors[j]}
+        return set(range(graph.num_ops)) - keep - inputs, "full"
+    wanted = frozenset(recompute)
+    if not wanted:
+        raise ValueError("recompute is an empty collection; expected at least one op type, or None")
+    known = set(OP_KINDS) | {op.op_type for op in graph.ops}
+    for op_type in sorted(wanted):
+        if op_type not in known:
+            raise UnknownNameError("op type (recompute)", op_type, known)
+    return {j for j, op in enumerate(graph.ops) if op.op_type in wanted}, sorted(wanted)
+
+
+def megatron(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    micro_batches: int = 1,
+    schedule: Schedule = "1f1b",
+    virtual_stages: int = 1,
+    recompute: MegatronRecompute = None,
+    zero_stage: int = 0,
+    devices: Sequence[str] | None = None,
+) -> Plan:
+    """Megatron-LM's 3D parallelism (Narayanan et al. 2021): tensor, pipeline and data parallelism.
+
+    * **Tensor parallelism** (Shoeybi et al. 2019): the regions of :func:`tensor_parallel_regions`
+      split ``tp`` ways on each stage's tensor-parallel group: column-parallel layers along their
+      output features, attention along its heads, the views between along the matching axis, row-
+      parallel layers along their input features (their partial sums all-reduced forward, the column-
+      parallel layers' input gradients backward, as the simulator's ``partial_all_reduce``). Every
+      other op runs replicated on the group (``tp`` replicas).
+    * **Data parallelism**: with ``dp > 1`` every op is also split along its sample dimension ``dp``
+      ways and gradients are all-reduced over the data-parallel ranks. The ops replicated on the
+      tensor-parallel ranks have sync ``duplicate`` (the ranks compute the same gradients; the batch
+      slices' gradients are all-reduced once per rank, and a column-parallel layer's input gradient
+      is all-reduced over the ranks, as Megatron-LM does).
+    * **Pipeline parallelism**: the ops in graph order cut into ``pp`` stages balanced by forward+
+      backward FLOPs, cutting outside tensor-parallel regions, where the fewest tensors cross (between
+      layers); with ``schedule="interleaved"`` and ``virtual_stages = v``, ``pp * v`` chunks, chunk ``c``
+      on stage group ``c % pp``.
+
+    Devices are ranked as Megatron-LM ranks them: tensor-parallel fastest (inside one machine), then
+    data-parallel, then pipeline: stage ``s`` runs on ``devices[s*dp*tp : (s+1)*dp*tp]`` and in a stage
+    DP replica ``d``'s TP rank ``r`` is device ``d*tp + r``, so a layer's tensor-parallel traffic stays in
+    its machine and a stage sends no activations between its own devices.
+
+    Args:
+        graph: a transformer graph from the importer (linear layers with ``in_channel``, attention with
+            ``heads``, views with their axis maps); any graph works with ``tp = 1``.
+        topology: the cluster.
+        tp: tensor-parallel degree (at most the GPUs of a machine).
+        pp: pipeline stages.
+        dp: data-parallel replicas.
+        micro_batches: micro-batches per iteration; ``micro_batches * dp`` must divide the batch.
+        schedule: ``gpipe``, ``1f1b`` or ``interleaved``.
+        virtual_stages: chunks per stage group (``interleaved`` with ``pp >= 2`` only when above 1).
+        recompute: ``None``; ``"full"``: every op but the residual adds and the outputs sent to another
+            stage (Megatron-LM's per-layer checkpointing: layer inputs kept, the rest recomputed);
+            ``"selective"``: attention and the views around it (Korthikanti et al. 2022); or a
+            collection of op types.
+        zero_stage: ZeRO over the data-parallel replicas of each parameter shard (:func:`zero`; 1 is
+            Megatron-LM's distributed optimizer); 0: none.
+        devices: ``tp * pp * dp`` devices in rank order (default: the topology's first ``tp * pp * dp``).
+
+    Returns:
+        A plan named ``megatron`` that passes :meth:`Plan.validate`, its metadata holding ``tp``,
+        ``pp``, ``dp``, ``tp_ops`` (ops split ``tp`` ways), ``tp_regions``, ``column_parallel`` and
+        ``row_parallel`` (layer counts), ``micro_batches``, ``schedule``, ``virtual_stages``,
+        ``recompute``, ``zero``, ``chunk_ops`` (ops per chunk in graph order) and ``devices``.
+
+    Raises:
+        ValueError: naming the value and what is allowed: a degree below 1; ``tp * pp * dp`` other
+            than the devices given or above the topology's; ``tp`` above a machine's GPUs or a
+            tensor-parallel group across machines; an unknown ZeRO stage; ``tp > 1`` splitting no
+            region (it must divide the heads and features: the message lists the degrees that do);
+            ``micro_batches * dp`` not dividing the batch; more chunks than cuts outside the
+            regions; an unknown schedule or
+            recomputation, virtual stages without ``interleaved``.
+    """
+    names = _check_megatron(graph, topology, tp, pp, dp, micro_batches, schedule, virtual_stages, zero_stage, devices)
+    regions = tensor_parallel_regions(graph, tp) if tp > 1 else []
+    if tp > 1 and not regions:
+        per_machine = max(len(group) for group in topology.machines().values())
+        splitting = [d for d in _divisors(per_machine)[1:] if tensor_parallel_regions(graph, d)]
+        raise ValueError(
+            f"tp = {tp} splits no tensor-parallel region of graph {graph.name!r}: no linear layer's features, "
+            f"attention heads and views between divide by {tp}; expected tp = 1"
+            + (f" or one of {splitting}" if splitting else " (no degree up to a machine's GPUs splits one)")
+        )
+    split_of = {graph.index(name): dim for region in regions for name, dim in region.splits}
+    chunks = pp * virtual_stages
+    cuts = _megatron_cuts(graph, regions, chunks)
+    chunk_of = np.zeros(graph.num_ops, np.int64)
+    for k in range(chunks):
+        chunk_of[cuts[k] : cuts[k + 1]] = k
+    recomputed, label = _recompute_ops(graph, recompute, chunk_of)
+    stage_size = dp * tp
+    groups = [names[s * stage_size : (s + 1) * stage_size] for s in range(pp)]
+    configs: dict[str, OpConfig] = {}
+    for j, op in enumerate(graph.ops):
+        group = groups[int(chunk_of[j]) % pp]
+        tp_dim = split_of.get(j)
+        degrees: dict[str, int] = {tp_dim: tp} if tp_dim is not None else {}
+        sample = op.sample_dim
+        if dp > 1 and sample is not None and sample.size % (dp * micro_batches) == 0:
+            degrees[sample.name] = dp
+        # replicated on the tensor-parallel ranks: identical there, its batch slices all-reduced over
+        # data parallelism (an op without a batch slice all-reduces over the whole stage)
+        sliced = sample is not None and sample.name in degrees
+        sync: SyncMode = "duplicate" if tp_dim is None and (dp == 1 or (tp > 1 and sliced)) else "all_reduce"
+        configs[op.name] = OpConfig.make(
+            _task_devices(op, degrees, group, dp, tp, tp_dim), degrees, sync, recompute=j in recomputed
+        )
+    plan = Plan(
+        graph.name,
+        configs,
+        name="megatron",
+        metadata={
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "tp_ops": len(split_of),
+            "tp_regions": len(regions),
+            "column_parallel": sum(len(r.column) for r in regions),
+            "row_parallel": sum(len(r.row) for r in regions),
+            "micro_batches": micro_batches,
+            "schedule": schedule,
+            "virtual_stages": virtual_stages,
+            "recompute": label,
+            "zero": zero_stage,
+            "chunk_ops": [cuts[k + 1] - cuts[k] for k in range(chunks)],
+            "devices": names,
+        },
+        micro_batches=micro_batches,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
+    )
+    if zero_stage:
+        plan = zero(graph, plan, zero_stage)
+    plan.validate(graph, topology)
+    return plan

@@ -527,22 +527,36 @@ def _validate_config(op: Op, cfg: OpConfig, valid_devices: set[str]) -> None:
     if isinstance(cfg.zero, bool) or cfg.zero not in ZERO_STAGES:
         raise ValueError(f"{where}: ZeRO stage {cfg.zero!r}; expected one of {list(ZERO_STAGES)}")
     if cfg.zero:
-        shards = math.prod(deg for name, deg in cfg.degrees if dims[name].kind == "parameter")
-        holders = len(cfg.devices) // shards
+        holders = zero_holders(op, cfg)
         if op.param_bytes <= 0:
             raise ValueError(f"{where}: ZeRO stage {cfg.zero} on an op without parameters; ZeRO shards parameter state")
-        if cfg.sync not in ("all_reduce", "all_reduce_per_tensor"):
+        if cfg.sync not in ("all_reduce", "all_reduce_per_tensor", "duplicate"):
             raise ValueError(
                 f"{where}: ZeRO stage {cfg.zero} with sync {cfg.sync!r}; ZeRO shards all-reduced replicas "
-                "(sync 'all_reduce' or 'all_reduce_per_tensor')"
+                "(sync 'all_reduce', 'all_reduce_per_tensor', or 'duplicate' over batch slices)"
             )
         if holders < 2:
             raise ValueError(
                 f"{where}: ZeRO stage {cfg.zero} on parameters that are not replicated ({len(cfg.devices)} task(s), "
-                f"{shards} shard(s)); ZeRO needs each shard on at least 2 devices"
+                f"degrees {cfg.degree_map}, sync {cfg.sync!r}); ZeRO needs each shard all-reduced over at least 2 "
+                "devices"
             )
     if cfg.weights:
         _validate_weights(op, cfg, where)
+
+
+def zero_holders(op: Op, cfg: OpConfig) -> int:
+    """How many devices all-reduce each parameter shard of ``op`` under ``cfg`` (ZeRO divides its
+    state among them): every holder of the shard under ``all_reduce``; under ``duplicate`` the
+    batch (or other) slices of one replica index; 0 when the shard is not all-reduced."""
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    shards = math.prod(deg for name, deg in cfg.degrees if kinds.get(name) == "parameter")
+    if cfg.sync in ("all_reduce", "all_reduce_per_tensor"):
+        return len(cfg.devices) // shards
+    if cfg.sync == "duplicate":
+        slices = cfg.num_partitions // shards
+        return slices if slices > 1 else 0
+    return 0
 
 
 def _validate_weights(op: Op, cfg: OpConfig, where: str) -> None:

@@ -92,7 +92,7 @@ def _scaled_tensor(t: Tensor, producer: Op, m: int, k: int) -> Tensor:
     if axis >= 0 and dim is not None and len(shape) > axis and shape[axis] == dim.size:
         shape = tuple(n // m if a == axis else n for a, n in enumerate(shape))
         num_bytes //= m
-    return Tensor(copy_name(t.src, k), copy_name(t.dst, k), shape, num_bytes, t.src_output)
+    return Tensor(copy_name(t.src, k), copy_name(t.dst, k), shape, num_bytes, t.src_output, t.dst_axes)
 
 
 def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:

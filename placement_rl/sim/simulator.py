@@ -106,7 +106,7 @@ from typing import Any
 import numpy as np
 
 from placement_rl.graph import Op, OpGraph
-from placement_rl.plan.core import OpConfig, Plan, pipeline_stages, sample_shares
+from placement_rl.plan.core import OpConfig, Plan, pipeline_stages, sample_shares, zero_holders
 from placement_rl.sim import kernels as _kernels
 from placement_rl.sim import network as _network
 from placement_rl.sim import pipeline as _pipeline
@@ -798,7 +798,7 @@ class SimContext:
         T = len(devices)
         R0 = max(T // P, 1)
         # ZeRO: each holder of a shard updates its 1 / holders of it
-        update_fraction = 1.0 / shards / (T // shards if cfg.zero else 1)
+        update_fraction = 1.0 / shards / (zero_holders(op, cfg) if cfg.zero else 1)
         sample_dim = op.sample_dim
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
         for t, dev in enumerate(devices.tolist()):
