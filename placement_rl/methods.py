@@ -789,24 +789,30 @@ def _unfit(plan: Plan, result: SimResult, what: str) -> Found:
     return Found(marked, note=note)
 
 
-def _attempts(candidate: Mapping[str, int], batch: int) -> list[tuple[int, str | None]]:
-    """``(micro_batches, recompute)`` to try for one candidate, in turn until one fits: its micro-batches
-    without recomputation, with full recomputation, then with at least :data:`MICRO_BATCH_STEP` times as
-    many micro-batches (smaller ones hold fewer activations; at most :data:`MEGATRON_MAX_MICRO_BATCHES`)."""
+def _attempts(candidate: Mapping[str, int], batch: int) -> list[tuple[int, str | None, int]]:
+    """``(micro_batches, recompute, zero stage)`` to try for one candidate, in turn until one fits: its
+    micro-batches with the distributed optimizer (ZeRO-1 over the data-parallel replicas, where there are
+    any), with ZeRO-3 (parameters sharded too), with full recomputation, then with at least
+    :data:`MICRO_BATCH_STEP` times as many micro-batches (smaller ones hold fewer activations; at most
+    :data:`MEGATRON_MAX_MICRO_BATCHES`)."""
     m = candidate["micro_batches"]
-    attempts: list[tuple[int, str | None]] = [(m, None), (m, "full")]
+    sharded = 1 if candidate["dp"] > 1 else 0
+    attempts: list[tuple[int, str | None, int]] = [(m, None, sharded)]
+    if sharded:
+        attempts.append((m, None, 3))
+    attempts.append((m, "full", sharded))
     share = batch // candidate["dp"]
     more = [d for d in _divisors(share) if MICRO_BATCH_STEP * m <= d <= MEGATRON_MAX_MICRO_BATCHES]
     if more:
-        attempts.append((more[0], "full"))
+        attempts.append((more[0], "full", sharded))
     return attempts
 
 
 def _megatron(problem: Problem) -> Plan | Found:
     """Megatron-LM's 3D parallelism with the degrees the simulator finds fastest: every candidate of
     :func:`megatron_candidates`, with its distributed optimizer (ZeRO-1 over the data-parallel replicas)
-    where ``dp > 1``; where one does not fit, with full recomputation, then with more micro-batches
-    (:func:`_attempts`). The fastest plan that fits, else the one least over memory."""
+    where ``dp > 1``; where one does not fit, with ZeRO-3, with full recomputation, then with more
+    micro-batches (:func:`_attempts`). The fastest plan that fits, else the one least over memory."""
     graph, topology = problem.graph, problem.topology
     candidates = megatron_candidates(graph, topology, problem.options)
     if not candidates:
@@ -817,7 +823,7 @@ def _megatron(problem: Problem) -> Plan | Found:
         )
     tried: list[tuple[Plan, SimResult]] = []
     for candidate in candidates:
-        for micro_batches, recompute in _attempts(candidate, _batch_size(graph)):
+        for micro_batches, recompute, zero_stage in _attempts(candidate, _batch_size(graph)):
             try:
                 plan = megatron(
                     graph,
@@ -827,7 +833,7 @@ def _megatron(problem: Problem) -> Plan | Found:
                     dp=candidate["dp"],
                     micro_batches=micro_batches,
                     recompute=recompute,
-                    zero_stage=1 if candidate["dp"] > 1 else 0,
+                    zero_stage=zero_stage,
                 )
             except ValueError:  # e.g. more stages than cuts between layers
                 break

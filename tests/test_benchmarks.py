@@ -251,3 +251,17 @@ def test_anytime(ray_local: object, run: Run, tiny_yaml: Path, tmp_path: Path) -
         assert _number(row["best ms"]) > 0 and _number(row["vs DP"]) > 0
     assert (tmp_path / "lenet@trinity.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "anytime.json").is_file() and (tmp_path / "anytime.csv").is_file()
+
+
+@pytest.mark.slow
+def test_megatron_rows_print_json_with_the_published_and_simulated_figures(run: Run) -> None:
+    import json
+
+    out = run("megatron", "--rows", "1.7,1008.0", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["params_b"] for r in rows] == [1.7, 1008.0]
+    small, large = rows
+    assert small["gpus"] == 32 and small["published_tflops_per_gpu"] == 137
+    # a plausible share of an A100's 312 TFLOP/s, from the ordinary cost model
+    assert 30 < small["simulated_tflops_per_gpu"] < 312 and not small["oom"]
+    assert large["simulated_tflops_per_gpu"] is None and "tasks" in large["skipped"]

@@ -41,6 +41,8 @@ _ORDER = (
     "rnntc",
     "llama",
     "llama_7b",
+    "llama3_8b",
+    "llama2_70b",
     "gpt",
     "gpt_1.7b",
     "gpt_175b",

@@ -41,6 +41,28 @@ LLAMA_7B: dict[str, object] = {
     "seq_len": 2048,
 }
 
+#: Llama-3-8B (Grattafiori et al. 2024, Table 3): grouped-query attention, 8 key/value heads.
+LLAMA3_8B: dict[str, object] = {
+    "num_layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "kv_heads": 8,
+    "intermediate": 14336,
+    "vocab_size": 128256,
+    "seq_len": 8192,
+}
+
+#: Llama-2-70B (Touvron et al. 2023, "Llama 2", Table 1 and the released config): 8 key/value heads.
+LLAMA2_70B: dict[str, object] = {
+    "num_layers": 80,
+    "hidden": 8192,
+    "heads": 64,
+    "kv_heads": 8,
+    "intermediate": 28672,
+    "vocab_size": 32000,
+    "seq_len": 4096,
+}
+
 #: The small default: the same layer structure at a size that imports and simulates quickly, with
 #: grouped-query attention (8 query heads over 4 key/value heads) exercised.
 LLAMA_SMALL: dict[str, object] = {
@@ -187,6 +209,26 @@ def _zoo_model(
 
 
 MODELS: tuple[ZooModel, ...] = (
+    _zoo_model(
+        "llama3_8b",
+        LLAMA3_8B,
+        default_batch_size=8,
+        source="Llama-3-8B (Grattafiori et al. 2024, Table 3)",
+        description=(
+            "Llama-3-8B: 32 layers, hidden 4096, 32 heads over 8 KV heads, SiLU-gated MLP 14336, vocab 128256, "
+            "seq 8192, untied LM head; 8.03B parameters; batch 8 = one sequence per GPU of one DGX H100"
+        ),
+    ),
+    _zoo_model(
+        "llama2_70b",
+        LLAMA2_70B,
+        default_batch_size=64,
+        source="Llama-2-70B (Touvron et al. 2023, Llama 2)",
+        description=(
+            "Llama-2-70B: 80 layers, hidden 8192, 64 heads over 8 KV heads, SiLU-gated MLP 28672, vocab 32000, "
+            "seq 4096, untied LM head; 69.0B parameters; batch 64 = one sequence per GPU of 8 DGX H100"
+        ),
+    ),
     _zoo_model(
         "llama",
         LLAMA_SMALL,
