@@ -71,6 +71,8 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_simulator.py::test_no_link_direction_carries_more_than_capacity_times_makespan": (),  # 2 x 4.5 s
     "tests/test_zoo.py::test_param_bytes_equal_the_modules": (  # builds the PyTorch module with its weights
         "llama_7b",  # 12 s: 6.7 B parameters on the meta device
+        "llama3_8b",  # 5.6 s idle
+        "llama2_70b",  # 6.4 s idle: 80 layers imported
         "gpt_1.7b",  # 3.5 s under load
         "gpt_175b",  # 15 s: 96 layers imported
         "gpt_1t",  # 15 s: 128 layers imported
