@@ -7,11 +7,15 @@ import itertools
 import numpy as np
 import pytest
 
+from placement_rl.graph import Op
 from placement_rl.graph.coarsen import coarsen
-from placement_rl.plan import Plan, data_parallel
+from placement_rl.plan import OpConfig, Plan, data_parallel, pipeline
+from placement_rl.plan.core import sample_shares
 from placement_rl.search import Budget, SearchSpace, exhaustive, mcmc
 from placement_rl.search.mcmc import plan_cost, run_chain
+from placement_rl.search.proposals import fits_micro_batches, micro_batch_options, zero_eligible
 from placement_rl.sim import CostModel, DeltaSimulator
+from placement_rl.sim.pipeline import ScheduleDeadlock
 from placement_rl.sim.simulator import SimContext, simulate
 from placement_rl.topology import load_preset
 
@@ -55,6 +59,26 @@ def test_search_space_configs_are_valid_and_sampled_from_the_set(zoo_graph) -> N
         SearchSpace(graph, topo, dim_kinds=("batch",))
 
 
+def _with_v2_fields(op: Op, cfg: OpConfig, rng: np.random.Generator, micro_batches: int = 1) -> OpConfig | None:
+    """``cfg`` with, at random, recomputation, a ZeRO stage (where valid) and an uneven batch split (with a
+    sample split, one task per device); None when ``micro_batches`` do not allow it."""
+    changes: dict[str, object] = {}
+    if rng.random() < 0.3:
+        changes["recompute"] = True
+    if zero_eligible(op, cfg) and rng.random() < 0.5:
+        changes["zero"] = int(rng.integers(1, 4))
+    dim = op.sample_dim
+    if dim is not None and cfg.degree_map.get(dim.name, 1) > 1 and len(set(cfg.devices)) == len(cfg.devices):
+        if rng.random() < 0.3:
+            weights = rng.dirichlet(np.ones(len(cfg.devices))) + 0.5
+            candidate = cfg.replace(weights=dict(zip(cfg.devices, (weights / weights.sum()).tolist(), strict=True)))
+            shares = sample_shares(op, candidate)
+            if shares and min(shares) * (dim.size // micro_batches) >= 1:  # every slice keeps a sample
+                changes["weights"] = candidate.weights
+    cfg = cfg.replace(**changes) if changes else cfg
+    return cfg if fits_micro_batches(op, cfg, micro_batches) else None
+
+
 @pytest.mark.parametrize(
     ("network", "mode"), [("flow", "eager"), ("circuit", "eager"), ("pairwise", "eager"), ("flow", "cuda_graphs")]
 )
@@ -95,6 +119,8 @@ def test_delta_simulation_equals_full_simulation(
         else:
             i = int(rng.integers(graph.num_ops))
             changes = {i: space.random_config(i, rng)}
+        # plans v2: recomputation, ZeRO stages and uneven batch splits among the proposals
+        changes = {i: _with_v2_fields(graph.ops[i], c, rng) or c for i, c in changes.items()}
         # With a limit near the cost: cut off only when the cost is above the limit, else exact.
         limit = delta.cost * (0.9 + 0.3 * rng.random())
         bounded = delta.propose_many(changes, limit)
@@ -115,6 +141,82 @@ def test_delta_simulation_equals_full_simulation(
     # The kept state is the accepted plan's: its full simulation matches too.
     assert delta.result().makespan_s == simulate(graph, topo, delta.plan(), cost).makespan_s
     assert cuts > 0  # the limits above did cut some proposals off
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "preset", "micro_batches", "schedule", "network", "mode", "proposals"),
+    [
+        ("lenet", {}, "trinity", 4, "1f1b", "flow", "eager", 60),
+        pytest.param("lenet", {}, "trinity", 2, "gpipe", "circuit", "cuda_graphs", 150, marks=pytest.mark.slow),
+        pytest.param("rnnlm", {"steps": 3}, "tag-testbed", 2, "gpipe", "flow", "eager", 150, marks=pytest.mark.slow),
+        pytest.param("rnnlm", {"steps": 3}, "tag-testbed", 4, "1f1b", "pairwise", "eager", 150, marks=pytest.mark.slow),
+    ],
+)
+def test_delta_simulation_of_pipelined_plans_equals_full_simulation(
+    model, options, preset, micro_batches, schedule, network, mode, proposals, zoo_graph
+) -> None:  # type: ignore[no-untyped-def]
+    """Micro-batches, schedules and the plans v2 fields: every proposal's cost (a one-op change is its
+    copies' change, the schedule's order re-derived from the proposed stages) equals the full
+    simulation's, a 1F1B order that waits for itself is refused by both, and a plan-level change
+    (micro-batch count, schedule) rebuilds to the same cost."""
+    graph = zoo_graph(model, **options)
+    topo = load_preset(preset)
+    cost = CostModel(network=network, bucket_bytes=4 * 2**20, execution_mode=mode)
+    space = SearchSpace(graph, topo)
+    start = pipeline(graph, topo, 4, micro_batches=micro_batches, schedule=schedule)
+    delta = DeltaSimulator.for_plan(SimContext(graph, topo, cost), start)
+    assert delta.cost == plan_cost(simulate(graph, topo, start, cost), 10.0)
+    rng = np.random.default_rng(11)
+    counts = [m for m in (1, 2, 4, 8) if graph.batch_size and graph.batch_size % m == 0]
+    checked = deadlocks = rebuilt = cuts = 0
+    for step in range(proposals):
+        current = delta.plan()
+        if step % 15 == 14:  # a plan-level change: another micro-batch count or schedule
+            options_m = micro_batch_options(graph, delta.configs, counts)
+            plan = current.with_schedule(
+                options_m[int(rng.integers(len(options_m)))], ("gpipe", "1f1b")[int(rng.integers(2))]
+            )
+            try:
+                expected = plan_cost(simulate(graph, topo, plan, cost), 10.0)
+            except ScheduleDeadlock:
+                with pytest.raises(ScheduleDeadlock):
+                    delta.propose_plan(plan)
+                continue
+            assert delta.propose_plan(plan) == expected
+            rebuilt += 1
+        else:
+            indices = rng.choice(graph.num_ops, size=int(rng.integers(1, 4)), replace=False).tolist()
+            drawn = {int(i): _with_v2_fields(graph.ops[i], space.random_config(int(i), rng), rng, delta.micro_batches)
+                     for i in indices}  # fmt: skip
+            changes = {i: c for i, c in drawn.items() if c is not None}
+            if not changes:
+                continue
+            plan = current.with_configs({**current.configs, **{graph.ops[i].name: c for i, c in changes.items()}})
+            plan.validate(graph, topo)
+            try:
+                expected = plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
+            except ScheduleDeadlock:
+                with pytest.raises(ScheduleDeadlock):
+                    delta.propose_many(changes)
+                deadlocks += 1
+                continue
+            limit = delta.cost * (0.9 + 0.3 * rng.random())
+            bounded = delta.propose_many(changes, limit)
+            delta.reject()
+            assert delta.propose_many(changes) == expected
+            assert bounded == expected or (bounded == np.inf and delta.proposed_makespan_s > limit)
+            cuts += bounded == np.inf
+            checked += 1
+        if rng.random() < 0.5:
+            delta.accept()
+            assert delta.cost == expected
+        else:
+            delta.reject()
+    final = delta.plan()
+    assert final.micro_batches == delta.micro_batches and final.schedule == delta.schedule
+    assert delta.result().makespan_s == simulate(graph, topo, final, cost).makespan_s
+    assert checked > proposals // 2 and rebuilt > 0 and cuts > 0
+    assert deadlocks > 0 or schedule == "gpipe"
 
 
 @pytest.mark.parametrize("network", ["flow", "circuit"])

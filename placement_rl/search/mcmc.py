@@ -17,17 +17,26 @@ tasks with :class:`placement_rl.rl.parallel.RayMap`); the best plan wins.
 
 Beyond FlexFlow (options of :func:`mcmc`, FlexFlow's behaviour by default): ``proposals`` adds
 moves a strategy needs (:mod:`placement_rl.search.proposals`: a neighbour's configuration, a
-connected group moved to one device group, a sync-mode or replica-count change); ``adaptive``
+connected group moved to one device group, a sync-mode or replica-count change, and the plans v2
+moves: another micro-batch count or pipeline schedule, recomputation, a ZeRO stage); ``adaptive``
 moves the temperature toward a target rate of accepted worse proposals; ``tempering`` runs several
 replicas per chain at geometrically spaced temperatures that swap states by the Metropolis rule.
+The chain's state is a whole :class:`~placement_rl.plan.Plan`: the plan found carries its
+micro-batches, schedule and virtual stages. A proposal whose 1F1B order waits for itself
+(:class:`~placement_rl.sim.pipeline.ScheduleDeadlock`) costs ``inf``: it is rejected (and counted,
+``stats["deadlocks"]``), drawing the same random numbers as any rejected proposal. The ``layerwise``
+candidate (:data:`ALL_CANDIDATES`, not among the defaults) is the start micro-batch moves turn
+into a pipeline.
 
 Proposals are evaluated by delta simulation by default (:class:`~placement_rl.sim.delta.DeltaSimulator`:
 only the changed ops' tasks and their neighbourhood are rebuilt and the schedule is resumed from the
-first moment it can differ), which gives exactly the makespan and memory of a full simulation.
+first moment it can differ), which gives exactly the makespan and memory of a full simulation; a
+new micro-batch count or schedule rebuilds (:meth:`~placement_rl.sim.delta.DeltaSimulator.propose_plan`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -39,12 +48,14 @@ import numpy as np
 
 from placement_rl.graph import OpGraph
 from placement_rl.parallel import Report, TaskMap, serial_map
-from placement_rl.plan import OpConfig, Plan, data_parallel, expert, subset_data_parallel
+from placement_rl.plan import OpConfig, Plan, data_parallel, expert, layerwise, subset_data_parallel
+from placement_rl.plan.core import Schedule
 from placement_rl.progress import Progress
-from placement_rl.search.proposals import Proposer, parse_proposals
+from placement_rl.search.proposals import PipelineFields, Proposer, parse_proposals
 from placement_rl.search.space import SearchSpace
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator, oom_cost
+from placement_rl.sim.pipeline import ScheduleDeadlock
 from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import SimContext
 from placement_rl.topology import DeviceTopology
@@ -53,6 +64,9 @@ INITIAL_CANDIDATES = ("data_parallel", "expert", "random")
 #: FlexFlow's candidates plus the best data-parallel plan on one device group (a machine, or all devices of
 #: one type): on heterogeneous clusters dropping slow devices or slow links is a move no single-op proposal makes.
 EXTENDED_CANDIDATES = (*INITIAL_CANDIDATES, "subset_data_parallel")
+#: Every candidate a search may start from: also ``layerwise`` (contiguous stages, one per device), the
+#: start a ``micro_batches`` proposal turns into a pipeline.
+ALL_CANDIDATES = (*EXTENDED_CANDIDATES, "layerwise")
 
 
 #: The largest budget a search takes: 30 days of wall-clock time, or a billion proposals (a larger one is
@@ -159,7 +173,7 @@ class MCMCResult:
     """The outcome of a search.
 
     Attributes:
-        plan: the best plan found.
+        plan: the best plan found (with its pipeline fields: micro-batches, schedule, virtual stages).
         result: its full simulation.
         cost_s: its cost (the makespan, penalized if it does not fit).
         initial_costs_s: cost of each initial candidate, by name.
@@ -171,7 +185,8 @@ class MCMCResult:
         chains: number of chains.
         times_s: ``(proposals,)`` seconds since the search began after each proposal (the best chain's).
         stats: further statistics: proposals and acceptances by kind (with ``proposals`` other than
-            ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps.
+            ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps, the
+            proposals cut off (``cut_off``) and those whose schedule waits for itself (``deadlocks``).
         interrupted: the search was stopped by Ctrl-C (``KeyboardInterrupt``) before its budget was
             spent; ``plan`` is the best found until then, the chains after the interrupted one did not run.
     """
@@ -238,7 +253,9 @@ def initial_plan(
         return space.random_plan(rng)
     if name == "subset_data_parallel":
         return subset_data_parallel(graph, topology, space.devices, cost_model)
-    raise ValueError(f"initial candidate {name!r}; expected one of {list(EXTENDED_CANDIDATES)}")
+    if name == "layerwise":
+        return layerwise(graph, topology, space.devices)
+    raise ValueError(f"initial candidate {name!r}; expected one of {list(ALL_CANDIDATES)}")
 
 
 Reporter = Callable[[int, float], None]
@@ -287,6 +304,7 @@ def run_chain(
     proposer = Proposer(graph, topology, space, proposals)
     share = budget.split(len(candidates))
     best_cfgs: list[OpConfig] = []
+    best_pipeline = PipelineFields()
     best_cost = math.inf
     initial_costs: dict[str, float] = {}
     costs: list[float] = []
@@ -301,14 +319,14 @@ def run_chain(
     worse_tried = worse_taken = 0
     swaps_tried = swaps_taken = 0
     cut_off = 0  # proposals whose simulation stopped above the rejection limit
+    deadlocks = 0  # proposals whose schedule waits for itself (rejected)
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     interrupted = False
     try:
         for name in candidates:
             plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
-            cfgs = [plan[op.name] for op in graph.ops]
-            sims = [
-                DeltaSimulator(ctx, cfgs, oom_penalty) if delta else _FullEvaluator(ctx, cfgs, oom_penalty)
+            sims: list[DeltaSimulator | _FullEvaluator] = [
+                DeltaSimulator.for_plan(ctx, plan, oom_penalty) if delta else _FullEvaluator(ctx, plan, oom_penalty)
                 for _ in range(replicas)
             ]
             current = [sim.cost for sim in sims]
@@ -316,7 +334,7 @@ def run_chain(
             scale = beta / current[0] if current[0] > 0 else beta
             betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
             if current[0] < best_cost:
-                best_cost, best_cfgs = current[0], list(cfgs)
+                best_cost, best_cfgs, best_pipeline = current[0], list(sims[0].configs), _fields(sims[0])
             start = time.perf_counter()
             last_improvement = start
             steps = 0
@@ -330,11 +348,16 @@ def run_chain(
                     break
                 r = steps % replicas
                 sim = sims[r]
-                kind, changes = proposer.draw(sim.configs, rng)
-                changes = {i: c for i, c in changes.items() if c != sim.configs[i]}
+                fields = _fields(sim)
+                kind, change = proposer.draw(sim.configs, rng, fields)
+                if isinstance(change, PipelineFields):
+                    plan_change: PipelineFields | None = change if change != fields else None
+                    changes: dict[int, OpConfig] = {}
+                else:
+                    plan_change, changes = None, {i: c for i, c in change.items() if c != sim.configs[i]}
                 steps += 1
                 proposals_made += 1
-                if changes:
+                if changes or plan_change is not None:
                     scale = heat * betas[r]
                     if cutoff:
                         # Draw the acceptance number first: the proposal is certainly rejected above
@@ -342,20 +365,17 @@ def run_chain(
                         # proposal is accepted without it, so the chain is the same as without cutoff.
                         state = rng.bit_generator.state
                         u = rng.random()
-                        proposed = sim.propose_many(changes, rejection_limit(current[r], u, scale))
-                        cut_off += proposed == math.inf
+                        proposed, deadlock = _propose(sim, changes, plan_change, rejection_limit(current[r], u, scale))
+                        cut_off += proposed == math.inf and not deadlock
                         worse = proposed > current[r]
                         if not worse:
                             rng.bit_generator.state = state
                         take = not worse or u < math.exp(scale * (current[r] - proposed))
                     else:
-                        if len(changes) == 1:
-                            ((i, cfg),) = changes.items()
-                            proposed = sim.propose(i, cfg)
-                        else:
-                            proposed = sim.propose_many(changes)
+                        proposed, deadlock = _propose(sim, changes, plan_change)
                         worse = proposed > current[r]
                         take = not worse or rng.random() < math.exp(scale * (current[r] - proposed))
+                    deadlocks += deadlock
                     if take:
                         sim.accept()
                         current[r] = proposed
@@ -363,7 +383,7 @@ def run_chain(
                         accepted_by_kind[kind] += 1
                         worse_taken += worse
                         if proposed < best_cost:
-                            best_cost, best_cfgs = proposed, list(sim.configs)
+                            best_cost, best_cfgs, best_pipeline = proposed, list(sim.configs), _fields(sim)
                             last_improvement, last_improvement_step = time.perf_counter(), steps
                     else:
                         sim.reject()
@@ -397,6 +417,8 @@ def run_chain(
     if report is not None:
         report(proposals_made, best_cost)
     stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
+    if deadlocks:
+        stats["deadlocks"] = deadlocks
     if proposer.kinds != ["flexflow"]:
         stats["proposals_by_kind"] = dict(proposer.counts)
         stats["accepted_by_kind"] = accepted_by_kind
@@ -406,6 +428,7 @@ def run_chain(
         stats["swaps_tried"], stats["swaps_accepted"] = swaps_tried, swaps_taken
     return {
         "configs": best_cfgs,
+        "pipeline": (best_pipeline.micro_batches, best_pipeline.schedule, best_pipeline.virtual_stages),
         "cost_s": best_cost,
         "initial_costs_s": initial_costs,
         "costs_s": np.array(costs),
@@ -437,35 +460,78 @@ def swap_probability(beta_i: float, beta_j: float, cost_i: float, cost_j: float)
     return 1.0 if exponent >= 0 else math.exp(exponent)
 
 
+def _fields(sim: DeltaSimulator | _FullEvaluator) -> PipelineFields:
+    return PipelineFields(sim.micro_batches, sim.schedule, sim.virtual_stages)
+
+
+def _propose(
+    sim: DeltaSimulator | _FullEvaluator,
+    changes: dict[int, OpConfig],
+    plan_change: PipelineFields | None,
+    limit_s: float = math.inf,
+) -> tuple[float, bool]:
+    """The cost of a proposal (op changes, or new pipeline fields) and whether its schedule waits for
+    itself (:class:`ScheduleDeadlock`: the cost is then ``inf``, rejected by any Metropolis test, and
+    nothing is pending)."""
+    try:
+        if plan_change is not None:
+            plan = sim.plan().with_schedule(plan_change.micro_batches, plan_change.schedule, plan_change.virtual_stages)
+            return sim.propose_plan(plan, limit_s), False
+        if len(changes) == 1 and limit_s == math.inf:
+            ((i, cfg),) = changes.items()
+            return sim.propose(i, cfg), False
+        return sim.propose_many(changes, limit_s), False
+    except ScheduleDeadlock:
+        sim.reject()
+        return math.inf, True
+
+
 class _FullEvaluator:
     """The evaluator interface of :class:`DeltaSimulator`, by full re-simulation (for comparison)."""
 
-    def __init__(self, ctx: SimContext, configs: list[OpConfig], oom_penalty: float) -> None:
+    def __init__(self, ctx: SimContext, plan: Plan, oom_penalty: float) -> None:
         self.ctx = ctx
         self.oom_penalty = oom_penalty
-        self.configs = list(configs)
-        self.compiled = [ctx.compile_uncached(i, c) for i, c in enumerate(configs)]
-        self.cost = plan_cost(ctx.run(self.compiled), oom_penalty)
-        self._pending: tuple[dict[int, OpConfig], dict[int, Any]] | None = None
+        self._plan = plan
+        self.configs = [plan[op.name] for op in ctx.graph.ops]
+        self.cost = plan_cost(ctx.simulate(plan, validate=False), oom_penalty)
+        self.proposed_makespan_s = math.nan
+        self._pending: Plan | None = None
+
+    @property
+    def micro_batches(self) -> int:
+        return self._plan.micro_batches
+
+    @property
+    def schedule(self) -> Schedule:
+        return self._plan.schedule
+
+    @property
+    def virtual_stages(self) -> int:
+        return self._plan.virtual_stages
+
+    def plan(self, name: str = "plan") -> Plan:
+        return dataclasses.replace(self._plan, name=name)
 
     def propose(self, index: int, cfg: OpConfig, limit_s: float = math.inf) -> float:
         return self.propose_many({index: cfg})
 
     def propose_many(self, changes: Mapping[int, OpConfig], limit_s: float = math.inf) -> float:
-        trial = list(self.compiled)
-        compiled = {i: self.ctx.compile_uncached(i, cfg) for i, cfg in changes.items()}
-        for i, c in compiled.items():
-            trial[i] = c
-        cost = plan_cost(self.ctx.run(trial), self.oom_penalty)
-        self._pending = (dict(changes), compiled)
-        return cost
+        ops = self.ctx.graph.ops
+        plan = self._plan.with_configs({**self._plan.configs, **{ops[i].name: c for i, c in changes.items()}})
+        return self.propose_plan(plan)
+
+    def propose_plan(self, plan: Plan, limit_s: float = math.inf) -> float:
+        self._pending = None
+        result = self.ctx.simulate(plan, validate=False)
+        self._pending = plan
+        self.proposed_makespan_s = result.makespan_s
+        return plan_cost(result, self.oom_penalty)
 
     def accept(self) -> None:
         assert self._pending is not None
-        changes, compiled = self._pending
-        for i, cfg in changes.items():
-            self.configs[i], self.compiled[i] = cfg, compiled[i]
-        self._pending = None
+        self._plan, self._pending = self._pending, None
+        self.configs = [self._plan[op.name] for op in self.ctx.graph.ops]
 
     def reject(self) -> None:
         self._pending = None
@@ -504,9 +570,9 @@ def mcmc(
         beta: scale-free inverse temperature (``beta / cost(initial)`` multiplies cost differences).
         oom_penalty: cost multiplier for plans that do not fit.
         initial: initial candidates, spread round-robin over the chains: FlexFlow's ``data_parallel``,
-            ``expert`` and ``random`` (:data:`INITIAL_CANDIDATES`, FlexFlow's own setting) and
-            ``subset_data_parallel``; the default is all four (:data:`EXTENDED_CANDIDATES`), as in
-            ``placement-rl plan``.
+            ``expert`` and ``random`` (:data:`INITIAL_CANDIDATES`, FlexFlow's own setting),
+            ``subset_data_parallel`` and ``layerwise``; the default is the first four
+            (:data:`EXTENDED_CANDIDATES`), as in ``placement-rl plan``.
         cost_model: the simulator's cost model.
         delta: evaluate proposals with delta simulation (same results, faster).
         cutoff: stop simulating a proposal once its makespan is certainly above the cost at which
@@ -517,8 +583,9 @@ def mcmc(
             result does not depend on it (with a proposal budget).
         proposals: the proposal kinds (:mod:`placement_rl.search.proposals`): ``"flexflow"`` (the
             default, FlexFlow's one random op and configuration: the same plans as before for a seed
-            and proposal budget), ``"neighbour"``, ``"group"``, ``"sync"``, ``"replicas"``, the mix
-            ``"mixed"``, or a ``{kind: weight}`` mapping.
+            and proposal budget), ``"neighbour"``, ``"group"``, ``"sync"``, ``"replicas"``,
+            ``"micro_batches"``, ``"schedule"``, ``"recompute"``, ``"zero"``, the mixes ``"mixed"``
+            (all of them), ``"soap"`` and ``"memory"``, or a ``{kind: weight}`` mapping.
         adaptive: a target rate of accepted worse proposals (in ``(0, 1)``, e.g. ``0.1``): the
             temperature adapts toward it (every 50 worse proposals, beta times or over 1.5); ``None``
             (the default) keeps beta fixed.
@@ -553,11 +620,9 @@ def mcmc(
         raise ValueError(f"tempering = {tempering!r}; expected an integer >= 1 (replicas per chain)")
     if isinstance(beta_ratio, bool) or not isinstance(beta_ratio, (int, float)) or not beta_ratio > 1:
         raise ValueError(f"beta_ratio = {beta_ratio!r}; expected a number > 1")
-    bad = [c for c in initial if c not in EXTENDED_CANDIDATES]
+    bad = [c for c in initial if c not in ALL_CANDIDATES]
     if bad or not initial:
-        raise ValueError(
-            f"initial candidates {list(initial)}; expected a non-empty subset of {list(EXTENDED_CANDIDATES)}"
-        )
+        raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(ALL_CANDIDATES)}")
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
                "delta": delta, "cutoff": cutoff, "proposals": proposals, "adaptive": adaptive,
@@ -637,7 +702,15 @@ def finish(
     if not outcomes:
         raise KeyboardInterrupt("interrupted before the search had evaluated a plan")
     best = min(outcomes, key=lambda o: o["cost_s"])
-    plan = Plan(graph.name, {op.name: cfg for op, cfg in zip(graph.ops, best["configs"], strict=True)}, name="mcmc")
+    micro_batches, schedule, virtual_stages = best.get("pipeline", (1, "1f1b", 1))
+    plan = Plan(
+        graph.name,
+        {op.name: cfg for op, cfg in zip(graph.ops, best["configs"], strict=True)},
+        name="mcmc",
+        micro_batches=micro_batches,
+        schedule=schedule,
+        virtual_stages=virtual_stages,
+    )
     result = simulate(graph, topology, plan, cost_model)
     initial: dict[str, float] = {}
     for o in outcomes:

@@ -30,39 +30,122 @@ A proposal is a mapping ``{op index: new configuration}`` of one or more ops (ev
     by ``R`` devices): existing replicas are kept in order, new ones go to the devices it does not
     use yet, in device order.
 
-``proposals`` names one kind, a mix (:data:`MIXES`: ``"mixed"``, FlexFlow's proposal half of the
-time and the four others in the rest; ``"soap"``, FlexFlow's half of the time, ``neighbour`` and
-``group`` in the rest), or maps kinds to weights. Without ``sync`` and ``replicas`` the proposals
-stay inside the SOAP search space (a ``neighbour`` or ``group`` configuration outside it is left
-out of the proposal), so the plans found compare with :func:`~placement_rl.search.exhaustive`'s
-optimum over that space; ``sync`` and ``replicas`` leave it.
+``micro_batches``
+    The plan runs another number of micro-batches per iteration (gradient accumulation; a pipeline
+    when the ops are on several device groups): a divisor of the batch, at most ``max_micro_batches``,
+    that every op's sample dimension and configuration allow (:func:`micro_batch_options`). A
+    plan-level proposal (:class:`PipelineFields`), evaluated by a rebuild
+    (:meth:`~placement_rl.sim.delta.DeltaSimulator.propose_plan`).
+``schedule``
+    With several micro-batches, another pipeline schedule: ``gpipe`` or ``1f1b``, or ``interleaved``
+    when the plan's stages deal model chunks to its device groups in turn
+    (:func:`schedule_options`). A 1F1B order that waits for itself
+    (:class:`~placement_rl.sim.pipeline.ScheduleDeadlock`) is rejected by the chain.
+``recompute``
+    Activation recomputation toggled: on a random op, or (half of the time) on every op of a random
+    op's pipeline stage (:func:`~placement_rl.plan.core.pipeline_stages`; the whole plan when it is
+    data parallel).
+``zero``
+    Another ZeRO stage (0-3) where it is valid (an op with parameters, all-reduced, each shard on at
+    least two devices): for a random such op and the ops sharing its parameters, or (half of the
+    time) for every such op of its stage.
+
+The other kinds keep an op's ``recompute`` and, where still valid, its ``zero`` stage, and under
+several micro-batches propose only configurations the micro-batches allow (a sample degree that
+divides a micro-batch; under ``interleaved``, stages that still fit it).
+
+``proposals`` names one kind, a mix (:data:`MIXES`: ``"mixed"``, FlexFlow's proposal 40% of the time,
+``neighbour`` and ``group`` 12% each, ``sync`` and ``replicas`` 8% each, ``micro_batches`` 6%,
+``recompute`` and ``zero`` 5% each and ``schedule`` 4%; ``"soap"``, FlexFlow's half of the time,
+``neighbour`` and ``group`` in the rest; ``"memory"``, the ``mixed`` moves with the memory moves
+(``micro_batches``, ``recompute``, ``zero``) twice as often), or maps kinds to weights. Without the
+kinds of :data:`OUTSIDE_SPACE` the proposals stay inside the SOAP search space (a ``neighbour`` or
+``group`` configuration outside it is left out of the proposal), so the plans found compare with
+:func:`~placement_rl.search.exhaustive`'s optimum over that space; the others leave it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from placement_rl.graph import Op, OpGraph
-from placement_rl.plan import OpConfig
+from placement_rl.plan import OpConfig, Plan
 from placement_rl.plan.constructors import device_groups
+from placement_rl.plan.core import ZERO_STAGES, Schedule, pipeline_stages, sample_shares, zero_holders
 from placement_rl.search.space import SearchSpace
 from placement_rl.topology import DeviceTopology
 
-PROPOSAL_KINDS: tuple[str, ...] = ("flexflow", "neighbour", "group", "sync", "replicas")
+PROPOSAL_KINDS: tuple[str, ...] = (
+    "flexflow",
+    "neighbour",
+    "group",
+    "sync",
+    "replicas",
+    "micro_batches",
+    "schedule",
+    "recompute",
+    "zero",
+)
 #: Named mixes of proposal kinds (weights, normalized when drawn).
 MIXES: dict[str, dict[str, float]] = {
-    "mixed": {"flexflow": 0.5, "neighbour": 0.15, "group": 0.15, "sync": 0.1, "replicas": 0.1},
+    "mixed": {
+        "flexflow": 0.4,
+        "neighbour": 0.12,
+        "group": 0.12,
+        "sync": 0.08,
+        "replicas": 0.08,
+        "micro_batches": 0.06,
+        "schedule": 0.04,
+        "recompute": 0.05,
+        "zero": 0.05,
+    },
     "soap": {"flexflow": 0.5, "neighbour": 0.25, "group": 0.25},
+    "memory": {
+        "flexflow": 0.3,
+        "neighbour": 0.1,
+        "group": 0.1,
+        "sync": 0.05,
+        "replicas": 0.05,
+        "micro_batches": 0.12,
+        "schedule": 0.08,
+        "recompute": 0.1,
+        "zero": 0.1,
+    },
 }
-#: Kinds whose configurations leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas).
-OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas")
+#: Kinds whose plans leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas,
+#: micro-batches and schedules, recomputation, ZeRO).
+OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas", "micro_batches", "schedule", "recompute", "zero")
+#: Plan-level kinds: they propose :class:`PipelineFields`, not op configurations.
+PLAN_KINDS: tuple[str, ...] = ("micro_batches", "schedule")
 #: Sync modes a ``sync`` proposal chooses from (``sfb`` is :func:`placement_rl.search.sfb.apply_sfb`'s).
 SYNC_CHOICES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
+#: Schedules a ``schedule`` proposal chooses from (``interleaved`` only where the stages fit it).
+SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: The most micro-batches a ``micro_batches`` proposal asks for by default (the micro-batch graph
+#: has ``m`` copies of every op, so a proposal's simulation costs about ``m`` times more).
+MAX_PROPOSED_MICRO_BATCHES = 16
 
 Changes = dict[int, OpConfig]
+
+
+@dataclass(frozen=True)
+class PipelineFields:
+    """A plan's pipeline fields (:class:`~placement_rl.plan.Plan`): what a plan-level proposal changes."""
+
+    micro_batches: int = 1
+    schedule: Schedule = "1f1b"
+    virtual_stages: int = 1
+
+    @classmethod
+    def of(cls, plan: Plan) -> PipelineFields:
+        return cls(plan.micro_batches, plan.schedule, plan.virtual_stages)
+
+
+Proposal = Changes | PipelineFields
 
 
 def parse_proposals(value: str | Mapping[str, float]) -> dict[str, float]:
@@ -105,6 +188,7 @@ class Proposer:
         space: the chain's SOAP search space (its devices bound every proposal).
         proposals: a kind, a mix name or ``{kind: weight}`` (see :func:`parse_proposals`).
         max_group: the largest group a ``group`` proposal moves.
+        max_micro_batches: the most micro-batches a ``micro_batches`` proposal asks for.
     """
 
     def __init__(
@@ -114,14 +198,18 @@ class Proposer:
         space: SearchSpace,
         proposals: str | Mapping[str, float] = "flexflow",
         max_group: int = 8,
+        max_micro_batches: int = MAX_PROPOSED_MICRO_BATCHES,
     ) -> None:
         if max_group < 2:
             raise ValueError(f"max_group = {max_group}; expected at least 2")
+        if isinstance(max_micro_batches, bool) or not isinstance(max_micro_batches, int) or max_micro_batches < 1:
+            raise ValueError(f"max_micro_batches = {max_micro_batches!r}; expected a positive integer")
         self.graph, self.topology, self.space = graph, topology, space
         self.weights = parse_proposals(proposals)
         self.kinds = list(self.weights)
         self._p = np.array([self.weights[k] for k in self.kinds])
         self.max_group = max_group
+        self.max_micro_batches = max_micro_batches
         self.n = graph.num_ops
         preds, succs = graph.predecessors, graph.successors
         self.neighbours: list[tuple[int, ...]] = [tuple(dict.fromkeys((*preds[i], *succs[i]))) for i in range(self.n)]
@@ -140,26 +228,59 @@ class Proposer:
         self.counts = dict.fromkeys(self.kinds, 0)
         #: whether every proposal stays in the search space (no kind of :data:`OUTSIDE_SPACE`)
         self.in_space = not any(k in OUTSIDE_SPACE for k in self.kinds)
+        #: the micro-batch counts the batch allows (every op's sample dimension), up to the cap
+        sizes = [op.sample_dim.size for op in graph.ops if op.sample_dim is not None]
+        batch = math.gcd(*sizes) if sizes else 1
+        self.micro_batch_counts = [m for m in range(1, min(batch, max_micro_batches) + 1) if batch % m == 0]
 
-    def draw(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> tuple[str, Changes]:
-        """One proposal against the current configurations: ``(kind, {op index: config})``.
+    def draw(
+        self, configs: Sequence[OpConfig], rng: np.random.Generator, pipeline: PipelineFields | None = None
+    ) -> tuple[str, Proposal]:
+        """One proposal against the current plan: ``(kind, {op index: config})``, or ``(kind,
+        PipelineFields)`` for the plan-level kinds (:data:`PLAN_KINDS`).
 
-        The changes may equal the current configurations (a no-op the chain skips). With only
-        ``flexflow`` no extra random number is drawn.
+        ``pipeline`` is the current plan's pipeline fields (default: one micro-batch). The changes
+        may equal the current configurations (a no-op the chain skips); a configuration the
+        micro-batches or the schedule do not allow is left out. With only ``flexflow`` and one
+        micro-batch no extra random number is drawn.
         """
+        pipeline = pipeline or PipelineFields()
         kind = self.kinds[0] if len(self.kinds) == 1 else self.kinds[int(rng.choice(len(self.kinds), p=self._p))]
         self.counts[kind] += 1
+        if kind == "micro_batches":
+            return kind, self.micro_batches(configs, pipeline, rng)
+        if kind == "schedule":
+            return kind, self.schedule(configs, pipeline, rng)
         if kind == "flexflow":
             i = int(rng.integers(self.n))
-            return kind, {i: self.space.random_config(i, rng)}
-        if kind in ("neighbour", "group"):
+            changes = {i: self.space.random_config(i, rng)}
+        elif kind in ("neighbour", "group"):
             changes = self.neighbour(configs, rng) if kind == "neighbour" else self.group(rng)
             if self.in_space:
                 changes = {i: c for i, c in changes.items() if self.space.contains(i, c)}
-            return kind, changes
-        if kind == "sync":
-            return kind, self.sync(configs, rng)
-        return kind, self.replicas(configs, rng)
+        elif kind == "sync":
+            changes = self.sync(configs, rng)
+        elif kind == "replicas":
+            changes = self.replicas(configs, rng)
+        elif kind == "recompute":
+            changes = self.recompute(configs, rng)
+        else:
+            changes = self.zero(configs, rng)
+        if kind not in ("recompute", "zero"):  # placement moves keep the op's memory options
+            changes = {i: keep_memory_options(self.graph.ops[i], configs[i], c) for i, c in changes.items()}
+        return kind, self.allowed(configs, changes, pipeline)
+
+    def allowed(self, configs: Sequence[OpConfig], changes: Changes, pipeline: PipelineFields) -> Changes:
+        """``changes`` without the configurations the plan's micro-batches do not allow; none at all when
+        the changed plan's stages no longer fit an ``interleaved`` schedule."""
+        m = pipeline.micro_batches
+        if m > 1:
+            changes = {i: c for i, c in changes.items() if fits_micro_batches(self.graph.ops[i], c, m)}
+        if pipeline.schedule == "interleaved" and changes:
+            trial = [changes.get(i, c) for i, c in enumerate(configs)]
+            if not interleaved_fits(self.graph, trial, pipeline.virtual_stages, m):
+                return {}
+        return changes
 
     # ---------------------------------------------------------------- kinds
     def neighbour(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
@@ -221,6 +342,60 @@ class Proposer:
         if not options:
             return {}
         return {i: with_replicas(cfg, options[int(rng.integers(len(options)))], self.space.devices)}
+
+    def micro_batches(
+        self, configs: Sequence[OpConfig], pipeline: PipelineFields, rng: np.random.Generator
+    ) -> PipelineFields:
+        """Another micro-batch count the batch and every op's configuration allow (the same fields when none)."""
+        options = [
+            m for m in micro_batch_options(self.graph, configs, self.micro_batch_counts) if m != pipeline.micro_batches
+        ]
+        if pipeline.schedule == "interleaved":  # its micro-batches: a multiple of the device groups
+            options = [m for m in options if interleaved_fits(self.graph, configs, pipeline.virtual_stages, m)]
+        if not options:
+            return pipeline
+        m = options[int(rng.integers(len(options)))]
+        return PipelineFields(m, pipeline.schedule, pipeline.virtual_stages)
+
+    def schedule(
+        self, configs: Sequence[OpConfig], pipeline: PipelineFields, rng: np.random.Generator
+    ) -> PipelineFields:
+        """With several micro-batches, another schedule (:func:`schedule_options`; the same fields when none)."""
+        if pipeline.micro_batches < 2:
+            return pipeline
+        current = (pipeline.schedule, pipeline.virtual_stages)
+        options = [o for o in schedule_options(self.graph, configs, pipeline.micro_batches) if o != current]
+        if not options:
+            return pipeline
+        schedule, virtual = options[int(rng.integers(len(options)))]
+        return PipelineFields(pipeline.micro_batches, schedule, virtual)  # type: ignore[arg-type]
+
+    def recompute(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """Recomputation toggled on a random op, or half of the time on every op of its stage."""
+        i = int(rng.integers(self.n))
+        on = not configs[i].recompute
+        members: Sequence[int] = (i,)
+        if rng.random() < 0.5:
+            members = stage_of(self.graph, configs, i)
+        return {j: configs[j].replace(recompute=on) for j in members}
+
+    def zero(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """Another ZeRO stage for a random op that can take one (with the ops sharing its parameters), or
+        half of the time for every such op of its stage."""
+        eligible = [i for i in self.with_params if zero_eligible(self.graph.ops[i], configs[i])]
+        if not eligible:
+            return {}
+        i = eligible[int(rng.integers(len(eligible)))]
+        stages = [z for z in ZERO_STAGES if z != configs[i].zero]
+        stage = stages[int(rng.integers(len(stages)))]
+        members: Sequence[int] = self.shared[i]
+        if rng.random() < 0.5:
+            members = stage_of(self.graph, configs, i)
+        return {
+            j: configs[j].replace(zero=stage)
+            for j in members
+            if self.graph.ops[j].param_bytes > 0 and zero_eligible(self.graph.ops[j], configs[j])
+        }
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -318,6 +493,81 @@ def with_replicas(cfg: OpConfig, replicas: int, devices: Sequence[str]) -> OpCon
     sync = cfg.sync if cfg.sync != "sfb" else "all_reduce"
     ps = cfg.ps_device if sync == "parameter_server" else None
     return OpConfig(tuple(out), cfg.degrees, sync, ps)
+
+
+def zero_eligible(op: Op, cfg: OpConfig) -> bool:
+    """Whether ``cfg`` can shard ``op``'s parameter state (a ZeRO stage above 0 is valid): parameters,
+    each shard all-reduced over at least two devices (:func:`~placement_rl.plan.core.zero_holders`)."""
+    return op.param_bytes > 0 and zero_holders(op, cfg) >= 2
+
+
+def keep_memory_options(op: Op, old: OpConfig, new: OpConfig) -> OpConfig:
+    """``new`` with ``old``'s recomputation and, where ``new`` can take it, its ZeRO stage."""
+    if not old.recompute and not old.zero:
+        return new
+    zero = old.zero if zero_eligible(op, new) else 0
+    if (new.recompute, new.zero) == (old.recompute, zero):
+        return new
+    return new.replace(recompute=old.recompute, zero=zero)
+
+
+def fits_micro_batches(op: Op, cfg: OpConfig, micro_batches: int) -> bool:
+    """Whether ``micro_batches`` micro-batches allow ``cfg`` for ``op`` (:meth:`Plan.validate_schedule`):
+    they divide its sample dimension, and its sample degree divides a micro-batch (with weights:
+    every slice keeps at least one sample of a micro-batch)."""
+    dim = op.sample_dim
+    if dim is None or micro_batches == 1:
+        return True
+    if dim.size % micro_batches:
+        return False
+    size = dim.size // micro_batches
+    if cfg.weights:
+        shares = sample_shares(op, cfg)
+        return shares is None or min(shares) * size >= 1
+    return size % cfg.degree_map.get(dim.name, 1) == 0
+
+
+def micro_batch_options(graph: OpGraph, configs: Sequence[OpConfig], counts: Sequence[int]) -> list[int]:
+    """The micro-batch counts of ``counts`` that every op's sample dimension and configuration allow."""
+    return [m for m in counts if all(fits_micro_batches(op, c, m) for op, c in zip(graph.ops, configs, strict=True))]
+
+
+def _stages(graph: OpGraph, configs: Sequence[OpConfig]) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    plan = Plan(graph.name, {op.name: c for op, c in zip(graph.ops, configs, strict=True)})
+    return [(s.devices, s.ops) for s in pipeline_stages(graph, plan)]
+
+
+def stage_of(graph: OpGraph, configs: Sequence[OpConfig], index: int) -> tuple[int, ...]:
+    """The ops of op ``index``'s pipeline stage (:func:`~placement_rl.plan.core.pipeline_stages`)."""
+    return next(ops for _, ops in _stages(graph, configs) if index in ops)
+
+
+def interleaved_fits(graph: OpGraph, configs: Sequence[OpConfig], virtual_stages: int, micro_batches: int) -> bool:
+    """Whether the plan's stages fit the ``interleaved`` schedule with ``virtual_stages`` chunks per device
+    group (:meth:`Plan.validate_schedule`): at least two groups, each with that many stages, dealt to
+    the groups in turn, and micro-batches a multiple of the group count."""
+    stages = [devices for devices, _ in _stages(graph, configs)]
+    groups = list(dict.fromkeys(stages))
+    return (
+        virtual_stages >= 2
+        and len(groups) >= 2
+        and len(stages) == virtual_stages * len(groups)
+        and all(s == groups[k % len(groups)] for k, s in enumerate(stages))
+        and micro_batches % len(groups) == 0
+    )
+
+
+def schedule_options(graph: OpGraph, configs: Sequence[OpConfig], micro_batches: int) -> list[tuple[str, int]]:
+    """``(schedule, virtual stages)`` pairs the plan may run: ``gpipe`` and ``1f1b`` always (a 1F1B order
+    may still wait for itself; the simulator says so), ``interleaved`` where its stages fit it."""
+    options: list[tuple[str, int]] = [("gpipe", 1), ("1f1b", 1)]
+    stages = [devices for devices, _ in _stages(graph, configs)]
+    groups = len(dict.fromkeys(stages))
+    if groups >= 2 and len(stages) % groups == 0:
+        v = len(stages) // groups
+        if v >= 2 and interleaved_fits(graph, configs, v, micro_batches):
+            options.append(("interleaved", v))
+    return options
 
 
 def _with_valid_sync(op: Op, cfg: OpConfig) -> OpConfig:

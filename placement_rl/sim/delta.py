@@ -24,6 +24,13 @@ not change. Under the ``flow`` model a transfer in flight at ``t0`` would be slo
 flows, and its remaining bytes are not kept, so the schedule resumes at the latest moment at or
 before ``t0`` when no flow task is in flight (every flow task that became ready before it has
 ended).
+
+**Micro-batches.** A plan with ``m > 1`` micro-batches (:meth:`DeltaSimulator.for_plan`) is simulated
+on the micro-batch graph, as :func:`placement_rl.simulate` does: a change of op ``i`` is the change of
+its ``m`` copies, and the task graph takes the proposed plan's schedule order. The schedule follows
+the plan's stages, which a moved op can change, so unchanged tasks may change places on their
+device; the schedule then resumes no later than the first of them. A new micro-batch count, schedule
+or virtual-stage count rebuilds (:meth:`DeltaSimulator.propose_plan`).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.plan.core import OpConfig, Plan
+from placement_rl.plan.core import OpConfig, Plan, Schedule
 from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import EdgeArrays, OpArrays, SimContext, _CompiledOp, _Tasks
 
@@ -53,43 +60,96 @@ def oom_cost(makespan_s: float, peak_memory_bytes: np.ndarray, capacity_bytes: n
 class DeltaSimulator:
     """Evaluate one-op changes of a plan incrementally (see the module docstring).
 
+    A plan with several micro-batches (:meth:`for_plan`, or ``micro_batches > 1``) is simulated on
+    the micro-batch graph (:meth:`SimContext.micro_batch_context`): op ``i``'s change is the change
+    of its ``m`` copies (ops ``i m .. i m + m - 1`` there), and each proposal's task graph takes the
+    program order of the proposed plan's schedule (its stages follow the devices the ops run on, so
+    a moved op may reorder unchanged tasks: the schedule then resumes no later than the first task
+    whose predecessor on its device changed). Indices, :attr:`configs` and :meth:`plan` always speak
+    of the original ops. A plan-level change (micro-batches, schedule, virtual stages, or a whole
+    other plan) is :meth:`propose_plan`, which rebuilds.
+
     Args:
         ctx: the simulation context of the graph, topology and cost model.
         configs: one configuration per op, in graph order (the current plan).
         oom_penalty: see :func:`oom_cost`.
         cached: compile proposals through the context's cache (for callers such as the envs that
             revisit the same configurations; searches leave it off so the cache does not churn).
+        micro_batches, schedule, virtual_stages: the plan's pipeline fields
+            (:class:`~placement_rl.plan.core.Plan`); the schedule orders the tasks only with more than
+            one micro-batch.
 
     Attributes:
         configs: the current plan's configurations (updated by :meth:`accept`).
         cost: the current plan's cost.
         proposed_makespan_s: the makespan of the last proposal (without the OOM penalty).
+        micro_batches, schedule, virtual_stages: the current plan's pipeline fields.
+
+    Raises:
+        ValueError: micro-batches that do not divide an op's batch, or a configuration count other
+            than the graph's op count;
+            :class:`~placement_rl.sim.pipeline.ScheduleDeadlock` (a ``ValueError``) when the
+            schedule's order waits for itself (as :func:`~placement_rl.simulate` does; also from a
+            proposal, which then leaves nothing pending).
     """
 
     def __init__(
-        self, ctx: SimContext, configs: Sequence[OpConfig], oom_penalty: float = 10.0, cached: bool = False
+        self,
+        ctx: SimContext,
+        configs: Sequence[OpConfig],
+        oom_penalty: float = 10.0,
+        cached: bool = False,
+        *,
+        micro_batches: int = 1,
+        schedule: Schedule = "1f1b",
+        virtual_stages: int = 1,
     ) -> None:
         self.ctx = ctx
-        self._compile = ctx.compile if cached else ctx.compile_uncached
         self.oom_penalty = oom_penalty
+        self.micro_batches, self.schedule, self.virtual_stages = micro_batches, schedule, virtual_stages
         self.configs = list(configs)
-        self.compiled: list[_CompiledOp] = [ctx.compile(i, c) for i, c in enumerate(self.configs)]
-        self.ops = ctx.with_shared(OpArrays.from_ops(self.compiled), self.compiled)
-        self.edges = EdgeArrays.from_flat(*ctx.transfers(self.compiled))
-        self._edges_of: list[list[int]] = [[] for _ in range(ctx.graph.num_ops)]
-        for e, (i, j) in enumerate(zip(ctx.e_src.tolist(), ctx.e_dst.tolist(), strict=True)):
+        n = ctx.graph.num_ops
+        if len(self.configs) != n:
+            raise ValueError(f"{len(self.configs)} configurations for the {n} ops of graph {ctx.graph.name!r}")
+        m = micro_batches
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"micro_batches = {m!r}; expected a positive integer")
+        # the context simulated: the graph's own, or its micro-batch graph's (op i's copy k is op i m + k)
+        sim = ctx.micro_batch_context(m) if m > 1 else ctx
+        self._sim = sim
+        self._cached = cached
+        self._compile = sim.compile if cached else sim.compile_uncached
+        self.compiled: list[_CompiledOp] = [sim.compile(k, self.configs[k // m]) for k in range(n * m)]
+        self.ops = sim.with_shared(OpArrays.from_ops(self.compiled), self.compiled)
+        self.edges = EdgeArrays.from_flat(*sim.transfers(self.compiled))
+        self._edges_of: list[list[int]] = [[] for _ in range(sim.graph.num_ops)]
+        for e, (i, j) in enumerate(zip(sim.e_src.tolist(), sim.e_dst.tolist(), strict=True)):
             self._edges_of[i].append(e)
             self._edges_of[j].append(e)
-        self._capacity = ctx._capacity.astype(np.int64)
-        tasks = ctx.assemble(self.ops, self.edges)
+        self._capacity = sim._capacity.astype(np.int64)
+        tasks = self._assemble(self.ops, self.edges, self.configs)
         none = np.zeros(tasks.duration.shape[0], np.bool_)
         evaluated = self._evaluate(self.ops, tasks, none, none, none, none)
         assert evaluated is not None
         self.cost, self._times = evaluated
+        self.proposed_makespan_s = float(self._times[2].max()) if self._times[2].size else 0.0
         self._tasks = tasks
-        self._pending: tuple[Any, ...] | None = None
+        self._pending: tuple[Any, ...] | DeltaSimulator | None = None
         self._quiet: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._owner_end: np.ndarray | None = None
+
+    @classmethod
+    def for_plan(cls, ctx: SimContext, plan: Plan, oom_penalty: float = 10.0, cached: bool = False) -> DeltaSimulator:
+        """A delta simulator of ``plan`` (on ``ctx.graph``) with its pipeline fields (see the class docstring)."""
+        return cls(
+            ctx,
+            [plan[op.name] for op in ctx.graph.ops],
+            oom_penalty,
+            cached,
+            micro_batches=plan.micro_batches,
+            schedule=plan.schedule,
+            virtual_stages=plan.virtual_stages,
+        )
 
     def propose(self, index: int, cfg: OpConfig, limit_s: float = math.inf) -> float:
         """Cost of the current plan with op ``index`` set to ``cfg``; follow with :meth:`accept` or :meth:`reject`.
@@ -107,40 +167,82 @@ class DeltaSimulator:
         :meth:`accept` or :meth:`reject`."""
         if not changes:
             raise ValueError("propose_many({}): expected at least one changed op")
-        ctx = self.ctx
-        n = ctx.graph.num_ops
-        indices = sorted(changes)
-        bad = [i for i in indices if not 0 <= i < n]
+        self._pending = None
+        n = self.ctx.graph.num_ops
+        bad = [i for i in sorted(changes) if not 0 <= i < n]
         if bad:
             raise ValueError(f"op indices {bad}; expected 0 <= index < {n}")
-        compiled = {i: self._compile(i, changes[i]) for i in indices}
+        m = self.micro_batches
+        proposed = {i: changes[i] for i in sorted(changes)}
+        configs = list(self.configs)
+        for i, cfg in proposed.items():
+            configs[i] = cfg
+        # the simulated ops: each original op's m copies
+        indices = [i * m + k for i in proposed for k in range(m)]
+        sim = self._sim
+        compiled = {c: self._compile(c, proposed[c // m]) for c in indices}
         ops = self.ops
-        for i in indices:
-            ops = ops.replace(i, compiled[i])
-        owners = list(dict.fromkeys(o for o in map(ctx.shared_owner, indices) if o is not None))
+        for c in indices:
+            ops = ops.replace(c, compiled[c])
+        owners = list(dict.fromkeys(o for o in map(sim.shared_owner, indices) if o is not None))
         if owners:  # shared parameters: an owner's synchronization depends on every user
             trial = list(self.compiled)
-            for i in indices:
-                trial[i] = compiled[i]
-            ops = ctx.with_shared(ops, trial, owners)
+            for c in indices:
+                trial[c] = compiled[c]
+            ops = sim.with_shared(ops, trial, owners)
         edges = self.edges
-        changed = sorted({e for i in indices for e in self._edges_of[i]})
+        changed = sorted({e for c in indices for e in self._edges_of[c]})
         for e in changed:
-            i, j = int(ctx.e_src[e]), int(ctx.e_dst[e])
+            i, j = int(sim.e_src[e]), int(sim.e_dst[e])
             producer = compiled[i] if i in compiled else self.compiled[i]
             consumer = compiled[j] if j in compiled else self.compiled[j]
-            edges = edges.replace(e, *ctx.edge_transfers(e, producer, consumer))
-        tasks = ctx.assemble(ops, edges)
+            edges = edges.replace(e, *sim.edge_transfers(e, producer, consumer))
+        tasks = self._assemble(ops, edges, configs)
         prefix, ready, start, end = self._prefix(indices, changed, ops, edges, owners, tasks)
         evaluated = self._evaluate(ops, tasks, prefix, ready, start, end, limit_s)
         if evaluated is None:
-            self._pending = None
             self.proposed_makespan_s = math.inf
             return math.inf
         cost, times = evaluated
-        self._pending = ({i: changes[i] for i in indices}, compiled, ops, edges, times, tasks)
+        self._pending = (proposed, compiled, ops, edges, times, tasks, cost)
         self.proposed_makespan_s = float(times[2].max()) if times[2].size else 0.0
         return cost
+
+    def propose_plan(self, plan: Plan, limit_s: float = math.inf) -> float:
+        """Cost of another plan of the same graph (any micro-batches, schedule, virtual stages and
+        configurations), by a rebuild: a new micro-batch count changes every task. Follow with
+        :meth:`accept` (the plan becomes the current one) or :meth:`reject`. ``limit_s`` is accepted
+        for symmetry with :meth:`propose_many`; the cost is always exact.
+
+        Raises:
+            ValueError: as the constructor (micro-batches that do not divide an op's batch, a
+                :class:`~placement_rl.sim.pipeline.ScheduleDeadlock`); nothing is then pending.
+        """
+        del limit_s  # the rebuild evaluates the whole plan
+        self._pending = None
+        rebuilt = DeltaSimulator.for_plan(self.ctx, plan, self.oom_penalty, self._cached)
+        self._pending = rebuilt
+        self.proposed_makespan_s = rebuilt.proposed_makespan_s
+        return rebuilt.cost
+
+    def _assemble(self, ops: OpArrays, edges: EdgeArrays, configs: Sequence[OpConfig]) -> _Tasks:
+        """The task graph of ``configs``; with micro-batches, in the schedule's program order."""
+        sim = self._sim
+        if self.micro_batches == 1:
+            return sim.assemble(ops, edges)
+        graph = self.ctx.graph
+        plan = Plan(
+            graph.name,
+            {op.name: c for op, c in zip(graph.ops, configs, strict=True)},
+            micro_batches=self.micro_batches,
+            schedule=self.schedule,
+            virtual_stages=self.virtual_stages,
+        )
+        sim.schedule_plan = (graph, plan)
+        try:
+            return sim.assemble(ops, edges)
+        finally:
+            sim.schedule_plan = None
 
     def _prefix(
         self,
@@ -216,13 +318,20 @@ class DeltaSimulator:
             s0, s1 = old_ops.ptr["sync"][k], old_ops.ptr["sync"][k + 1]
             removed.append(ready[old_block + old_tasks.ps_pos[s0:s1]])
         removed.append(ready[old_block + old_tasks.bucket_pos[old_changed]])
+        # The partial-sum all-reduces of tensor-parallel layers (after the synchronization block) are
+        # rebuilt every time: the old ones count as removed, the new ones bound t0 by their inputs.
+        old_partials = old_block + old_tasks.ps_pos.shape[0] + old_tasks.bucket_pos.shape[0]
+        removed.append(ready[old_partials : old_tasks.host_base])
         t0 = min((float(r.min()) for r in removed if r.size), default=np.inf)
+        new_partials = np.arange(new_block + tasks.ps_pos.shape[0] + tasks.bucket_pos.shape[0], tasks.host_base)
+        if new_partials.size:
+            t0 = min(t0, self._partials_bound(tasks, new_partials, old_id))
         # A changed op's new tasks wait for its producers; a chain of changed ops starts at one whose
         # producers are all unchanged (or that has none).
         in_changes = set(indices)
         producers: set[int] = set()
         for index in indices:
-            mine = [int(self.ctx.e_src[e]) for e in self._edges_of[index] if int(self.ctx.e_dst[e]) == index]
+            mine = [int(self._sim.e_src[e]) for e in self._edges_of[index] if int(self._sim.e_dst[e]) == index]
             if not mine:
                 t0 = 0.0
             producers.update(p for p in mine if p not in in_changes)
@@ -244,6 +353,7 @@ class DeltaSimulator:
                 t0 = min(t0, float(end[old_tasks.host_base + kept].min()))
         if new_changed.any():
             t0 = min(t0, self._new_bucket_bound(tasks, np.flatnonzero(new_changed), sync_changed))
+        t0 = min(t0, self._chain_bound(compute_old, tasks))
         if tasks.scheduled_flows:
             t0 = self._quiet_before(t0)
         known = old_id >= 0
@@ -252,11 +362,75 @@ class DeltaSimulator:
         assert prefix.shape[0] == tasks.duration.shape[0]
         return prefix, ready[safe], start[safe], end[safe]
 
+    def _partials_bound(self, tasks: _Tasks, partials: np.ndarray, old_id: np.ndarray) -> float:
+        """A moment no new partial-sum all-reduce becomes ready before: each waits for compute tasks
+        (partial forwards, or backwards), so it is ready no earlier than the last of them when all are
+        unchanged (a new one among them becomes ready after ``t0``).
+
+        Args:
+            tasks: the proposal's task graph.
+            partials: (K,) the ids of its partial-sum all-reduces.
+            old_id: (T,) each task's id in the current task graph (-1: new).
+        """
+        _, _, end = self._times
+        T = tasks.duration.shape[0]
+        is_partial = np.zeros(T, np.bool_)
+        is_partial[partials] = True
+        at = np.flatnonzero(is_partial[tasks.succ])
+        src = np.searchsorted(tasks.succ_ptr, at, side="right") - 1
+        dst = tasks.succ[at]
+        old = old_id[src]
+        fresh = np.zeros(T, np.bool_)
+        np.logical_or.at(fresh, dst, old < 0)
+        latest = np.full(T, -np.inf)
+        np.maximum.at(latest, dst, np.where(old >= 0, end[np.maximum(old, 0)], -np.inf))
+        bounded = partials[~fresh[partials]]
+        return float(latest[bounded].min()) if bounded.size else math.inf
+
+    def _chain_bound(self, compute_old: np.ndarray, tasks: _Tasks) -> float:
+        """A moment no unchanged compute task whose predecessor on its device changed becomes ready before,
+        in either schedule.
+
+        An unchanged task's place in its device's program order can change: the task before it may
+        be removed, or (a pipeline schedule follows the plan's stages, which a moved op changes)
+        another unchanged task. For each unchanged task ``x`` whose previous task on its device is
+        not the same unchanged task as before: its old ready time (so it is not kept), and the old
+        end of its new previous task when that one is unchanged (so ``x`` cannot become ready before
+        ``t0``: that task keeps its times or becomes ready after ``t0``); a new previous task is
+        bounded by :meth:`_prefix` already; a task now first on its device gives 0. Under eager
+        execution the same holds for the host tasks, whose order follows.
+
+        Args:
+            compute_old: (2F,) each new compute task's id in the current task graph (-1: new).
+            tasks: the proposal's task graph.
+        """
+        old_tasks = self._tasks
+        if not old_tasks.chain_prev.size or not tasks.chain_prev.size:
+            return math.inf
+        ready, _, end = self._times
+        kept = np.flatnonzero(compute_old >= 0)
+        x = compute_old[kept]
+        prev = tasks.chain_prev[kept]
+        # the new previous task by its old id: -1 none, -2 a new task
+        prev_old_id = np.where(prev < 0, -1, np.where(compute_old[prev] >= 0, compute_old[prev], -2))
+        moved = prev_old_id != old_tasks.chain_prev[x]
+        if not moved.any():
+            return math.inf
+        before = prev_old_id[moved]
+        if (before == -1).any():  # now first on its device: only its data dependencies hold it
+            return 0.0
+        x, before = x[moved], before[before >= 0]
+        bound = min(float(ready[x].min()), float(end[before].min()) if before.size else math.inf)
+        if old_tasks.host_base < old_tasks.duration.shape[0]:
+            hb = old_tasks.host_base
+            bound = min(bound, float(ready[hb + x].min()), float(end[hb + before].min()) if before.size else math.inf)
+        return bound
+
     def _new_bucket_bound(self, tasks: _Tasks, buckets: np.ndarray, sync_changed: list[int]) -> float:
         """A moment no new bucket becomes ready before: a bucket waits for the backward tasks of its
         shards' users, so it is ready no earlier than the last of them that the change leaves alone."""
         if self._owner_end is None:
-            ctx = self.ctx
+            ctx = self._sim
             _, _, end = self._times
             ptr = self.ops.ptr["task"]
             F = int(ptr[-1])
@@ -302,11 +476,18 @@ class DeltaSimulator:
 
     def accept(self) -> None:
         """Make the last proposal the current plan."""
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             raise RuntimeError("accept() without a pending proposal")
-        changes, compiled, self.ops, self.edges, self._times, self._tasks = self._pending
+        if isinstance(pending, DeltaSimulator):  # a rebuilt plan (propose_plan): its state becomes ours
+            vars(self).update(vars(pending))
+            self._pending = None
+            return
+        changes, compiled, self.ops, self.edges, self._times, self._tasks, self.cost = pending
         for index, cfg in changes.items():
-            self.configs[index], self.compiled[index] = cfg, compiled[index]
+            self.configs[index] = cfg
+        for c, op in compiled.items():
+            self.compiled[c] = op
         self._pending = None
         self._quiet = self._owner_end = None
 
@@ -318,7 +499,6 @@ class DeltaSimulator:
         """Change op ``index`` to ``cfg`` for good (propose and accept); returns the new cost."""
         cost = self.propose(index, cfg)
         self.accept()
-        self.cost = cost
         return cost
 
     def feedback(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
@@ -328,19 +508,33 @@ class DeltaSimulator:
             ``(makespan_s, op_forward_end_s (N,), op_output_idle_s (N,), device_busy_s (D,))``:
             when each op's last forward task ends; how long its output then waits before the
             first outgoing transfer starts (0 when it sends nothing); and the compute seconds per
-            device.
+            device. With micro-batches, per original op: the last forward end and the longest wait
+            over its copies.
         """
         _, start, end = self._times
-        return runtime_feedback(self.ctx, self._tasks, start, end)
+        makespan, fwd_end, idle, busy = runtime_feedback(self._sim, self._tasks, start, end)
+        m = self.micro_batches
+        if m > 1:
+            n = self.ctx.graph.num_ops
+            fwd_end, idle = fwd_end.reshape(n, m).max(axis=1), idle.reshape(n, m).max(axis=1)
+        return makespan, fwd_end, idle, busy
 
     def plan(self, name: str = "plan") -> Plan:
-        """The current plan."""
+        """The current plan (with its pipeline fields)."""
+        graph = self.ctx.graph
         return Plan(
-            self.ctx.graph.name, {op.name: c for op, c in zip(self.ctx.graph.ops, self.configs, strict=True)}, name=name
+            graph.name,
+            {op.name: c for op, c in zip(graph.ops, self.configs, strict=True)},
+            name=name,
+            micro_batches=self.micro_batches,
+            schedule=self.schedule,
+            virtual_stages=self.virtual_stages,
         )
 
     def result(self) -> SimResult:
-        """The full simulation of the current plan."""
+        """The full simulation of the current plan (told of the original ops)."""
+        if self.micro_batches > 1:
+            return self.ctx.simulate(self.plan(), validate=False)
         return self.ctx.run(self.compiled)
 
     def _evaluate(
@@ -354,7 +548,7 @@ class DeltaSimulator:
         limit_s: float = math.inf,
     ) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
         """The cost and ``(ready, start, end)`` of the task graph; None when cut off above ``limit_s``."""
-        ctx = self.ctx
+        ctx = self._sim
         start, end, ready, *_, cut = ctx.schedule_within(tasks, limit_s, prefix, ready, start, end)
         if cut:
             return None

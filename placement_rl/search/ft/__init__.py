@@ -10,6 +10,12 @@ changes priced in :mod:`placement_rl.search.ft.rescheduling`). The frontier algo
 Every point carries a shared :class:`~placement_rl.plan.Plan`, so it can be re-evaluated by the
 simulator (``simulate(graph, topology, point.plan)``); FT's own numbers are its additive estimate.
 
+Beyond TensorOpt (opt-in, :func:`run_ft`'s ``zero`` and ``recompute``): a ZeRO stage for every
+configuration that replicates parameters (stages 1-2 lower memory at no time, so a setting suffices),
+and a recomputed twin of every configuration (memory lower, time higher; twice the configurations
+per op). Micro-batches and pipeline schedules are not in FT's space: its costs are sums over ops,
+and a pipeline's time (the bubble, the overlap of stages) is not a sum of per-op terms.
+
 Modes (sec. 4.1):
 
 * :func:`mini_time`: the fastest point whose memory fits the device memory (or a given limit);
@@ -105,6 +111,8 @@ def run_ft(
     progress: Callable[[int, int], None] | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     rescheduling: str = "collectives",
+    zero: int = 0,
+    recompute: bool = False,
 ) -> FTResult:
     """Run FT and unroll every frontier point into a plan.
 
@@ -124,10 +132,21 @@ def run_ft(
             paths (unrolled RNNs) grow thousands of points per configuration pair.
         rescheduling: ``collectives`` (TensorOpt) or ``point_to_point`` (the simulator's data
             movement), see :func:`~placement_rl.search.ft.costs.build_cost_graph`.
+        zero: ZeRO stage (0-3) of every configuration that replicates parameters (0: TensorOpt's
+            space); stages 1 and 2 lower memory at no time, so they are a setting, not a choice.
+        recompute: also offer every configuration with activation recomputation (memory lower,
+            time higher; twice the configurations per op, about four times FT's work).
     """
     start = time.perf_counter()
     costs, configs = build_cost_graph(
-        graph, topology, devices, cost_model=cost_model, max_configs=max_configs, rescheduling=rescheduling
+        graph,
+        topology,
+        devices,
+        cost_model=cost_model,
+        max_configs=max_configs,
+        rescheduling=rescheduling,
+        zero=zero,
+        recompute=recompute,
     )
     built = time.perf_counter()
     result = frontier_of(

@@ -28,6 +28,18 @@ layouts are defined).
              + bytes_written / P                            (temporary / backward workspace)
              + output_bytes / P_out                         (only for ops without consumers)
 
+**Memory options** (beyond TensorOpt, opt-in). ``zero = z``: every configuration that replicates an
+op's parameter shards (``f_sync >= 2``) takes ZeRO stage ``z``: its state term becomes
+``shard_bytes * cost.zero_state_bytes_per_gradient_byte(z, f_sync) * share``, and stage 3 also
+all-gathers the weights, which the simulator charges as all-reducing ``1 + weight_per_gradient_byte``
+times the gradient bytes (stages 1 and 2 move what the all-reduce moves, so they only lower memory: a
+single setting, not a choice, is then optimal). ``recompute``: every configuration ``s`` gets a twin
+``s + K_v`` with activation recomputation: the forward runs again before backward (time
+``max_d sum(forward, backward) + forward`` per device type) and the op's activation is not held
+(memory without its ``bytes_written / P`` term); the twin's edges cost what ``s``'s do (the
+re-scheduled copies are kept either way), so every edge table is tiled to ``(2 K_u, 2 K_v, 3)`` and
+FT's work grows about fourfold (Linear DP) to eightfold (eliminations).
+
 with every byte count in the cost model's precision, as in the simulator (:mod:`placement_rl.sim.cost`:
 activations scale by element size; ``gradient_bytes`` and ``param_state_bytes`` are counted per
 parameter element, ``cost.gradient_bytes(op)`` and ``cost.param_state_bytes(op)``) and compute at the
@@ -74,6 +86,7 @@ import numpy as np
 
 from placement_rl.graph import OpGraph, ParallelDim
 from placement_rl.plan import OpConfig
+from placement_rl.plan.core import ZERO_STAGES, zero_holders
 from placement_rl.search.ft.configs import _Candidate, _dims_key, _op_candidates, _to_config, resolve_devices
 from placement_rl.search.ft.rescheduling import _P, _R, _canon, _Comm, _split_degree
 from placement_rl.sim.cost import CostModel
@@ -136,6 +149,8 @@ def build_cost_graph(
     cost_model: CostModel | None = None,
     max_configs: int | None = None,
     rescheduling: str = "collectives",
+    zero: int = 0,
+    recompute: bool = False,
 ) -> tuple[CostGraph, list[list[OpConfig]]]:
     """TensorOpt's per-op configurations and additive node and edge costs (module docstring).
 
@@ -150,6 +165,10 @@ def build_cost_graph(
             the point-to-point redistribution as a fallback) or ``point_to_point`` (every layout
             change is the direct redistribution, which is how the shared simulator moves tensors
             between differently split ops; FT's estimate then agrees with ``simulate`` better).
+        zero: the ZeRO stage (0-3) of every configuration whose parameter shards are replicated
+            (module docstring, "Memory options"); 0: none, TensorOpt's space.
+        recompute: also every configuration with activation recomputation (``K_v`` doubles: config
+            ``s + K_v`` is config ``s`` recomputed).
 
     Returns:
         ``(cost_graph, configs)`` with ``configs[v][s]`` the OpConfig of op ``v``'s config ``s``: a
@@ -157,19 +176,33 @@ def build_cost_graph(
 
     Raises:
         ValueError: for an unknown or repeated device name, a device count outside
-            ``1..len(topology.devices)``, or ``max_configs < 1``.
+            ``1..len(topology.devices)``, ``max_configs < 1`` or a ZeRO stage outside 0-3.
     """
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise ValueError(f"zero = {zero!r}; expected a ZeRO stage among {list(ZERO_STAGES)}")
     names = resolve_devices(topology, devices)
     cost = cost_model or CostModel()
     n = len(names)
     comm = _Comm(topology, names, cost, rescheduling)
     cands = [_op_candidates(op, n, None, max_configs) for op in graph.ops]
     configs = [[_to_config(c, names) for c in cs] for cs in cands]
+    if zero:
+        configs = [
+            [c.replace(zero=zero) if op.param_bytes > 0 and zero_holders(op, c) >= 2 else c for c in cs]
+            for op, cs in zip(graph.ops, configs, strict=True)
+        ]
 
-    node_memory, node_time = _node_costs(graph, topology, names, cost, comm, cands)
+    node_memory, node_time, recomputed = _node_costs(graph, topology, names, cost, comm, cands, zero)
     edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost)
+    if recompute:  # twins: config s + K_v is config s recomputed; edges cost the same
+        configs = [cs + [c.replace(recompute=True) for c in cs] for cs in configs]
+        node_memory = [_frozen(np.concatenate([m, r[0]])) for m, r in zip(node_memory, recomputed, strict=True)]
+        node_time = [_frozen(np.concatenate([t, r[1]])) for t, r in zip(node_time, recomputed, strict=True)]
+        tiled: dict[int, np.ndarray] = {}
+        edge_memory = [tiled.setdefault(id(a), _frozen(np.tile(a, (2, 2, 1)))) for a in edge_memory]
+        edge_time = [tiled.setdefault(id(a), _frozen(np.tile(a, (2, 2, 1)))) for a in edge_time]
     cost_graph = CostGraph(
-        num_configs=np.array([len(cs) for cs in cands], dtype=np.int64),
+        num_configs=np.array([len(cs) for cs in configs], dtype=np.int64),
         node_memory_bytes=node_memory,
         node_time_s=node_time,
         edges=edges,
@@ -179,6 +212,11 @@ def build_cost_graph(
     return cost_graph, configs
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
 def _node_costs(
     graph: OpGraph,
     topology: DeviceTopology,
@@ -186,7 +224,9 @@ def _node_costs(
     cost: CostModel,
     comm: _Comm,
     cands: Sequence[Sequence[_Candidate]],
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    zero: int = 0,
+) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+    """Node memory and time per configuration, and the same with recomputation (module docstring)."""
     specs = sorted(
         {
             (d.device_type, cost.peak_flops(d), d.memory_bandwidth_bytes_per_s)
@@ -201,11 +241,13 @@ def _node_costs(
             key = op.param_key or f"\0{op.name}"
             sharers[key] = sharers.get(key, 0) + 1
     has_consumer = [bool(s) for s in graph.successors]
-    memory, time = [], []
+    memory, time, recomputed = [], [], []
     for i, op in enumerate(graph.ops):
         share = 1.0 / sharers[op.param_key or f"\0{op.name}"] if op.param_bytes > 0 else 0.0
         mem = np.empty(len(cands[i]))
         tim = np.empty(len(cands[i]))
+        mem_r = np.empty(len(cands[i]))
+        tim_r = np.empty(len(cands[i]))
         for s, c in enumerate(cands[i]):
             degree = [1] * len(op.parallel_dims)
             for m, k in zip(c.mesh, c.assign, strict=True):
@@ -218,32 +260,41 @@ def _node_costs(
             for g, d in zip(degree, op.parallel_dims, strict=True):
                 if not d.reduction:
                     out_shape[d.axis] //= g
-            compute = max(
-                sum(cost.task_times_s(op, 1.0 / partitions, tuple(out_shape), op.param_bytes // shards, *spec))
+            times = [
+                cost.task_times_s(op, 1.0 / partitions, tuple(out_shape), op.param_bytes // shards, *spec)
                 for spec in specs
-            )
+            ]
+            compute = max(f + b for f, b in times)
             sync = 0.0
-            memory_bytes = cost.activation_bytes(op.bytes_written, op.dtype_bytes) / partitions
+            activation = cost.activation_bytes(op.bytes_written, op.dtype_bytes) / partitions
+            memory_bytes = activation
             if not has_consumer[i]:
                 memory_bytes += cost.activation_bytes(op.output_bytes, op.dtype_bytes) / out_parts
             if share:
                 shard_bytes = cost.gradient_bytes(op) / shards
-                memory_bytes += shard_bytes * cost.state_bytes_per_gradient_byte * share
+                holders = len(names) // shards
                 replicas = tuple(
                     (stride, size)
                     for stride, size, k in c.factors()
                     if k < 0 or op.parallel_dims[k].kind != "parameter"
                 )
+                stage = zero if replicas and holders >= 2 else 0
+                per_byte = cost.zero_state_bytes_per_gradient_byte(stage, holders) if stage else None
+                memory_bytes += (
+                    shard_bytes * (cost.state_bytes_per_gradient_byte if per_byte is None else per_byte) * share
+                )
                 if replicas:
                     bw, lat, kind = comm.group(replicas)
-                    sync = cost.all_reduce_time_s(shard_bytes, len(names) // shards, bw, lat, kind) * share
+                    moved = shard_bytes * (1.0 + (cost.weight_per_gradient_byte if stage >= 3 else 0.0))
+                    sync = cost.all_reduce_time_s(moved, holders, bw, lat, kind) * share
             mem[s] = memory_bytes
             tim[s] = compute + sync
-        mem.setflags(write=False)
-        tim.setflags(write=False)
-        memory.append(mem)
-        time.append(tim)
-    return memory, time
+            mem_r[s] = memory_bytes - activation
+            tim_r[s] = max(2 * f + b for f, b in times) + sync
+        memory.append(_frozen(mem))
+        time.append(_frozen(tim))
+        recomputed.append((mem_r, tim_r))
+    return memory, time, recomputed
 
 
 def _producer_label(dims: tuple[ParallelDim, ...], box: bool) -> Callable[[int], int]:
