@@ -170,6 +170,27 @@ def test_simulate_a_plan_file_with_trace_and_gantt(tmp_path, capsys) -> None:  #
     assert "unknown plan 'greedy'; expected one of:" in capsys.readouterr().err
 
 
+def test_simulate_runs_a_plan_with_micro_batches_recomputation_and_zero(capsys) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.plan import layerwise, recompute, zero
+
+    graph, topo = zoo.load("gpt"), load_preset("h100-2x8")
+    base = ["simulate", "--model", "gpt", "--topology", "h100-2x8", "--json"]
+    assert main([*base, "--plan", "layerwise", "--micro-batches", "4", "--schedule", "gpipe"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    expected = simulate(graph, topo, layerwise(graph, topo).with_schedule(4, "gpipe"))
+    assert summary["makespan_s"] == pytest.approx(expected.makespan_s)
+    assert main([*base, "--plan", "dp", "--recompute", "attention,linear", "--zero", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    plan = zero(graph, recompute(graph, data_parallel(graph, topo), ["attention", "linear"]), 1)
+    assert summary["makespan_s"] == pytest.approx(simulate(graph, topo, plan).makespan_s)
+    # bad values name themselves and what is allowed
+    assert main([*base, "--plan", "dp", "--micro-batches", "3"]) == 2  # a usage error
+    assert "3 micro-batches do not divide" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--plan", "dp", "--zero", "4"])
+    assert "ZeRO stage '4'; expected 0, 1, 2 or 3" in capsys.readouterr().err
+
+
 def test_profile_writes_a_table_the_simulator_uses(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "profile.json"
     argv = ["profile", "--out", str(out), "--models", "lenet", "--batch-size", "8", "--repeats", "1", "--json"]

@@ -202,6 +202,22 @@ def precision(text: str) -> str:
     return text
 
 
+def schedule_name(text: str) -> str:
+    """A pipeline schedule name (:data:`placement_rl.plan.SCHEDULES`)."""
+    from placement_rl.plan import SCHEDULES
+
+    if text not in SCHEDULES:
+        raise argparse.ArgumentTypeError(str(UnknownNameError("schedule", text, SCHEDULES)))
+    return text
+
+
+def zero_stage(text: str) -> int:
+    """A ZeRO stage, 0 to 3."""
+    if text not in ("0", "1", "2", "3"):
+        raise argparse.ArgumentTypeError(f"ZeRO stage {text!r}; expected 0, 1, 2 or 3")
+    return int(text)
+
+
 def cost_parser() -> argparse.ArgumentParser:
     """The cost model's options."""
     p = argparse.ArgumentParser(add_help=False)

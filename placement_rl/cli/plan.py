@@ -18,13 +18,16 @@ from placement_rl.cli.common import (
     load_instance,
     method_list,
     method_rows_table,
+    name_list,
     path,
     plan_for,
     positive_int,
     print_json,
     print_table,
     proposal_kinds,
+    schedule_name,
     write_plan_outputs,
+    zero_stage,
 )
 from placement_rl.explain import explain_no_fit, explain_plan
 from placement_rl.paths import output_file, output_folder, safe_name
@@ -140,6 +143,20 @@ def cmd_plan(args: argparse.Namespace) -> None:
         print(f"  wrote {p}")
 
 
+def _with_large_model_options(args: argparse.Namespace, graph: Any, plan: Any) -> Any:
+    """``plan`` with ``--micro-batches``, ``--schedule``, ``--virtual-stages``, ``--recompute`` and
+    ``--zero`` applied (each only when given)."""
+    from placement_rl.plan import recompute, zero
+
+    if args.micro_batches is not None or args.schedule is not None or args.virtual_stages is not None:
+        plan = plan.with_schedule(args.micro_batches, args.schedule, args.virtual_stages)
+    if args.recompute:
+        plan = recompute(graph, plan, None if args.recompute == ["all"] else args.recompute)
+    if args.zero:
+        plan = zero(graph, plan, args.zero)
+    return plan
+
+
 def cmd_simulate(args: argparse.Namespace) -> None:
     from placement_rl.sim import simulate
 
@@ -147,7 +164,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     for out_path, flag in ((args.trace, "--trace"), (args.gantt, "--gantt")):
         if out_path:
             output_file(out_path, flag)
-    plan = plan_for(args.plan, graph, topology)
+    plan = _with_large_model_options(args, graph, plan_for(args.plan, graph, topology))
     result = simulate(graph, topology, plan, cost_model(args, topology, graph))
     title = f"{graph.name} on {topology.name}: {plan.name} ({result.makespan_s * 1e3:.1f} ms/iter)"
     if args.trace:
@@ -239,4 +256,19 @@ def add_commands(sub: Any) -> None:
     )
     p.add_argument("--trace", type=path, default=None, help="write a Chrome trace (open in Perfetto) to this path")
     p.add_argument("--gantt", type=path, default=None, help="write a Gantt chart PNG to this path")
+    p.add_argument(
+        "--micro-batches",
+        type=positive_int,
+        default=None,
+        help="run the plan with this many micro-batches per iteration (gradient accumulation, pipelines)",
+    )
+    p.add_argument("--schedule", type=schedule_name, default=None, help="pipeline schedule: gpipe, 1f1b or interleaved")
+    p.add_argument("--virtual-stages", type=positive_int, default=None, help="stages per device group (interleaved)")
+    p.add_argument(
+        "--recompute",
+        type=name_list,
+        default=None,
+        help="recompute activations: all, or comma-separated op types (e.g. attention,linear)",
+    )
+    p.add_argument("--zero", type=zero_stage, default=0, help="ZeRO stage on the replicated parameters (1-3)")
     p.set_defaults(func=cmd_simulate)
