@@ -186,8 +186,7 @@ def test_simulate_runs_a_plan_with_micro_batches_recomputation_and_zero(capsys) 
     # bad values name themselves and what is allowed
     assert main([*base, "--plan", "dp", "--micro-batches", "3"]) == 2  # a usage error
     assert "3 micro-batches do not divide" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main([*base, "--plan", "dp", "--zero", "4"])
+    assert main([*base, "--plan", "dp", "--zero", "4"]) == 2
     assert "ZeRO stage '4'; expected 0, 1, 2 or 3" in capsys.readouterr().err
 
 
