@@ -119,7 +119,9 @@ def _describe_config(cfg: OpConfig, graph: OpGraph, op_name: str) -> str:
             "sfb": "sufficient factors broadcast, gradients rebuilt on every replica"
             + (f" (also recomputing {', '.join(cfg.sfb_duplicate)})" if cfg.sfb_duplicate else ""),
             "parameter_server": f"gradients through a parameter server on {cfg.ps_device or cfg.devices[0]}",
-            "duplicate": "duplicated: no gradient exchange",
+            "duplicate": "duplicated: no gradient exchange"
+            if cfg.num_partitions <= 1 or cfg.replicas <= 1
+            else "identical on the replicas, gradients all-reduced over the parts",
         }[cfg.sync]
         if all(kinds.get(name) == "parameter" for name, _ in cfg.degrees) and cfg.replicas == 1 and cfg.degrees:
             sync = "parameters split: nothing to synchronize"
@@ -146,6 +148,37 @@ def _count_range(counts: Sequence[int], noun: str, each: bool = True) -> str:
     if lo == hi:
         return _plural(lo, noun) + (" each" if each and len(counts) > 1 else "")
     return f"{lo} to {_plural(hi, noun)}"
+
+
+#: Splits that make an op tensor-parallel (Megatron-LM's column- and row-parallel layers, heads).
+_TENSOR_PARALLEL_DIMS = ("in_channel", "heads")
+
+
+def _describe_layout(graph: OpGraph, topology: DeviceTopology, plan: Plan) -> str:
+    """The 3D layout in words when the plan splits layers along input features or heads:
+    ``8-way tensor parallel inside each machine (160 layers), 8-way data parallel, 4 pipeline stages``."""
+    tp: Counter[int] = Counter()
+    inside = True
+    for op in graph.ops:
+        cfg = plan[op.name]
+        degrees = cfg.degree_map
+        split = [d.name for d in op.parallel_dims if degrees.get(d.name, 1) > 1]  # partitions row-major
+        for dim in _TENSOR_PARALLEL_DIMS:
+            if dim in split:
+                tp[degrees[dim]] += 1
+                step = math.prod(degrees[k] for k in split[split.index(dim) + 1 :]) * cfg.replicas
+                group = cfg.devices[: degrees[dim] * step : step]
+                inside = inside and len({topology.device(d).machine for d in group}) == 1
+    if not tp:
+        return ""
+    degree, layers = tp.most_common(1)[0]
+    parts = [f"{degree}-way tensor parallel {'inside each machine' if inside else 'across machines'} ({layers} ops)"]
+    dp = Counter(plan[op.name].degree_map.get(op.sample_dim.name, 1) for op in graph.ops if op.sample_dim is not None)
+    if dp and dp.most_common(1)[0][0] > 1:
+        parts.append(f"{dp.most_common(1)[0][0]}-way data parallel")
+    stages = len({s.devices for s in pipeline_stages(graph, plan)})
+    parts.append(f"{stages} pipeline stages" if stages > 1 else "no pipeline")
+    return ", ".join(parts)
 
 
 def _describe_pipeline(graph: OpGraph, plan: Plan) -> str:
@@ -238,6 +271,9 @@ def explain_plan(
     lines.append(f"uses {len(used)} of {topology.num_devices} devices ({kinds}): {_device_ranges(used)}")
     if idle:
         lines.append(f"leaves {len(idle)} idle: {_device_ranges(idle)}")
+    layout = _describe_layout(graph, topology, plan)
+    if layout:
+        lines.append(layout)
     if plan.micro_batches != 1 or plan.schedule != "1f1b" or plan.virtual_stages != 1:
         lines.append(_describe_pipeline(graph, plan))
     # How each op family is placed: the most common configuration shape per family.

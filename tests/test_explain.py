@@ -105,3 +105,29 @@ def test_a_default_plan_says_nothing_of_the_v2_fields(zoo_graph) -> None:  # typ
         idle = int(bool(set(d.name for d in topo.devices) - set(plan.devices_used())))
         assert len(words) == 1 + idle + families + 2  # devices, idle, families, memory, critical path
         assert not any(key in w for w in words for key in ("pipeline", "ZeRO", "recomputing", "uneven", "micro-batch"))
+
+
+def test_a_megatron_layout_is_said_in_one_line(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.plan import megatron
+
+    graph = zoo_graph("gpt", batch_size=8, num_layers=2, hidden=256, heads=8, seq_len=64, vocab_size=512)
+    cluster = load_preset("h100-2x8")
+    plan = megatron(graph, cluster, tp=4, dp=2, pp=2, micro_batches=4)
+    lines = explain_plan(graph, cluster, plan, simulate(graph, cluster, plan))
+    # two row-parallel layers and one attention per layer are split 4 ways inside a machine
+    assert "4-way tensor parallel inside each machine (6 ops), 2-way data parallel, 2 pipeline stages" in lines
+    assert any("identical on the replicas, gradients all-reduced over the parts" in line for line in lines)
+    across = megatron(graph, cluster, tp=4, dp=4).with_configs(
+        {
+            name: cfg.replace(devices=tuple(cfg.devices[i] for i in _interleave(len(cfg.devices))))
+            for name, cfg in megatron(graph, cluster, tp=4, dp=4).configs.items()
+        }
+    )
+    assert any("4-way tensor parallel across machines" in line for line in explain_plan(
+        graph, cluster, across, simulate(graph, cluster, across)))  # fmt: skip
+
+
+def _interleave(n: int) -> list[int]:
+    """Device order 0, 8, 1, 9, ...: consecutive tasks alternate between the two machines."""
+    half = n // 2
+    return [k // 2 + (half if k % 2 else 0) for k in range(n)]
