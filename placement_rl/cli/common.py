@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -433,6 +434,17 @@ def write_plan_outputs(out_dir: Path, stem: str, plan: Any, result: Any, title: 
 
 
 # ------------------------------------------------------------------------------------ printing
+#: Out-of-memory devices a table cell names before it counts the rest.
+_OOM_NAMED = 3
+
+
+def _oom_cell(devices: Sequence[str]) -> str:
+    """``m0/gpu0,m0/gpu1`` or, for many, ``64: m0/gpu0,m0/gpu1,m0/gpu2,...``."""
+    if len(devices) <= _OOM_NAMED:
+        return ",".join(devices)
+    return f"{len(devices)}: {','.join(devices[:_OOM_NAMED])},..."
+
+
 def print_json(obj: Any) -> None:
     from placement_rl.io import dumps_json
 
@@ -493,7 +505,7 @@ def method_rows_table(rows: list[Any]) -> None:
                 f"{r.max_peak_memory_bytes / 2**30:.2f}",
                 f"{r.result.comm_bytes / 1e9:.3f}",
                 r.devices_used,
-                ",".join(r.result.oom_devices) if r.oom else "no",
+                _oom_cell(r.result.oom_devices) if r.oom else "no",
                 f"{r.search_s:.2f}",
             ]
             for r in rows
