@@ -16,6 +16,9 @@ the paper ran it and simulated with the project's ordinary cost model:
   default: the paper's Table 1 does not list it; Megatron-LM's large-model scripts use 1), the
   1F1B schedule (``--virtual-stages`` > 1: interleaved); without one, each data-parallel rank's
   share of the batch in one step; full activation recomputation;
+* the simulation: one data-parallel replica, its gradient all-reduces spanning every replica
+  (:func:`placement_rl.sim.replicas.simulate_replica`, equal to simulating them all on these
+  rail-optimized clusters);
 * the cost model: mixed precision (``bf16-mixed``: the A100's FP16 and BF16 peaks are equal), the
   shipped GPU calibration (fitted to an H200, carried to the A100 by its datasheet peaks); nothing is
   fitted to any row.
@@ -23,8 +26,8 @@ the paper ran it and simulated with the project's ordinary cost model:
 Throughput per GPU uses the paper's FLOP count (its Eq. 3, with recomputation:
 :func:`placement_rl.zoo.gpt.paper_flops`) over the simulated iteration time, as the paper reports it.
 A row whose simulation would exceed ``--max-tasks`` tasks is reported as skipped with its estimated
-task count: the simulator materializes every task of every device and micro-batch, and the largest
-rows need tens of millions.
+task count: the simulator materializes every task of a replica's devices and micro-batches, and the
+largest rows need tens of millions.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from typing import Any
 
 from placement_rl import zoo
 from placement_rl.plan import megatron
-from placement_rl.sim import simulate
 from placement_rl.sim.cost import CostModel
+from placement_rl.sim.replicas import simulate_replica
 from placement_rl.topology import load_preset
 from placement_rl.zoo.gpt import MEGATRON_SEQ_LEN, MEGATRON_TABLE1, MEGATRON_VOCAB_SIZE, MegatronRow, paper_flops
 
@@ -49,10 +52,10 @@ DEFAULT_MAX_TASKS = 3_000_000
 
 
 def estimated_tasks(row: MegatronRow, num_ops: int, micro_batches: int) -> int:
-    """Compute tasks (forward and backward, plus a host task each) of a row's plan, roughly: every op
-    runs on every GPU of its stage once per micro-batch."""
-    per_stage_gpus = row.tensor_parallel * (row.num_gpus // (row.tensor_parallel * row.pipeline_parallel))
-    return 4 * num_ops * per_stage_gpus * micro_batches
+    """Compute tasks (forward and backward, plus a host task each) of a row's simulation, roughly:
+    every op runs on every GPU of its stage's tensor-parallel group once per micro-batch (one
+    data-parallel replica is simulated: :func:`placement_rl.sim.replicas.simulate_replica`)."""
+    return 4 * num_ops * row.tensor_parallel * micro_batches
 
 
 def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_tasks: int) -> dict[str, Any]:
@@ -77,7 +80,7 @@ def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_ta
     if tasks > max_tasks:
         out.update(
             skipped=f"about {tasks:,} tasks (more than --max-tasks {max_tasks:,}): the simulator does not yet "
-            "simulate identical data-parallel replicas and tensor-parallel ranks once",
+            "simulate identical tensor-parallel ranks once",
             estimated_tasks=tasks,
             simulated_tflops_per_gpu=None,
         )
@@ -97,7 +100,7 @@ def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_ta
             virtual_stages=v,
             recompute="full",
         )
-        result = simulate(graph, topology, plan, CostModel(precision="bf16-mixed"))
+        result = simulate_replica(graph, topology, plan, dp, CostModel(precision="bf16-mixed"))
         # without a pipeline, a share that does not fit is accumulated in more micro-batches, as
         # Megatron-LM does (the iteration's work is the same)
         more = [d for d in range(micro_batches + 1, share + 1) if share % d == 0]

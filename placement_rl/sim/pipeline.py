@@ -53,12 +53,13 @@ def copy_name(op_name: str, k: int) -> str:
     return f"{op_name}{MICRO_BATCH_SEPARATOR}{k}"
 
 
-def _scaled_op(op: Op, m: int, k: int) -> Op:
-    """Micro-batch ``k``'s copy of ``op``: its sample dimension, FLOPs and activation bytes ``1 / m``."""
+def scaled_op(op: Op, m: int, name: str) -> Op:
+    """``op`` on ``1 / m`` of the batch, called ``name``: its sample dimension, FLOPs and activation
+    bytes ``1 / m``, its parameters the same (under their own key, shared by every such copy)."""
     key = op.param_key or (op.name if op.param_bytes else None)
     dim = op.sample_dim
     if dim is None:
-        return dataclasses.replace(op, name=copy_name(op.name, k), param_key=key)
+        return dataclasses.replace(op, name=name, param_key=key)
     shapes = op.output_shapes
     if not dim.reduction:
         first = shapes[0][dim.axis]
@@ -74,7 +75,7 @@ def _scaled_op(op: Op, m: int, k: int) -> Op:
     read_params = min(op.param_bytes, op.bytes_read)
     return dataclasses.replace(
         op,
-        name=copy_name(op.name, k),
+        name=name,
         output_shapes=shapes,
         forward_flops=op.forward_flops / m,
         backward_flops=op.backward_flops / m,
@@ -109,7 +110,7 @@ def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:
                 "expected a divisor of the batch"
             )
     by_name = {op.name: op for op in graph.ops}
-    ops = [_scaled_op(op, m, k) for op in graph.ops for k in range(m)]
+    ops = [scaled_op(op, m, copy_name(op.name, k)) for op in graph.ops for k in range(m)]
     tensors = [_scaled_tensor(t, by_name[t.src], m, k) for t in graph.tensors for k in range(m)]
     batch = graph.batch_size // m if graph.batch_size is not None and graph.batch_size % m == 0 else None
     metadata = {**graph.metadata, "micro_batches": m, "micro_batches_of": graph.name}

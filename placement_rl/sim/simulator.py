@@ -633,8 +633,22 @@ class SimContext:
     op configurations are cached (searches re-simulate plans that differ in one op).
     """
 
-    def __init__(self, graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        topology: DeviceTopology,
+        cost_model: CostModel | None = None,
+        peers: Mapping[int, Sequence[int]] | None = None,
+        cost_graph: OpGraph | None = None,
+    ) -> None:
         self.graph = graph
+        # the ops the cost model times (``graph``'s own, or those of the whole plan that ``graph`` is one
+        # data-parallel replica of, each task then a ``replica_count``-th smaller fraction of one)
+        self.cost_graph = cost_graph or graph
+        # one data-parallel replica of a larger plan (:mod:`placement_rl.sim.replicas`): device index ->
+        # the same position in the other replicas, which every gradient all-reduce also spans
+        self.peers: dict[int, tuple[int, ...]] = {int(k): tuple(int(x) for x in v) for k, v in (peers or {}).items()}
+        self.replica_count = 1 + (len(next(iter(self.peers.values()))) if self.peers else 0)
         self.topology = topology
         self.cost = cost_model or DEFAULT_COST_MODEL
         devices = topology.devices
@@ -797,8 +811,11 @@ class SimContext:
         times: dict[tuple[int, int], tuple[float, float, float, float]] = {}
         T = len(devices)
         R0 = max(T // P, 1)
-        # ZeRO: each holder of a shard updates its 1 / holders of it
-        update_fraction = 1.0 / shards / (zero_holders(op, cfg) if cfg.zero else 1)
+        # ZeRO: each holder of a shard updates its 1 / holders of it (the other replicas' too)
+        holders = zero_holders(op, cfg)
+        if self.peers:
+            holders = max(holders, 1) * self.replica_count
+        update_fraction = 1.0 / shards / (holders if cfg.zero else 1)
         sample_dim = op.sample_dim
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
         for t, dev in enumerate(devices.tolist()):
@@ -811,9 +828,11 @@ class SimContext:
                     shape = tuple(
                         max(1, round(share_of[part] * n)) if a == sample_dim.axis else n for a, n in enumerate(shape)
                     )
-                fraction = float(share_of[part]) / P
-                f, b = self.cost.device_task_times_s(op, fraction, shape, task_param_bytes, d)
-                hf, hb = self.cost.host_times_s(op, shape, task_param_bytes, d.device_type)
+                timed = self.cost_graph.ops[index]
+                scaled = timed is not op and op.sample_dim is not None  # a replica's share of the batch
+                fraction = float(share_of[part]) / P / (self.replica_count if scaled else 1)
+                f, b = self.cost.device_task_times_s(timed, fraction, shape, task_param_bytes, d)
+                hf, hb = self.cost.host_times_s(timed, shape, task_param_bytes, d.device_type)
                 if cfg.recompute:  # the forward runs again before backward
                     b, hb = b + f, hb + hf
                 if owner:  # the optimizer step of the parameter shard this task holds
@@ -851,7 +870,10 @@ class SimContext:
         if cfg.sync == "sfb" and key is not None and self._owner[key] == index and op.param_bytes > 0:
             self._set_sync(compiled, self._sfb_template(op, cfg, compiled))
         elif key is not None and self._owner[key] == index and op.param_bytes > 0:
-            groups, mode = _holder_groups(devices, compiled.task_shard, shards, R, cfg.sync, P // shards)
+            groups, mode = _holder_groups(
+                devices, compiled.task_shard, shards, R, cfg.sync, max(P // shards, 2 if self.peers else 1)
+            )
+            groups = [self.with_peers(g) for g in groups]
             self._set_sync(
                 compiled,
                 self._sync_template(groups, self.cost.gradient_bytes(op) / shards, mode, compiled.ps_device, cfg.zero),
@@ -968,6 +990,13 @@ class SimContext:
             "ar_alone": np.full(len(ar_group), mode == "all_reduce_per_tensor"),
         }
 
+    def with_peers(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """``group`` with the same devices of every other replica, replica by replica (ring order as
+        the whole plan would have it); ``group`` itself without replicas."""
+        if not self.peers:
+            return group
+        return tuple(d if k == 0 else self.peers[d][k - 1] for k in range(self.replica_count) for d in group)
+
     def group_id(self, group: tuple[int, ...]) -> int:
         """The id of a device group (topology indices in ring order), one communicator of all-reduces."""
         found = self._groups.get(group)
@@ -1020,7 +1049,7 @@ class SimContext:
             return found
         shards = first.shards if same else 1
         # "duplicate" over replicas of sample slices: one group per (shard, replica) (see _holder_groups)
-        per_replica = first.sync_mode == "duplicate" and same and first.partitions > first.shards
+        per_replica = first.sync_mode == "duplicate" and same and (first.partitions > first.shards or bool(self.peers))
         slots = shards * (first.replicas if per_replica else 1)
         members: list[dict[int, None]] = [{} for _ in range(slots)]
         for u in users:
@@ -1030,7 +1059,7 @@ class SimContext:
                 members[min(slot, slots - 1)][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
-            [tuple(m) for m in members],
+            [self.with_peers(tuple(m)) for m in members],
             self.cost.gradient_bytes(op) / shards,
             "all_reduce" if per_replica else first.sync_mode,
             first.ps_device,
@@ -1066,7 +1095,14 @@ class SimContext:
         """The context of this graph's micro-batch graph for ``micro_batches`` (cached, the last four)."""
         found = self._micro.get(micro_batches)
         if found is None:
-            found = SimContext(_pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost)
+            cost_graph = (
+                _pipeline.micro_batch_graph(self.cost_graph, micro_batches)
+                if self.cost_graph is not self.graph
+                else None
+            )
+            found = SimContext(
+                _pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost, self.peers, cost_graph
+            )
             if len(self._micro) >= 4:
                 self._micro.pop(next(iter(self._micro)))
             self._micro[micro_batches] = found
