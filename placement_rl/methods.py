@@ -62,6 +62,7 @@ from placement_rl.plan import (
     zero,
 )
 from placement_rl.sim import CostModel, SimContext, SimResult
+from placement_rl.sim.replicas import simulate_replica
 from placement_rl.topology import DeviceTopology
 
 _BASELINE_BUILDERS: dict[str, Callable[[OpGraph, DeviceTopology], Plan]] = {
@@ -837,7 +838,8 @@ def _megatron(problem: Problem) -> Plan | Found:
                 )
             except ValueError:  # e.g. more stages than cuts between layers
                 break
-            result = problem.context.simulate(plan, validate=False)
+            # one data-parallel replica, exactly as fast as the whole plan (placement_rl.sim.replicas)
+            result = simulate_replica(graph, topology, plan, candidate["dp"], problem.context.cost)
             tried.append((plan, result))
             if not result.oom:
                 break
