@@ -155,11 +155,13 @@ def test_subclasses_of_leaf_layers_are_leaves(tracer: str) -> None:
     assert [op.op_type for op in graph.ops] == ["input", "linear", "gelu", "linear", "sum"]
     up, down = (op for op in graph.ops if op.op_type == "linear")
     assert (up.param_key, up.param_bytes, down.param_bytes) == ("up", (8 * 16 + 16) * 4, 16 * 4 * 4)
-    # the weight is split like nn.Linear's: its output features are a parameter dimension
+    # the weight is split like nn.Linear's: its output features are a parameter dimension, its input
+    # features a reduction (the row-parallel split)
     assert [(d.name, d.kind) for d in up.parallel_dims] == [
         ("sample", "sample"),
         ("length", "attribute"),
         ("channel", "parameter"),
+        ("in_channel", "parameter"),
     ]
     assert up.forward_flops >= 2 * 15 * 8 * 16
 

@@ -79,7 +79,7 @@ def test_sample_axes_follow_the_batch_through_reshapes() -> None:
     assert by_type["linear"].output_shapes == ((3, 7, 5),)
     assert by_type["reshape"].output_shapes == ((21, 5),)
     assert [d.axis for d in by_type["reshape"].parallel_dims if d.kind == "sample"] == [0]
-    assert [d.name for d in by_type["linear"].parallel_dims] == ["sample", "length", "channel"]
+    assert [d.name for d in by_type["linear"].parallel_dims] == ["sample", "length", "channel", "in_channel"]
 
 
 def test_zoo_model_same_ops_and_parameters_as_fx() -> None:

@@ -443,12 +443,16 @@ BEFORE_ISSUE_14 = {
 }
 
 
+_VIEW_TYPES = ("reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk", "split")
+_VIEW_TYPES += ("slice", "cat")
+
+
 def _dims_of_then(graph: OpGraph) -> OpGraph:
     """``graph`` with the parallel dimensions the importer gave when the figures were recorded: none
     of the input features of linear layers, the heads of attention or the axes of views."""
 
     def then(op: Op) -> Op:
-        view = op.op_type in ("reshape", "view", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "chunk")
+        view = op.op_type in _VIEW_TYPES
         dims = tuple(
             d
             for d in op.parallel_dims

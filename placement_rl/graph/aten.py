@@ -882,7 +882,8 @@ class _ExportBuilder:
                     break
             from placement_rl.graph.importer import parallel_dims
 
-            dims, split = parallel_dims(kind, flat_out[0].shape, samples[0], reduce_axis, param_bytes > 0)
+            in_shape = ins[0][2].shape if ins else None
+            dims, split = parallel_dims(kind, flat_out[0].shape, samples[0], reduce_axis, param_bytes > 0, in_shape)
             if reduce_axis is not None and all(a is None for a in samples) and not dims and op_type != "fill":
                 self.lost.append((group.nodes[0], group))
             in_bytes = sum(i.nbytes for _, _, i in ins)

@@ -926,7 +926,8 @@ class _Builder:
             if axes is not None:
                 self.dst_axes[node.name] = axes
                 dims = dims + _mapped_dims(dims, out.shape, axes)
-        if not dims and all(a is None for a in sample_axes) and self._batched_input(inputs) is not None:
+        batch = any(d.kind == "sample" for d in dims)
+        if not batch and all(a is None for a in sample_axes) and self._batched_input(inputs) is not None:
             self.lost.append((node, op_type))
         return Op(
             name=node.name,
