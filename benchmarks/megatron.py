@@ -16,9 +16,10 @@ the paper ran it and simulated with the project's ordinary cost model:
   default: the paper's Table 1 does not list it; Megatron-LM's large-model scripts use 1), the
   1F1B schedule (``--virtual-stages`` > 1: interleaved); without one, each data-parallel rank's
   share of the batch in one step; full activation recomputation;
-* the simulation: one data-parallel replica, its gradient all-reduces spanning every replica
-  (:func:`placement_rl.sim.replicas.simulate_replica`, equal to simulating them all on these
-  rail-optimized clusters);
+* the simulation: one data-parallel replica and one tensor-parallel rank of each group, every
+  all-reduce spanning the devices it spans in the whole plan
+  (:func:`placement_rl.sim.replicas.simulate_replica`, bit-exact against simulating them all on
+  these rail-optimized clusters);
 * the cost model: mixed precision (``bf16-mixed``: the A100's FP16 and BF16 peaks are equal), the
   shipped GPU calibration (fitted to an H200, carried to the A100 by its datasheet peaks); nothing is
   fitted to any row.
@@ -26,8 +27,7 @@ the paper ran it and simulated with the project's ordinary cost model:
 Throughput per GPU uses the paper's FLOP count (its Eq. 3, with recomputation:
 :func:`placement_rl.zoo.gpt.paper_flops`) over the simulated iteration time, as the paper reports it.
 A row whose simulation would exceed ``--max-tasks`` tasks is reported as skipped with its estimated
-task count: the simulator materializes every task of a replica's devices and micro-batches, and the
-largest rows need tens of millions.
+task count.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from placement_rl.zoo.gpt import MEGATRON_SEQ_LEN, MEGATRON_TABLE1, MEGATRON_VOC
 #: Within this relative error of the published figure a row counts as reproduced.
 TOLERANCE = 0.15
 #: Rows above this many simulated tasks are skipped (override with ``--max-tasks``).
-DEFAULT_MAX_TASKS = 3_000_000
+DEFAULT_MAX_TASKS = 8_000_000
 
 
 def estimated_tasks(row: MegatronRow, num_ops: int, micro_batches: int) -> int:
     """Compute tasks (forward and backward, plus a host task each) of a row's simulation, roughly:
-    every op runs on every GPU of its stage's tensor-parallel group once per micro-batch (one
-    data-parallel replica is simulated: :func:`placement_rl.sim.replicas.simulate_replica`)."""
-    return 4 * num_ops * row.tensor_parallel * micro_batches
+    every op runs once per micro-batch on one GPU of each stage (one data-parallel replica and one
+    tensor-parallel rank are simulated: :func:`placement_rl.sim.replicas.simulate_replica`)."""
+    return 4 * num_ops * micro_batches
 
 
 def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_tasks: int) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_ta
     if tasks > max_tasks:
         out.update(
             skipped=f"about {tasks:,} tasks (more than --max-tasks {max_tasks:,}): the simulator does not yet "
-            "simulate identical tensor-parallel ranks once",
+            "simulate identical pipeline stages once",
             estimated_tasks=tasks,
             simulated_tflops_per_gpu=None,
         )
@@ -100,7 +100,7 @@ def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_ta
             virtual_stages=v,
             recompute="full",
         )
-        result = simulate_replica(graph, topology, plan, dp, CostModel(precision="bf16-mixed"))
+        result = simulate_replica(graph, topology, plan, dp, CostModel(precision="bf16-mixed"), tp=tp)
         # without a pipeline, a share that does not fit is accumulated in more micro-batches, as
         # Megatron-LM does (the iteration's work is the same)
         more = [d for d in range(micro_batches + 1, share + 1) if share % d == 0]

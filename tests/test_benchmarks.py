@@ -257,7 +257,7 @@ def test_anytime(ray_local: object, run: Run, tiny_yaml: Path, tmp_path: Path) -
 def test_megatron_rows_print_json_with_the_published_and_simulated_figures(run: Run) -> None:
     import json
 
-    out = run("megatron", "--rows", "1.7,1008.0", "--json")
+    out = run("megatron", "--rows", "1.7,1008.0", "--json", "--max-tasks", "1000000")
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["params_b"] for r in rows] == [1.7, 1008.0]
     small, large = rows

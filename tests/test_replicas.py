@@ -7,7 +7,7 @@ import pytest
 from placement_rl.graph import OpGraph
 from placement_rl.plan import OpConfig, Plan, data_parallel, megatron
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.replicas import replica_plan, simulate_replica
+from placement_rl.sim.replicas import rank_plan, replica_plan, simulate_replica
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import DeviceTopology, load_preset
 
@@ -24,6 +24,7 @@ def cluster() -> DeviceTopology:
 
 CASES = [
     {"tp": 4, "dp": 4},
+    {"tp": 8, "dp": 2},
     {"tp": 4, "dp": 2, "pp": 2, "micro_batches": 2},
     {"tp": 2, "dp": 4, "pp": 2, "micro_batches": 2, "schedule": "gpipe"},
     {"tp": 2, "dp": 4, "pp": 2, "micro_batches": 2, "zero_stage": 1, "recompute": "full"},
@@ -38,11 +39,17 @@ def test_one_replica_equals_the_whole_plan(
     plan = megatron(gpt, cluster, **case)  # type: ignore[arg-type]
     cost = CostModel(network=network)
     whole = simulate(gpt, cluster, plan, cost)
-    one = simulate_replica(gpt, cluster, plan, int(case["dp"]), cost)  # type: ignore[call-overload]
+    dp, tp = int(case["dp"]), int(case["tp"])  # type: ignore[call-overload]
+    one = simulate_replica(gpt, cluster, plan, dp, cost)
     assert one.makespan_s == whole.makespan_s
     assert one.peak_memory_bytes == pytest.approx(whole.peak_memory_bytes, rel=1e-6)  # bytes split by // dp
     assert one.busy_s == pytest.approx(whole.busy_s, rel=1e-12)
-    assert len(one.tasks) < len(whole.tasks)
+    # and one tensor-parallel rank of each group too
+    rank = simulate_replica(gpt, cluster, plan, dp, cost, tp=tp)
+    assert rank.makespan_s == whole.makespan_s
+    assert rank.peak_memory_bytes == pytest.approx(whole.peak_memory_bytes, rel=1e-6)
+    assert rank.busy_s == pytest.approx(whole.busy_s, rel=1e-12)
+    assert len(rank.tasks) < len(one.tasks) < len(whole.tasks)
 
 
 def test_plain_data_parallelism_too(gpt: OpGraph, cluster: DeviceTopology) -> None:
@@ -65,3 +72,9 @@ def test_plans_that_are_not_alike_replicas_are_refused(gpt: OpGraph, cluster: De
     lone = Plan(gpt.name, {op.name: OpConfig.make(cluster.devices[0].name) for op in gpt.ops})
     with pytest.raises(ValueError, match="do not split into 2 replicas"):
         replica_plan(gpt, lone, 2)
+
+
+def test_ranks_that_are_not_alike_are_refused(gpt: OpGraph, cluster: DeviceTopology) -> None:
+    plan = megatron(gpt, cluster, tp=4, dp=4)
+    with pytest.raises(ValueError, match="expected one split of 2 tensor-parallel ranks"):
+        rank_plan(gpt, plan, 2)

@@ -23,12 +23,12 @@ import dataclasses
 
 import numpy as np
 
-from placement_rl.graph import OpGraph, Tensor
+from placement_rl.graph import Op, OpGraph, Tensor
 from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.pipeline import scaled_op
 from placement_rl.sim.result import SimResult
-from placement_rl.sim.simulator import DEFAULT_COST_MODEL, SimContext
+from placement_rl.sim.simulator import DEFAULT_COST_MODEL, SimContext, Symmetry
 from placement_rl.topology import DeviceTopology
 
 
@@ -111,35 +111,151 @@ def replica_plan(graph: OpGraph, plan: Plan, dp: int) -> tuple[Plan, dict[str, t
     return dataclasses.replace(plan, configs=configs), peers
 
 
-def simulate_replica(
-    graph: OpGraph, topology: DeviceTopology, plan: Plan, dp: int, cost_model: CostModel | None = None
-) -> SimResult:
-    """Simulate ``plan`` of ``dp`` identical data-parallel replicas by simulating replica 0 (see the
-    module docstring); the result covers every device of the plan.
+def _tensor_parallel_dim(op: Op, cfg: OpConfig, tp: int) -> str | None:
+    """The dimension ``op`` splits ``tp`` ways besides the batch (None: replicated on the ranks)."""
+    sample = op.sample_dim.name if op.sample_dim is not None else None
+    split = [name for name, degree in cfg.degrees if degree > 1 and name != sample]
+    if not split:
+        return None
+    if len(split) != 1 or cfg.degree_map[split[0]] != tp:
+        raise ValueError(
+            f"op {op.name!r}: degrees {cfg.degree_map}; expected one split of {tp} tensor-parallel ranks besides "
+            "the batch (or none)"
+        )
+    return split[0]
+
+
+def _rank_op(op: Op, dim_name: str, tp: int) -> Op:
+    """One tensor-parallel rank's part of ``op``: ``1 / tp`` of the dimension, its work and, for a
+    parameter dimension, its parameters; a reduction dimension keeps the (partial) output whole."""
+    dim = op.parallel_dim(dim_name)
+    shapes = op.output_shapes
+    if not dim.reduction:
+        full = shapes[0][dim.axis]
+        shapes = tuple(
+            tuple(n // tp if a == dim.axis else n for a, n in enumerate(s))
+            if len(s) > dim.axis and s[dim.axis] == full
+            else s
+            for s in shapes
+        )
+    dims = tuple(dataclasses.replace(d, size=d.size // tp) if d.name == dim_name else d for d in op.parallel_dims)
+    params = op.param_bytes // tp if dim.kind == "parameter" else op.param_bytes
+    return dataclasses.replace(
+        op,
+        output_shapes=shapes,
+        forward_flops=op.forward_flops / tp,
+        backward_flops=op.backward_flops / tp,
+        param_bytes=params,
+        bytes_read=op.bytes_read // tp,
+        bytes_written=op.bytes_written // tp,  # as the whole plan's simulation divides a partial output
+        parallel_dims=dims,
+    )
+
+
+def rank_plan(graph: OpGraph, plan: Plan, tp: int) -> tuple[OpGraph, Plan, dict[str, tuple[str, ...]], dict[str, str]]:
+    """Tensor-parallel rank 0 of every group: its graph (each split op ``1 / tp`` of itself), its plan,
+    each of its devices' other ranks, and each split op's split dimension.
 
     Raises:
-        ValueError: when the plan is not ``dp`` alike replicas (:func:`replica_plan`) or is invalid.
+        ValueError: naming the op, when the ranks are not alike: an op split other than ``tp`` ways
+            besides the batch, whose tasks do not split into ``tp`` ranks, or devices whose ranks differ.
+    """
+    by_name = {op.name: op for op in graph.ops}
+    configs: dict[str, OpConfig] = {}
+    ranks: dict[str, tuple[str, ...]] = {}
+    split_of: dict[str, str] = {}
+    ops = []
+    for op in graph.ops:
+        cfg = plan[op.name]
+        dim = _tensor_parallel_dim(op, cfg, tp)
+        if len(cfg.devices) % tp:
+            raise ValueError(f"op {op.name!r}: {len(cfg.devices)} task(s) do not split into {tp} tensor-parallel ranks")
+        share = len(cfg.devices) // tp
+        mine = cfg.devices[:share]
+        for t, device in enumerate(mine):
+            theirs = tuple(cfg.devices[t + k * share] for k in range(1, tp))
+            if ranks.setdefault(device, theirs) != theirs:
+                raise ValueError(
+                    f"op {op.name!r}: device {device!r}'s tensor-parallel ranks are {list(theirs)} here but "
+                    f"{list(ranks[device])} for an earlier op; expected the same layout in every op"
+                )
+        if dim is None:
+            configs[op.name] = cfg.replace(devices=mine)
+            ops.append(op)
+            continue
+        split_of[op.name] = dim
+        degrees = tuple((k, v) for k, v in cfg.degrees if k != dim)
+        configs[op.name] = cfg.replace(devices=mine, degrees=degrees)
+        ops.append(_rank_op(op, dim, tp))
+    tensors = []
+    for tensor in graph.tensors:
+        shape, num_bytes = tensor.shape, tensor.num_bytes
+        dim_name = split_of.get(tensor.src)
+        if dim_name is not None:
+            pdim = by_name[tensor.src].parallel_dim(dim_name)
+            full = by_name[tensor.src].output_shapes[0][pdim.axis] if not pdim.reduction else None
+            if full is not None and len(shape) > pdim.axis and shape[pdim.axis] == full:
+                shape = tuple(n // tp if a == pdim.axis else n for a, n in enumerate(shape))
+                num_bytes //= tp
+        tensors.append(Tensor(tensor.src, tensor.dst, shape, num_bytes, tensor.src_output, tensor.dst_axes))
+    small = OpGraph(graph.name, ops, tensors, batch_size=graph.batch_size, metadata=graph.metadata)
+    return small, dataclasses.replace(plan, configs=configs), ranks, split_of
+
+
+def simulate_replica(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    plan: Plan,
+    dp: int,
+    cost_model: CostModel | None = None,
+    *,
+    tp: int = 1,
+) -> SimResult:
+    """Simulate ``plan`` of ``dp`` identical data-parallel replicas by simulating replica 0, and with
+    ``tp > 1`` only tensor-parallel rank 0 of each group (see the module docstring); the result covers
+    every device of the plan.
+
+    Raises:
+        ValueError: when the plan is not ``dp`` alike replicas of ``tp`` alike ranks (:func:`replica_plan`,
+            :func:`rank_plan`) or is invalid.
     """
     plan.validate(graph, topology)
-    if dp == 1:
+    if dp == 1 and tp == 1:
         return SimContext(graph, topology, cost_model).simulate(plan, validate=False)
-    small = replica_graph(graph, dp)
-    mine, peers = replica_plan(graph, plan, dp)
+    small, mine = graph, plan
+    peers: dict[str, tuple[str, ...]] = {}
+    if dp > 1:
+        small = replica_graph(graph, dp)
+        mine, peers = replica_plan(graph, plan, dp)
+    ranks: dict[str, tuple[str, ...]] = {}
+    split_of: dict[str, str] = {}
+    if tp > 1:
+        small, mine, ranks, split_of = rank_plan(small, mine, tp)
     index = {d.name: i for i, d in enumerate(topology.devices)}
-    ctx = SimContext(
-        small,
-        topology,
-        cost_model or DEFAULT_COST_MODEL,
-        {index[d]: [index[p] for p in ps] for d, ps in peers.items()},
-        cost_graph=graph,  # each task timed as the whole plan's task (its share of the whole op)
+    scale = []
+    for op in graph.ops:
+        factor = dp if op.sample_dim is not None else 1
+        scale.append(float(factor * (tp if op.name in split_of else 1)))
+    kinds = {name: graph.op(name).parallel_dim(dim) for name, dim in split_of.items()}
+    symmetry = Symmetry(
+        {index[d]: tuple(index[p] for p in ps) for d, ps in peers.items()},
+        {index[d]: tuple(index[p] for p in ps) for d, ps in ranks.items()},
+        graph,
+        tuple(scale),
+        frozenset(graph.index(n) for n, d in kinds.items() if d.reduction and d.kind == "parameter"),
+        frozenset(graph.index(n) for n, d in kinds.items() if not d.reduction and d.kind == "parameter"),
+        frozenset(graph.index(n) for n in split_of),
     )
+    ctx = SimContext(small, topology, cost_model or DEFAULT_COST_MODEL, symmetry)
     result = ctx.simulate(mine, validate=False)  # the whole plan was validated; ZeRO counts all replicas
     busy = result.busy_s.copy()
     peak = result.peak_memory_bytes.copy()
-    for device, theirs in peers.items():
-        for other in theirs:
-            busy[index[other]] = busy[index[device]]
-            peak[index[other]] = peak[index[device]]
+    simulated = ranks if tp > 1 else {d: () for d in peers}
+    for device, others in simulated.items():  # every rank and every replica as rank 0 of replica 0
+        for rank in (device, *others):
+            for twin in (rank, *peers.get(rank, ())):
+                busy[index[twin]] = busy[index[device]]
+                peak[index[twin]] = peak[index[device]]
     over = peak > result.memory_capacity_bytes
     return dataclasses.replace(
         result,

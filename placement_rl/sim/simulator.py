@@ -250,6 +250,45 @@ class _Tasks:
     chain_prev: np.ndarray  # (2F,) the compute task before each on its device in program order, -1 for the first
 
 
+@dataclass(frozen=True)
+class Symmetry:
+    """What a context simulating one replica and one tensor-parallel rank of a larger plan knows
+    (:mod:`placement_rl.sim.replicas`). Shapes: N ops of the context's graph.
+
+    Attributes:
+        peers: device index -> the same position in the other data-parallel replicas, which every
+            gradient all-reduce also spans.
+        tp_peers: device index -> the other ranks of its tensor-parallel group, which every partial
+            sum's all-reduce also spans.
+        cost_graph: the whole plan's graph; each task is timed as that op's task.
+        cost_scale: (N,) how many of the context's tasks one whole-plan op's task splits into: the
+            context's op computes ``1 / cost_scale`` of the whole op.
+        partial_sum: ops whose outputs are partial sums over the tensor-parallel ranks (row-parallel).
+        partial_grad: ops whose input gradients are (column-parallel).
+        tp_split: ops split over the tensor-parallel ranks (each rank holds its own shard).
+    """
+
+    peers: Mapping[int, tuple[int, ...]]
+    tp_peers: Mapping[int, tuple[int, ...]]
+    cost_graph: OpGraph
+    cost_scale: tuple[float, ...]
+    partial_sum: frozenset[int] = frozenset()
+    partial_grad: frozenset[int] = frozenset()
+    tp_split: frozenset[int] = frozenset()
+
+    def micro_batches(self, m: int) -> Symmetry:
+        """The same for the micro-batch graph of ``m`` micro-batches (op ``i``'s copies ``i m + k``)."""
+        return Symmetry(
+            self.peers,
+            self.tp_peers,
+            _pipeline.micro_batch_graph(self.cost_graph, m),
+            tuple(c for c in self.cost_scale for _ in range(m)),
+            frozenset(i * m + k for i in self.partial_sum for k in range(m)),
+            frozenset(i * m + k for i in self.partial_grad for k in range(m)),
+            frozenset(i * m + k for i in self.tp_split for k in range(m)),
+        )
+
+
 @dataclass
 class _Partials:
     """All-reduces of partial sums (:meth:`SimContext._partial_reductions`). K all-reduces."""
@@ -638,16 +677,13 @@ class SimContext:
         graph: OpGraph,
         topology: DeviceTopology,
         cost_model: CostModel | None = None,
-        peers: Mapping[int, Sequence[int]] | None = None,
-        cost_graph: OpGraph | None = None,
+        symmetry: Symmetry | None = None,
     ) -> None:
         self.graph = graph
-        # the ops the cost model times (``graph``'s own, or those of the whole plan that ``graph`` is one
-        # data-parallel replica of, each task then a ``replica_count``-th smaller fraction of one)
-        self.cost_graph = cost_graph or graph
-        # one data-parallel replica of a larger plan (:mod:`placement_rl.sim.replicas`): device index ->
-        # the same position in the other replicas, which every gradient all-reduce also spans
-        self.peers: dict[int, tuple[int, ...]] = {int(k): tuple(int(x) for x in v) for k, v in (peers or {}).items()}
+        # one replica and one tensor-parallel rank of a larger plan (:mod:`placement_rl.sim.replicas`)
+        self.symmetry = symmetry
+        self.cost_graph = symmetry.cost_graph if symmetry else graph
+        self.peers: dict[int, tuple[int, ...]] = dict(symmetry.peers) if symmetry else {}
         self.replica_count = 1 + (len(next(iter(self.peers.values()))) if self.peers else 0)
         self.topology = topology
         self.cost = cost_model or DEFAULT_COST_MODEL
@@ -815,6 +851,9 @@ class SimContext:
         holders = zero_holders(op, cfg)
         if self.peers:
             holders = max(holders, 1) * self.replica_count
+        symmetry = self.symmetry
+        if symmetry is not None and symmetry.tp_peers and cfg.sync != "duplicate" and index not in symmetry.tp_split:
+            holders *= 1 + len(next(iter(symmetry.tp_peers.values())))  # replicated over the ranks too
         update_fraction = 1.0 / shards / (holders if cfg.zero else 1)
         sample_dim = op.sample_dim
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
@@ -829,8 +868,9 @@ class SimContext:
                         max(1, round(share_of[part] * n)) if a == sample_dim.axis else n for a, n in enumerate(shape)
                     )
                 timed = self.cost_graph.ops[index]
-                scaled = timed is not op and op.sample_dim is not None  # a replica's share of the batch
-                fraction = float(share_of[part]) / P / (self.replica_count if scaled else 1)
+                # a symmetric rank's task is the whole plan's task: its share of the whole op
+                scale = self.symmetry.cost_scale[index] if self.symmetry else 1.0
+                fraction = float(share_of[part]) / P / scale
                 f, b = self.cost.device_task_times_s(timed, fraction, shape, task_param_bytes, d)
                 hf, hb = self.cost.host_times_s(timed, shape, task_param_bytes, d.device_type)
                 if cfg.recompute:  # the forward runs again before backward
@@ -862,6 +902,11 @@ class SimContext:
         compiled.task_shard = shard[np.arange(len(devices)) // R]
         partial = _partial_groups(split, idx, R, samp_hi - samp_lo)
         compiled.sum_group, compiled.grad_group, compiled.in_fraction, compiled.out_fraction = partial
+        if self.symmetry is not None:  # a rank of a tensor-parallel layer whose other ranks are symmetric
+            if index in self.symmetry.partial_sum:
+                compiled.sum_group = np.zeros(len(devices), np.int64)
+            if index in self.symmetry.partial_grad:
+                compiled.grad_group = np.zeros(len(devices), np.int64)
         compiled.duplicated = np.full(len(devices), cfg.sync == "duplicate", np.bool_)
         compiled.shards = shards
         compiled.sync_mode = cfg.sync
@@ -873,7 +918,9 @@ class SimContext:
             groups, mode = _holder_groups(
                 devices, compiled.task_shard, shards, R, cfg.sync, max(P // shards, 2 if self.peers else 1)
             )
-            groups = [self.with_peers(g) for g in groups]
+            groups = self.with_replicas(
+                groups, spans_ranks=mode != "duplicate" and cfg.sync != "duplicate", index=index
+            )
             self._set_sync(
                 compiled,
                 self._sync_template(groups, self.cost.gradient_bytes(op) / shards, mode, compiled.ps_device, cfg.zero),
@@ -990,6 +1037,32 @@ class SimContext:
             "ar_alone": np.full(len(ar_group), mode == "all_reduce_per_tensor"),
         }
 
+    def _with_ranks(self, devs: list[int]) -> list[int]:
+        """A tensor-parallel group of simulated devices with their symmetric ranks, rank by rank."""
+        if self.symmetry is None or not self.symmetry.tp_peers:
+            return devs
+        ranks = self.symmetry.tp_peers
+        n = 1 + len(next(iter(ranks.values())))
+        return [d if k == 0 else ranks[d][k - 1] for d in devs for k in range(n)]
+
+    def with_replicas(
+        self, groups: list[tuple[int, ...]], *, spans_ranks: bool = False, index: int = -1
+    ) -> list[tuple[int, ...]]:
+        """Synchronization groups of simulated devices, as the whole plan has them: each spanning the
+        same devices of every data-parallel replica (:meth:`with_peers`); for an op replicated on the
+        tensor-parallel ranks and all-reduced (``spans_ranks``), spanning the ranks too, else (a rank's
+        own shard, or ``duplicate`` replicas) repeated for every other rank, whose synchronization
+        shares the network with the simulated rank's."""
+        ranks = self.symmetry.tp_peers if self.symmetry is not None else {}
+        if ranks:
+            n = 1 + len(next(iter(ranks.values())))
+            split = self.symmetry is not None and index in self.symmetry.tp_split
+            if spans_ranks and not split:
+                groups = [tuple(d if k == 0 else ranks[d][k - 1] for d in g for k in range(n)) for g in groups]
+            else:
+                groups = [tuple(d if k == 0 else ranks[d][k - 1] for d in g) for k in range(n) for g in groups]
+        return [self.with_peers(g) for g in groups]
+
     def with_peers(self, group: tuple[int, ...]) -> tuple[int, ...]:
         """``group`` with the same devices of every other replica, replica by replica (ring order as
         the whole plan would have it); ``group`` itself without replicas."""
@@ -1059,7 +1132,7 @@ class SimContext:
                 members[min(slot, slots - 1)][d] = None
         op = self.graph.ops[owner]
         template = self._sync_template(
-            [self.with_peers(tuple(m)) for m in members],
+            self.with_replicas([tuple(m) for m in members], spans_ranks=first.sync_mode != "duplicate", index=owner),
             self.cost.gradient_bytes(op) / shards,
             "all_reduce" if per_replica else first.sync_mode,
             first.ps_device,
@@ -1095,13 +1168,9 @@ class SimContext:
         """The context of this graph's micro-batch graph for ``micro_batches`` (cached, the last four)."""
         found = self._micro.get(micro_batches)
         if found is None:
-            cost_graph = (
-                _pipeline.micro_batch_graph(self.cost_graph, micro_batches)
-                if self.cost_graph is not self.graph
-                else None
-            )
+            symmetry = self.symmetry.micro_batches(micro_batches) if self.symmetry else None
             found = SimContext(
-                _pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost, self.peers, cost_graph
+                _pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost, symmetry
             )
             if len(self._micro) >= 4:
                 self._micro.pop(next(iter(self._micro)))
@@ -1518,7 +1587,7 @@ class SimContext:
                 p_sum = sg[pi : pi + p_dev.shape[0]]
                 for g in np.unique(p_sum[p_sum >= 0]).tolist():
                     members = [t for t in np.flatnonzero(p_sum == g).tolist() if int(p_dev[t]) in consumers]
-                    devs = list(dict.fromkeys(int(p_dev[t]) for t in members))
+                    devs = self._with_ranks(list(dict.fromkeys(int(p_dev[t]) for t in members)))
                     if len(devs) < 2:
                         continue
                     k = len(groups)
@@ -1540,7 +1609,7 @@ class SimContext:
                 c_grad = gg[pj : pj + c_dev.shape[0]]
                 for h in np.unique(c_grad[local_q][c_grad[local_q] >= 0]).tolist():
                     pick = np.flatnonzero(c_grad[local_q] == h)
-                    devs = list(dict.fromkeys(int(c_dev[q]) for q in local_q[pick].tolist()))
+                    devs = self._with_ranks(list(dict.fromkeys(int(c_dev[q]) for q in local_q[pick].tolist())))
                     if len(devs) < 2:
                         continue
                     k = len(groups)
