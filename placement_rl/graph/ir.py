@@ -241,6 +241,27 @@ class OpGraph:
         self.tensors: tuple[Tensor, ...] = tuple(tensors)
         self._index = {op.name: i for i, op in enumerate(self.ops)}
 
+    @classmethod
+    def derived(
+        cls,
+        name: str,
+        ops: Sequence[Op],
+        tensors: Sequence[Tensor],
+        batch_size: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> OpGraph:
+        """A graph the library derives from a validated one (micro-batch copies, a replica's share),
+        its ops already unique and in topological order: built without checking them again (a
+        million-op micro-batch graph would spend most of its construction there)."""
+        graph = cls.__new__(cls)
+        graph.name = name
+        graph.batch_size = batch_size
+        graph.metadata = dict(metadata or {})
+        graph.ops = tuple(ops)
+        graph.tensors = tuple(tensors)
+        graph._index = {op.name: i for i, op in enumerate(graph.ops)}
+        return graph
+
     # ----------------------------------------------------------------- lookups
     @property
     def num_ops(self) -> int:

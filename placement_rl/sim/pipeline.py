@@ -110,11 +110,22 @@ def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:
                 "expected a divisor of the batch"
             )
     by_name = {op.name: op for op in graph.ops}
-    ops = [scaled_op(op, m, copy_name(op.name, k)) for op in graph.ops for k in range(m)]
-    tensors = [_scaled_tensor(t, by_name[t.src], m, k) for t in graph.tensors for k in range(m)]
+    ops: list[Op] = []
+    for op in graph.ops:  # copy k of op i is op i m + k: op-major order is topological
+        first = scaled_op(op, m, copy_name(op.name, 0))
+        ops.extend([first, *(dataclasses.replace(first, name=copy_name(op.name, k)) for k in range(1, m))])
+    tensors: list[Tensor] = []
+    for t in graph.tensors:
+        edge = _scaled_tensor(t, by_name[t.src], m, 0)
+        tensors.extend(
+            [
+                edge,
+                *(dataclasses.replace(edge, src=copy_name(t.src, k), dst=copy_name(t.dst, k)) for k in range(1, m)),
+            ]
+        )
     batch = graph.batch_size // m if graph.batch_size is not None and graph.batch_size % m == 0 else None
     metadata = {**graph.metadata, "micro_batches": m, "micro_batches_of": graph.name}
-    return OpGraph(f"{graph.name}{MICRO_BATCH_SEPARATOR}{m}", ops, tensors, batch_size=batch, metadata=metadata)
+    return OpGraph.derived(f"{graph.name}{MICRO_BATCH_SEPARATOR}{m}", ops, tensors, batch_size=batch, metadata=metadata)
 
 
 def micro_batch_plan(plan: Plan, graph: OpGraph, unrolled: OpGraph) -> Plan:

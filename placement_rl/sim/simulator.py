@@ -97,6 +97,7 @@ simulation itself always completes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -250,6 +251,12 @@ class _Tasks:
     chain_prev: np.ndarray  # (2F,) the compute task before each on its device in program order, -1 for the first
 
 
+@functools.lru_cache(maxsize=4096)
+def _timed_copy(op: Op, m: int) -> Op:
+    """``op``'s micro-batch copy (for timing; named like the op)."""
+    return _pipeline.scaled_op(op, m, op.name)
+
+
 @dataclass(frozen=True)
 class Symmetry:
     """What a context simulating one replica and one tensor-parallel rank of a larger plan knows
@@ -260,7 +267,8 @@ class Symmetry:
             gradient all-reduce also spans.
         tp_peers: device index -> the other ranks of its tensor-parallel group, which every partial
             sum's all-reduce also spans.
-        cost_graph: the whole plan's graph; each task is timed as that op's task.
+        cost_graph: the whole plan's graph; each task is timed as that op's task (with ``cost_micro``
+            micro-batches, op ``i``'s copies ``i m + k`` as its micro-batch copy).
         cost_scale: (N,) how many of the context's tasks one whole-plan op's task splits into: the
             context's op computes ``1 / cost_scale`` of the whole op.
         partial_sum: ops whose outputs are partial sums over the tensor-parallel ranks (row-parallel).
@@ -275,18 +283,26 @@ class Symmetry:
     partial_sum: frozenset[int] = frozenset()
     partial_grad: frozenset[int] = frozenset()
     tp_split: frozenset[int] = frozenset()
+    cost_micro: int = 1
 
     def micro_batches(self, m: int) -> Symmetry:
         """The same for the micro-batch graph of ``m`` micro-batches (op ``i``'s copies ``i m + k``)."""
         return Symmetry(
             self.peers,
             self.tp_peers,
-            _pipeline.micro_batch_graph(self.cost_graph, m),
+            self.cost_graph,
             tuple(c for c in self.cost_scale for _ in range(m)),
             frozenset(i * m + k for i in self.partial_sum for k in range(m)),
             frozenset(i * m + k for i in self.partial_grad for k in range(m)),
             frozenset(i * m + k for i in self.tp_split for k in range(m)),
+            self.cost_micro * m,
         )
+
+    def timed_op(self, index: int) -> Op:
+        """The whole plan's op (or its micro-batch copy) that task of op ``index`` is timed as."""
+        m = self.cost_micro
+        op = self.cost_graph.ops[index // m]
+        return op if m == 1 else _timed_copy(op, m)
 
 
 @dataclass
@@ -682,7 +698,6 @@ class SimContext:
         self.graph = graph
         # one replica and one tensor-parallel rank of a larger plan (:mod:`placement_rl.sim.replicas`)
         self.symmetry = symmetry
-        self.cost_graph = symmetry.cost_graph if symmetry else graph
         self.peers: dict[int, tuple[int, ...]] = dict(symmetry.peers) if symmetry else {}
         self.replica_count = 1 + (len(next(iter(self.peers.values()))) if self.peers else 0)
         self.topology = topology
@@ -867,7 +882,7 @@ class SimContext:
                     shape = tuple(
                         max(1, round(share_of[part] * n)) if a == sample_dim.axis else n for a, n in enumerate(shape)
                     )
-                timed = self.cost_graph.ops[index]
+                timed = self.symmetry.timed_op(index) if self.symmetry else op
                 # a symmetric rank's task is the whole plan's task: its share of the whole op
                 scale = self.symmetry.cost_scale[index] if self.symmetry else 1.0
                 fraction = float(share_of[part]) / P / scale
@@ -1182,8 +1197,13 @@ class SimContext:
         (:mod:`placement_rl.sim.pipeline`); the result speaks of the original ops."""
         m = plan.micro_batches
         sub = self.micro_batch_context(m)
-        unrolled = _pipeline.micro_batch_plan(plan, self.graph, sub.graph)
-        ops = [sub.compile(i, unrolled[op.name]) for i, op in enumerate(sub.graph.ops)]
+        # an op's copies for micro-batches 1 .. m - 1 compile alike (copy 0 owns the parameters)
+        ops: list[_CompiledOp] = []
+        for i, op in enumerate(self.graph.ops):
+            cfg = plan[op.name]
+            ops.append(sub.compile(i * m, cfg))
+            if m > 1:
+                ops.extend([sub.compile(i * m + 1, cfg)] * (m - 1))
         sub.schedule_plan = (self.graph, plan)
         try:
             result = sub.run(ops)
