@@ -330,14 +330,7 @@ def pipeline(
             that are not a positive integer or do not divide an op's batch, virtual stages without
             ``interleaved`` or with a single device group.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule {schedule!r}; expected one of {list(SCHEDULES)}")
-    for key, value, top in (
-        ("micro_batches", micro_batches, MAX_MICRO_BATCHES),
-        ("virtual_stages", virtual_stages, graph.num_ops),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{key} = {value!r}; expected an integer from 1 to {top:,}")
+    _check_schedule(graph, schedule, micro_batches, virtual_stages)
     if virtual_stages > 1 and schedule != "interleaved":
         raise ValueError(
             f"virtual_stages = {virtual_stages} with schedule {schedule!r}; virtual stages need schedule 'interleaved'"
@@ -775,6 +768,18 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _check_schedule(graph: OpGraph, schedule: str, micro_batches: int, virtual_stages: int) -> None:
+    """A known schedule, and micro-batches and virtual stages that are integers in range."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}; expected one of {list(SCHEDULES)}")
+    for key, value, top in (
+        ("micro_batches", micro_batches, MAX_MICRO_BATCHES),
+        ("virtual_stages", virtual_stages, graph.num_ops),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(f"{key} = {value!r}; expected an integer from 1 to {top:,}")
+
+
 def _check_megatron(
     graph: OpGraph,
     topology: DeviceTopology,
@@ -791,14 +796,7 @@ def _check_megatron(
     for key, value in (("tp", tp), ("pp", pp), ("dp", dp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{key} = {value!r}; expected a positive integer")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule {schedule!r}; expected one of {list(SCHEDULES)}")
-    for key, value, top in (
-        ("micro_batches", micro_batches, MAX_MICRO_BATCHES),
-        ("virtual_stages", virtual_stages, graph.num_ops),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(f"{key} = {value!r}; expected an integer from 1 to {top:,}")
+    _check_schedule(graph, schedule, micro_batches, virtual_stages)
     if virtual_stages > 1 and (schedule != "interleaved" or pp < 2):
         raise ValueError(
             f"virtual_stages = {virtual_stages} with schedule {schedule!r} and pp = {pp}; virtual stages need "

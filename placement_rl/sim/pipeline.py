@@ -32,7 +32,6 @@ form a pipeline under a 1F1B schedule) raises :class:`ScheduleDeadlock`; ``gpipe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -86,14 +85,28 @@ def scaled_op(op: Op, m: int, name: str) -> Op:
     )
 
 
-def _scaled_tensor(t: Tensor, producer: Op, m: int, k: int) -> Tensor:
+def scaled_tensor(t: Tensor, producer: Op, m: int, src: str, dst: str) -> Tensor:
+    """Tensor ``t`` between ``src`` and ``dst`` on ``1 / m`` of the batch: its batch axis (the
+    producer's) and bytes ``1 / m`` when it carries the batch."""
     axis = producer.plain_sample_axis
     shape, num_bytes = t.shape, t.num_bytes
     dim = producer.sample_dim
     if axis >= 0 and dim is not None and len(shape) > axis and shape[axis] == dim.size:
         shape = tuple(n // m if a == axis else n for a, n in enumerate(shape))
         num_bytes //= m
-    return Tensor(copy_name(t.src, k), copy_name(t.dst, k), shape, num_bytes, t.src_output, t.dst_axes)
+    return Tensor(src, dst, shape, num_bytes, t.src_output, t.dst_axes)
+
+
+def check_batch_divides(graph: OpGraph, m: int, what: str) -> None:
+    """Raise ``ValueError`` naming the op when ``m`` (``what``: "micro-batches", ...) does not divide
+    an op's sample dimension."""
+    for op in graph.ops:
+        dim = op.sample_dim
+        if dim is not None and dim.size % m:
+            raise ValueError(
+                f"{m} {what} do not divide op {op.name!r}'s sample dimension of size {dim.size}; "
+                "expected a divisor of the batch"
+            )
 
 
 def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:
@@ -102,13 +115,7 @@ def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:
     Raises:
         ValueError: when ``m`` does not divide an op's sample dimension.
     """
-    for op in graph.ops:
-        dim = op.sample_dim
-        if dim is not None and dim.size % m:
-            raise ValueError(
-                f"{m} micro-batches do not divide op {op.name!r}'s sample dimension of size {dim.size}; "
-                "expected a divisor of the batch"
-            )
+    check_batch_divides(graph, m, "micro-batches")
     by_name = {op.name: op for op in graph.ops}
     ops: list[Op] = []
     for op in graph.ops:  # copy k of op i is op i m + k: op-major order is topological
@@ -116,7 +123,7 @@ def micro_batch_graph(graph: OpGraph, m: int) -> OpGraph:
         ops.extend([first, *(dataclasses.replace(first, name=copy_name(op.name, k)) for k in range(1, m))])
     tensors: list[Tensor] = []
     for t in graph.tensors:
-        edge = _scaled_tensor(t, by_name[t.src], m, 0)
+        edge = scaled_tensor(t, by_name[t.src], m, copy_name(t.src, 0), copy_name(t.dst, 0))
         tensors.extend(
             [
                 edge,
@@ -215,13 +222,3 @@ def program_keys(
     forward = position[rank_of, 0, micro, chunk_of] * (n + 1) + op
     backward = position[rank_of, 1, micro, chunk_of] * (n + 1) + (n - op)
     return np.concatenate([forward, backward]).astype(np.int64)
-
-
-def fold_names(graph: OpGraph) -> tuple[str, ...]:
-    """The original ops' names, for results on the micro-batch graph."""
-    return tuple(op.name for op in graph.ops)
-
-
-def originals(ops: Sequence[int] | np.ndarray, m: int) -> np.ndarray:
-    """Original op index of each micro-batch-graph op index."""
-    return np.asarray(ops) // m

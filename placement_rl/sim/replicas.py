@@ -26,7 +26,7 @@ import numpy as np
 from placement_rl.graph import Op, OpGraph, Tensor
 from placement_rl.plan.core import OpConfig, Plan
 from placement_rl.sim.cost import CostModel
-from placement_rl.sim.pipeline import scaled_op
+from placement_rl.sim.pipeline import check_batch_divides, scaled_op, scaled_tensor
 from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL, SimContext, Symmetry
 from placement_rl.topology import DeviceTopology
@@ -38,25 +38,33 @@ def replica_graph(graph: OpGraph, dp: int) -> OpGraph:
     Raises:
         ValueError: when ``dp`` does not divide an op's sample dimension.
     """
-    for op in graph.ops:
-        dim = op.sample_dim
-        if dim is not None and dim.size % dp:
-            raise ValueError(
-                f"{dp} data-parallel replicas do not divide op {op.name!r}'s sample dimension of size {dim.size}"
-            )
+    check_batch_divides(graph, dp, "data-parallel replicas")
     by_name = {op.name: op for op in graph.ops}
     ops = [scaled_op(op, dp, op.name) for op in graph.ops]
-    tensors = []
-    for t in graph.tensors:
-        producer = by_name[t.src]
-        axis, dim = producer.plain_sample_axis, producer.sample_dim
-        shape, num_bytes = t.shape, t.num_bytes
-        if axis >= 0 and dim is not None and len(shape) > axis and shape[axis] == dim.size:
-            shape = tuple(n // dp if a == axis else n for a, n in enumerate(shape))
-            num_bytes //= dp
-        tensors.append(Tensor(t.src, t.dst, shape, num_bytes, t.src_output, t.dst_axes))
+    tensors = [scaled_tensor(t, by_name[t.src], dp, t.src, t.dst) for t in graph.tensors]
     batch = graph.batch_size // dp if graph.batch_size is not None and graph.batch_size % dp == 0 else None
     return OpGraph(graph.name, ops, tensors, batch_size=batch, metadata={**graph.metadata, "replica_of": dp})
+
+
+def _first_share(
+    devices: tuple[str, ...], n: int, twins: dict[str, tuple[str, ...]], where: str, what: str
+) -> tuple[str, ...]:
+    """The first ``1 / n`` of an op's tasks' devices (copy 0's), recording each one's twins in the
+    other ``n - 1`` copies (the tasks ``1 / n`` further on each) into ``twins``.
+
+    Raises:
+        ValueError: when a device's twins differ from those an earlier op gave it.
+    """
+    share = len(devices) // n
+    mine = devices[:share]
+    for t, device in enumerate(mine):
+        theirs = tuple(devices[t + k * share] for k in range(1, n))
+        if twins.setdefault(device, theirs) != theirs:
+            raise ValueError(
+                f"{where}: device {device!r}'s {what} are {list(theirs)} here but {list(twins[device])} for an "
+                "earlier op; expected the same layout in every op"
+            )
+    return mine
 
 
 def replica_plan(graph: OpGraph, plan: Plan, dp: int) -> tuple[Plan, dict[str, tuple[str, ...]]]:
@@ -89,15 +97,7 @@ def replica_plan(graph: OpGraph, plan: Plan, dp: int) -> tuple[Plan, dict[str, t
             and next(d.name for d in op.parallel_dims if degrees.get(d.name, 1) > 1) != sample.name
         ):
             raise ValueError(f"{where}: its batch is not its outermost split; replicas are not its first tasks")
-        share = len(cfg.devices) // dp
-        mine = cfg.devices[:share]
-        for t, device in enumerate(mine):
-            theirs = tuple(cfg.devices[t + k * share] for k in range(1, dp))
-            if peers.setdefault(device, theirs) != theirs:
-                raise ValueError(
-                    f"{where}: device {device!r}'s replicas are {list(theirs)} here but {list(peers[device])} "
-                    "for an earlier op; expected the same layout in every op"
-                )
+        mine = _first_share(cfg.devices, dp, peers, where, "replicas")
         if sample is not None:
             degrees[sample.name] = degree // dp
         configs[op.name] = cfg.replace(devices=mine, degrees=tuple(sorted((k, v) for k, v in degrees.items() if v > 1)))
@@ -170,15 +170,7 @@ def rank_plan(graph: OpGraph, plan: Plan, tp: int) -> tuple[OpGraph, Plan, dict[
         dim = _tensor_parallel_dim(op, cfg, tp)
         if len(cfg.devices) % tp:
             raise ValueError(f"op {op.name!r}: {len(cfg.devices)} task(s) do not split into {tp} tensor-parallel ranks")
-        share = len(cfg.devices) // tp
-        mine = cfg.devices[:share]
-        for t, device in enumerate(mine):
-            theirs = tuple(cfg.devices[t + k * share] for k in range(1, tp))
-            if ranks.setdefault(device, theirs) != theirs:
-                raise ValueError(
-                    f"op {op.name!r}: device {device!r}'s tensor-parallel ranks are {list(theirs)} here but "
-                    f"{list(ranks[device])} for an earlier op; expected the same layout in every op"
-                )
+        mine = _first_share(cfg.devices, tp, ranks, f"op {op.name!r}", "tensor-parallel ranks")
         if dim is None:
             configs[op.name] = cfg.replace(devices=mine)
             ops.append(op)
