@@ -3,6 +3,7 @@
     python benchmarks/megatron.py                      # a table of every row
     python benchmarks/megatron.py --json               # one JSON object per row
     python benchmarks/megatron.py --rows 1.7,3.6 --max-tasks 3000000
+    python benchmarks/megatron.py --calibration my_gpu.json   # another fit of the GPU figures
 
 Each row of the paper's Table 1 (GPT from 1.7 B parameters on 32 A100s to 1 T on 3,072) is built as
 the paper ran it and simulated with the project's ordinary cost model:
@@ -21,8 +22,8 @@ the paper ran it and simulated with the project's ordinary cost model:
   (:func:`placement_rl.sim.replicas.simulate_replica`, bit-exact against simulating them all on
   these rail-optimized clusters);
 * the cost model: mixed precision (``bf16-mixed``: the A100's FP16 and BF16 peaks are equal), the
-  shipped GPU calibration (fitted to an H200, carried to the A100 by its datasheet peaks); nothing is
-  fitted to any row.
+  shipped GPU calibration (fitted to an H200, carried to the A100 by its datasheet peaks), or
+  ``--calibration FILE`` (``placement-rl calibrate --out FILE``); nothing is fitted to any row.
 
 Throughput per GPU uses the paper's FLOP count (its Eq. 3, with recomputation:
 :func:`placement_rl.zoo.gpt.paper_flops`) over the simulated iteration time, as the paper reports it.
@@ -58,7 +59,9 @@ def estimated_tasks(row: MegatronRow, num_ops: int, micro_batches: int) -> int:
     return 4 * num_ops * micro_batches
 
 
-def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_tasks: int) -> dict[str, Any]:
+def run_row(
+    row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_tasks: int, cost: CostModel | None = None
+) -> dict[str, Any]:
     """Simulate one Table 1 row; the JSON-friendly figures."""
     tp, pp = row.tensor_parallel, row.pipeline_parallel
     dp = row.num_gpus // (tp * pp)
@@ -100,7 +103,7 @@ def run_row(row: MegatronRow, micro_batch_size: int, virtual_stages: int, max_ta
             virtual_stages=v,
             recompute="full",
         )
-        result = simulate_replica(graph, topology, plan, dp, CostModel(precision="bf16-mixed"), tp=tp)
+        result = simulate_replica(graph, topology, plan, dp, cost or CostModel(precision="bf16-mixed"), tp=tp)
         # without a pipeline, a share that does not fit is accumulated in more micro-batches, as
         # Megatron-LM does (the iteration's work is the same)
         more = [d for d in range(micro_batches + 1, share + 1) if share % d == 0]
@@ -138,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
     parser.add_argument("--virtual-stages", type=int, default=1, help="interleaved stages per GPU group (default 1)")
     parser.add_argument("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, help="skip rows needing more tasks")
+    parser.add_argument(
+        "--calibration", default=None, help="a calibration JSON (placement-rl calibrate --out) for the shipped one"
+    )
     args = parser.parse_args(argv)
+    cost = CostModel(precision="bf16-mixed")
+    if args.calibration:
+        from placement_rl.calibrate import read_calibration
+
+        cost = CostModel(precision="bf16-mixed", calibration=read_calibration(args.calibration))
     rows = MEGATRON_TABLE1
     if args.rows:
         wanted = {float(x) for x in args.rows.split(",")}
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'params':>8} {'GPUs':>5} {'t':>2} {'p':>3} {'d':>3} {'m':>5} {'published':>9} {'simulated':>9} "
               f"{'ratio':>6}  note")  # fmt: skip
     for row in rows:
-        figures = run_row(row, args.micro_batch_size, args.virtual_stages, args.max_tasks)
+        figures = run_row(row, args.micro_batch_size, args.virtual_stages, args.max_tasks, cost)
         if args.json:
             print(json.dumps(figures), flush=True)
             continue

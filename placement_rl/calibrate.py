@@ -265,15 +265,15 @@ def gpu_seconds(cal: Calibration, t: _Tasks) -> np.ndarray:
     b = t.backward.astype(np.int64)
     curves = [cal.curve(c) for c in COMPUTE_CLASSES]
     fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in curves])
-    half = np.array([c.half_s for c in curves])
+    half = np.array([[c.half_s, c.backward_half_s] for c in curves])
     cls = np.maximum(t.compute_class, 0)
     compute = np.where(
-        (t.compute_class >= 0) & (t.flops > 0), (t.flops / t.peak_flops + half[cls]) / fraction[cls, b], 0.0
+        (t.compute_class >= 0) & (t.flops > 0), (t.flops / t.peak_flops + half[cls, b]) / fraction[cls, b], 0.0
     )
     mem = [cal.memory_curve(f) for f in FAMILIES]
     m_fraction = np.array([[c.peak_fraction, c.backward_fraction] for c in mem])
-    m_half = np.array([c.half_s for c in mem])
-    memory = np.where(t.num_bytes > 0, (t.num_bytes / t.bandwidth + m_half[t.family]) / m_fraction[t.family, b], 0.0)
+    m_half = np.array([[c.half_s, c.backward_half_s] for c in mem])
+    memory = np.where(t.num_bytes > 0, (t.num_bytes / t.bandwidth + m_half[t.family, b]) / m_fraction[t.family, b], 0.0)
     floor = np.where(t.backward, cal.kernel_s[1], cal.kernel_s[0])
     serial = np.array([cal.serial.get(c, 0.0) for c in COMPUTE_CLASSES])
     both = np.maximum(compute, memory) + np.where(t.compute_class >= 0, serial[cls], 0.0) * np.minimum(compute, memory)
@@ -326,7 +326,7 @@ def _unpack(
         k += 1
         return float(math.exp(min(max(x[k - 1], -60.0), 10.0)))
 
-    compute = {c: Curve(frac(), pos(), frac()) for c in classes}
+    compute = {c: Curve(frac(), pos(), frac(), pos()) for c in classes}
     serial = {c: frac() for c in classes}
     memory = Curve(frac(), pos(), frac())
     by_family = {f: Curve(frac(), pos(), frac()) for f in families}
@@ -337,7 +337,12 @@ def _unpack(
     autocast = pos()
     sync = (pos(), pos(), pos(), pos())
     matmul = [compute[c] for c in classes if c.startswith("matmul/")] or list(compute.values())
-    default = Curve(float(np.mean([c.peak_fraction for c in matmul])), float(np.mean([c.half_s for c in matmul])))
+    default = Curve(
+        float(np.mean([c.peak_fraction for c in matmul])),
+        float(np.mean([c.half_s for c in matmul])),
+        float(np.mean([c.backward_fraction for c in matmul])),
+        float(np.mean([c.backward_half_s for c in matmul])),
+    )
     cal = Calibration(
         name=name,
         compute=compute,
@@ -355,7 +360,7 @@ def _unpack(
 
 def _start(classes: Sequence[str], families: Sequence[str]) -> np.ndarray:
     logit, mem = math.log(0.6 / 0.4), math.log(0.8 / 0.2)
-    x = [v for _ in classes for v in (logit, math.log(5e-6), logit)]
+    x = [v for _ in classes for v in (logit, math.log(5e-6), logit, math.log(5e-6))]
     x += [math.log(0.2 / 0.8)] * len(classes)  # serial: a fifth of the shorter of compute and memory
     x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e-6), mem)]
     x += [math.log(3e-6), math.log(6e-6)]

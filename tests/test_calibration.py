@@ -66,6 +66,29 @@ def test_efficiency_grows_with_size() -> None:
     assert curve.seconds(0.0, peak) == 0.0
 
 
+def test_backward_work_has_its_own_ramp_and_old_three_figure_curves_keep_one() -> None:
+    # A backward ramp ten times the forward's: small backward ops are slow, a very large one
+    # reaches the backward fraction all the same.
+    curve = Curve(0.6, 1e-5, 0.5, 1e-4)
+    peak = 1e15
+    assert curve.seconds(1e9, peak, backward=True) == pytest.approx((1e-6 + 1e-4) / 0.5)
+    assert curve.seconds(1e9, peak) == pytest.approx((1e-6 + 1e-5) / 0.6)
+    huge = 1e16
+    assert huge / peak / curve.seconds(huge, peak, backward=True) == pytest.approx(0.5, rel=1e-2)
+    assert curve.as_list() == [0.6, 1e-5, 0.5, 1e-4]
+    assert Curve(0.6, 1e-5, 0.5).as_list() == [0.6, 1e-5, 0.5]  # a shared ramp is written as before
+    document = DEFAULT_CALIBRATION.to_dict()
+    document["compute"]["matmul/tensor"] = [0.6, 1e-5, 0.5, 1e-4]
+    parsed = Calibration.from_dict(json.loads(json.dumps(document)))
+    assert parsed.compute["matmul/tensor"] == curve
+    document["compute"]["matmul/tensor"] = [0.6, 1e-5, 0.5, -1.0]
+    with pytest.raises(SchemaError, match=r"matmul/tensor.*backward_half_s = -1\.0"):
+        Calibration.from_dict(document)
+    document["compute"]["matmul/tensor"] = [0.6, 1e-5, 0.5, 1e-4, 1.0]
+    with pytest.raises(SchemaError, match=r"backward half seconds"):
+        Calibration.from_dict(document)
+
+
 def test_bad_cost_model_options_name_the_value() -> None:
     with pytest.raises(UnknownNameError, match="execution mode 'graphs'.*cuda_graphs, eager"):
         CostModel(execution_mode="graphs")

@@ -12,8 +12,8 @@ either a fraction of a peak, a size, or a time that does not depend on the GPU's
 bytes) on a device with peak ``P`` (FLOP/s, in the op's compute dtype) and bandwidth ``B``::
 
     kernel_s[direction] + max(compute, memory) + serial[c] * min(compute, memory)
-    compute = (x / P + half_s[c]) / fraction[c][direction]
-    memory  = (b / B + half_s[f]) / bandwidth_fraction[f][direction]
+    compute = (x / P + half_s[c][direction]) / fraction[c][direction]
+    memory  = (b / B + half_s[f][direction]) / bandwidth_fraction[f][direction]
 
 that is, an efficiency that grows with the op's size, ``fraction * x / (x + P * half_s)`` (half of
 the best fraction at ``half_s`` seconds of peak work: a kernel's ramp, the same time on any GPU),
@@ -25,7 +25,8 @@ pooling windows overlap). ``serial[c]`` (in [0, 1]) is how much of the shorter o
 a compute class does not hide behind the longer one, so its efficiency also falls with its
 arithmetic intensity (FLOPs per byte): 0 is the roofline's perfect overlap, 1 runs them one after
 the other. Forward and backward have their own fractions (a weight gradient is a
-different kernel from the forward's). ``kernel_s`` is the least time any kernel of the task takes.
+different kernel from the forward's) and their own ramps (the fit gives compute classes a backward
+ramp of their own; memory curves share one). ``kernel_s`` is the least time any kernel of the task takes.
 
 **Host time** of a task: ``host_s[group][direction]`` seconds to issue it, by op group
 (:data:`HOST_GROUPS`: ``layer`` for ops that are modules or library calls with weights or large
@@ -88,40 +89,52 @@ def compute_class(op_type: str, dtype: str) -> str | None:
 
 @dataclass(frozen=True)
 class Curve:
-    """Efficiency growing with size: ``fraction * size / (size + peak * half_s)`` (backward: ``backward_fraction``).
+    """Efficiency growing with size: ``fraction * size / (size + peak * half_s)``, backward with its own figures.
 
     A task of ``size`` FLOPs (or bytes) at ``peak`` FLOP/s (or bytes/s) takes
     ``(size / peak + half_s) / fraction``: the ramp of a kernel (filling the GPU, its tail) costs
     ``half_s`` seconds of peak work whatever the GPU, so a faster GPU needs a larger op to reach the
-    same fraction of its peak.
+    same fraction of its peak. Backward work (an op's input and weight gradients: two or more
+    kernels, the weight gradient reducing over the batch) takes
+    ``(size / peak + backward_half_s) / backward_fraction``: its own best fraction and its own ramp,
+    so that small backward ops can be slow without making a very large one slow too.
 
     Attributes:
         peak_fraction: the fraction of the peak a very large forward op reaches, in (0, 1].
         half_s: seconds of peak work at which half of the best fraction is reached, >= 0.
-        backward_fraction: the same for backward work (input and weight gradients); default ``peak_fraction``.
+        backward_fraction: the same as ``peak_fraction`` for backward work; default ``peak_fraction``.
+        backward_half_s: the same as ``half_s`` for backward work; default ``half_s``.
     """
 
     peak_fraction: float
     half_s: float
     backward_fraction: float = 0.0
+    backward_half_s: float = math.nan
 
     def __post_init__(self) -> None:
         if self.backward_fraction == 0.0:
             object.__setattr__(self, "backward_fraction", self.peak_fraction)
+        if math.isnan(self.backward_half_s):
+            object.__setattr__(self, "backward_half_s", self.half_s)
         for name in ("peak_fraction", "backward_fraction"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected a fraction in (0, 1]")
-        if not (self.half_s >= 0.0 and math.isfinite(self.half_s)):
-            raise ValueError(f"Curve.half_s = {self.half_s}; expected finite seconds >= 0")
+        for name in ("half_s", "backward_half_s"):
+            if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected finite seconds >= 0")
 
     def seconds(self, size: float, peak_per_s: float, backward: bool = False) -> float:
         """Time to process ``size`` units at ``peak_per_s`` under this curve (0 for no work)."""
         if size <= 0:
             return 0.0
-        return (size / peak_per_s + self.half_s) / (self.backward_fraction if backward else self.peak_fraction)
+        if backward:
+            return (size / peak_per_s + self.backward_half_s) / self.backward_fraction
+        return (size / peak_per_s + self.half_s) / self.peak_fraction
 
     def as_list(self) -> list[float]:
-        return [self.peak_fraction, self.half_s, self.backward_fraction]
+        """``[peak_fraction, half_s, backward_fraction]``, and ``backward_half_s`` where it differs from ``half_s``."""
+        figures = [self.peak_fraction, self.half_s, self.backward_fraction]
+        return figures if self.backward_half_s == self.half_s else [*figures, self.backward_half_s]
 
 
 @dataclass(frozen=True)
@@ -267,9 +280,10 @@ class Calibration:
             return as_float(value[0], f"calibration.{where}[0]"), as_float(value[1], f"calibration.{where}[1]")
 
         def curve(value: Any, where: str) -> Curve:
-            if not isinstance(value, list | tuple) or len(value) not in (2, 3):
+            if not isinstance(value, list | tuple) or len(value) not in (2, 3, 4):
                 raise SchemaError(
-                    f"calibration.{where}: expected [peak fraction, half seconds(, backward fraction)], got {value!r}"
+                    f"calibration.{where}: expected [peak fraction, half seconds(, backward fraction"
+                    f"(, backward half seconds))], got {value!r}"
                 )
             numbers = [as_float(v, f"calibration.{where}[{i}]") for i, v in enumerate(value)]
             try:
