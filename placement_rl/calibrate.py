@@ -312,7 +312,7 @@ _HOST_KEYS: tuple[tuple[str, int], ...] = tuple((g, d) for g in HOST_GROUPS for 
 
 
 def _unpack(
-    x: np.ndarray, classes: Sequence[str], families: Sequence[str], name: str
+    x: np.ndarray, classes: Sequence[str], families: Sequence[str], name: str, backward_ramp: bool = False
 ) -> tuple[Calibration, tuple[float, float, float, float]]:
     k = 0
 
@@ -326,7 +326,11 @@ def _unpack(
         k += 1
         return float(math.exp(min(max(x[k - 1], -60.0), 10.0)))
 
-    compute = {c: Curve(frac(), pos(), frac(), pos()) for c in classes}
+    def compute_curve() -> Curve:
+        fraction, half, backward = frac(), pos(), frac()
+        return Curve(fraction, half, backward, pos() if backward_ramp else half)
+
+    compute = {c: compute_curve() for c in classes}
     serial = {c: frac() for c in classes}
     memory = Curve(frac(), pos(), frac())
     by_family = {f: Curve(frac(), pos(), frac()) for f in families}
@@ -358,9 +362,10 @@ def _unpack(
     return cal, sync
 
 
-def _start(classes: Sequence[str], families: Sequence[str]) -> np.ndarray:
+def _start(classes: Sequence[str], families: Sequence[str], backward_ramp: bool = False) -> np.ndarray:
     logit, mem = math.log(0.6 / 0.4), math.log(0.8 / 0.2)
-    x = [v for _ in classes for v in (logit, math.log(5e-6), logit, math.log(5e-6))]
+    ramp = (math.log(5e-6),) if backward_ramp else ()
+    x = [v for _ in classes for v in (logit, math.log(5e-6), logit, *ramp)]
     x += [math.log(0.2 / 0.8)] * len(classes)  # serial: a fifth of the shorter of compute and memory
     x += [v for _ in range(1 + len(families)) for v in (mem, math.log(1e-6), mem)]
     x += [math.log(3e-6), math.log(6e-6)]
@@ -497,8 +502,14 @@ def fit(
     name: str = "fitted",
     max_evaluations: int = 4000,
     prior_weight: float = 0.05,
+    backward_ramp: bool = False,
 ) -> tuple[Calibration, dict[str, Any]]:
-    """Fit a :class:`Calibration` to ``data`` (module docstring). Returns it and the fit's figures."""
+    """Fit a :class:`Calibration` to ``data`` (module docstring). Returns it and the fit's figures.
+
+    ``backward_ramp`` also fits each compute class a backward ramp of its own
+    (:attr:`~placement_rl.sim.calibration.Curve.backward_half_s`; default: one ramp for both
+    directions, as the shipped calibration was fitted).
+    """
     from scipy.optimize import least_squares
 
     classes = [
@@ -513,7 +524,7 @@ def fit(
     present = set(np.concatenate(used).tolist()) if used else set()
     families = [f for i, f in enumerate(FAMILIES) if i in present and f not in ("input", "view")]
     measured = np.array([m.iteration_s for m in data.measurements])
-    x0 = _start(classes, families)
+    x0 = _start(classes, families, backward_ramp)
     modes = [m.execution_mode for m in data.measurements]
     weight = math.sqrt(profile_weight)
 
@@ -522,7 +533,7 @@ def fit(
             return _residuals(x)
 
     def _residuals(x: np.ndarray) -> np.ndarray:
-        cal, sync = _unpack(x, classes, families, name)
+        cal, sync = _unpack(x, classes, families, name, backward_ramp)
         pred = np.array([iteration_seconds(cal, t, mode) for t, mode in zip(data.tasks, modes, strict=True)])
         parts = [np.log(pred / measured)]
         if data.profile is not None and weight > 0:
@@ -537,7 +548,7 @@ def fit(
         return np.concatenate(parts)
 
     result = least_squares(residuals, x0, method="trf", max_nfev=max_evaluations, x_scale="jac", ftol=1e-10, xtol=1e-10)
-    cal, _ = _unpack(result.x, classes, families, name)
+    cal, _ = _unpack(result.x, classes, families, name, backward_ramp)
     errors = [
         abs(iteration_seconds(cal, t, mode) / m - 1.0) for t, mode, m in zip(data.tasks, modes, measured, strict=True)
     ]

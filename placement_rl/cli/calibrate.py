@@ -28,7 +28,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         f"fitting to {len(data.measurements)} measured iterations and {data.profile_seconds.shape[0]} profiled op "
         f"times on {data.device.device_type}"
     )
-    cal, figures = calibrate.fit(data, profile_weight=args.profile_weight, name=args.name)
+    cal, figures = calibrate.fit(
+        data, profile_weight=args.profile_weight, name=args.name, backward_ramp=args.backward_ramp
+    )
     if args.out:
         calibrate.write_calibration(args.out, cal)
     table = calibrate.error_table(calibrate.compare(data, cal, ("roofline", "calibrated", "profiled")))
@@ -95,6 +97,11 @@ def add_commands(sub: Any) -> None:
         type=float,
         default=0.1,
         help="weight of each profiled op time against a whole iteration's (default 0.1; 0 ignores profiles)",
+    )
+    p.add_argument(
+        "--backward-ramp",
+        action="store_true",
+        help="fit backward work a ramp of its own per compute class (default: one ramp for both directions)",
     )
     p.add_argument(
         "--profile-models",
