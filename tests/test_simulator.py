@@ -585,3 +585,34 @@ def test_data_parallel_scales_across_machines_with_buckets_and_several_nics(zoo_
             assert both > one  # 95 latency-bound all-reduces, one after the other
         else:
             assert both < 0.6 * one
+
+
+def test_the_first_simulation_says_when_kernels_compile_and_how_long_it_took(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import threading
+
+    from placement_rl.sim import kernels
+
+    monkeypatch.setattr(kernels, "_NOTICE_GIVEN", False)
+    monkeypatch.setattr(kernels, "cold_kernels", lambda: ["schedule_flows"])
+    out = io.StringIO()
+    fired = threading.Event()
+    with kernels.compile_notice(out, after_s=0.0):
+        for _ in range(500):  # the notice comes from a timer thread while the work runs
+            if out.getvalue():
+                fired.set()
+                break
+            threading.Event().wait(0.01)
+    assert fired.is_set()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("compiling the simulator's kernels")
+    assert lines[1].startswith("compiled the simulator's kernels in")
+    with kernels.compile_notice(out, after_s=0.0):  # once per process
+        pass
+    assert len(out.getvalue().splitlines()) == 2
+    monkeypatch.setattr(kernels, "_NOTICE_GIVEN", False)
+    monkeypatch.setattr(kernels, "cold_kernels", lambda: [])
+    quiet = io.StringIO()
+    with kernels.compile_notice(quiet, after_s=0.0):
+        threading.Event().wait(0.05)
+    assert quiet.getvalue() == ""  # every kernel cached: nothing to say

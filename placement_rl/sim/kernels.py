@@ -3,14 +3,83 @@
 These are the simulator's inner loops (FlexFlow sec. 5.1-5.2); :mod:`placement_rl.sim.simulator` prepares
 their flat arrays and turns the results into a :class:`~placement_rl.sim.result.SimResult`. Each kernel
 is deterministic and allocation-light; ``cache=True`` keeps compiled code between processes.
+
+Compiling them takes a minute or more on a small machine, once after installing or upgrading: the
+first simulation in a process whose kernels have no cache says so on stderr (:func:`compile_notice`)
+and how long it took.
 """
 
 from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import numpy as np
 from numba import njit
 
 MAX_RANK = 8
+_NOTICE_GIVEN = False
+
+
+def cold_kernels() -> list[str]:
+    """This module's kernels with nothing in their on-disk cache (absent or stale): compiled on first call."""
+    cold: list[str] = []
+    for name, fn in sorted(globals().items()):
+        cache: Any = getattr(fn, "_cache", None)
+        if cache is None or not hasattr(fn, "py_func"):
+            continue
+        try:
+            cached = bool(cache._cache_file._load_index())
+        except Exception:  # an unreadable cache is a cold one
+            cached = False
+        if not cached:
+            cold.append(name)
+    return cold
+
+
+@contextmanager
+def compile_notice(stream: TextIO | None = None, after_s: float = 3.0) -> Iterator[None]:
+    """Around the first simulation of a process: if kernels are compiling, say so, then how long it took.
+
+    The notice is printed only if some kernel had no cache and the work is still running after
+    ``after_s`` seconds (a kernel this simulation never calls stays uncached, harmlessly). Later
+    calls in the process print nothing.
+    """
+    global _NOTICE_GIVEN
+    if _NOTICE_GIVEN:
+        yield
+        return
+    _NOTICE_GIVEN = True
+    cold = cold_kernels()
+    if not cold:
+        yield
+        return
+    out = stream if stream is not None else sys.stderr
+    said = threading.Event()
+
+    def say() -> None:
+        said.set()
+        print(
+            "compiling the simulator's kernels (once after installing or upgrading, a minute or two on a "
+            "small machine; cached for every later run) ...",
+            file=out,
+            flush=True,
+        )
+
+    started = time.perf_counter()
+    timer = threading.Timer(after_s, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if said.is_set():
+            print(f"compiled the simulator's kernels in {time.perf_counter() - started:.0f} s", file=out, flush=True)
 
 
 @njit(cache=True)

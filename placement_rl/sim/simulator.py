@@ -1213,10 +1213,11 @@ class SimContext:
 
     def run(self, ops: Sequence[_CompiledOp]) -> SimResult:
         """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
-        arrays = self.with_shared(OpArrays.from_ops(ops), ops)
-        tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
-        start, end, _, crit, busy, *timeline = self.schedule(tasks, record=True)
-        return self._result(arrays, tasks, start, end, crit, busy, timeline)
+        with _kernels.compile_notice():
+            arrays = self.with_shared(OpArrays.from_ops(ops), ops)
+            tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
+            start, end, _, crit, busy, *timeline = self.schedule(tasks, record=True)
+            return self._result(arrays, tasks, start, end, crit, busy, timeline)
 
     def schedule(
         self,
