@@ -74,6 +74,9 @@ def test_execute_local_writes_the_report_and_both_traces(tmp_path: Path, capsys:
     assert report["measured_ms"] > 0 and report["simulated_ms"] > 0 and report["replayed_ms"] > 0
     assert report["sent_bytes"] == report["simulated_sent_bytes"] and report["sent_bytes"][0] > 0
     assert any("uses 2 of 2 devices" in line for line in report["explanation"])
+    # CPU workers timed against simulated T4s: the report says so and what to pass instead
+    (note,) = report["notes"]
+    assert "CPUs (gloo)" in note and "T4" in note and "--profile cpu-profile.json" in note
     lanes = {}
     for path in (measured, simulated):
         doc = json.loads(path.read_text())
@@ -218,6 +221,16 @@ def test_more_workers_than_ray_cpus_is_refused(
     monkeypatch.setattr(ray.train.torch, "TorchTrainer", _refuse)
     err = _error(capsys, ["execute", *TINY, "--topology", "2x2", "--launcher", "ray"])
     assert "4 workers x 1 thread(s) need 4 CPUs; the Ray cluster has 2" in err
+
+
+def test_device_notes_only_when_the_simulated_devices_are_not_the_workers() -> None:
+    from placement_rl.cli.execute import device_notes
+
+    gpus = switched_cluster(1, 2)
+    assert device_notes(gpus, "nccl", None, "lenet") == []  # GPU workers: the topology's own devices
+    assert device_notes(gpus, "gloo", "cpu.json", "lenet") == []  # a profile of the workers given
+    (note,) = device_notes(gpus, "gloo", None, "lenet")
+    assert "--device-type T4 --models lenet" in note
 
 
 def test_check_resources_counts_threads_and_gpus() -> None:

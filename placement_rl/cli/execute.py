@@ -88,8 +88,9 @@ def cmd_execute(args: argparse.Namespace) -> None:
     if args.sim_trace is not None:
         write_chrome_trace(report.program.simulated, args.sim_trace, title=f"simulated: {title}")
     words = explain_plan(graph, topology, plan, report.program.simulated)
+    notes = device_notes(topology, options.backend, args.profile, graph.name)
     if args.json:
-        print_json({**report.to_dict(), "topology": topology.name, "explanation": words})
+        print_json({**report.to_dict(), "topology": topology.name, "explanation": words, "notes": notes})
         return
     print(f"{title}, {args.launcher} launcher, backend {options.backend}:")
     for line in words:
@@ -128,9 +129,33 @@ def cmd_execute(args: argparse.Namespace) -> None:
         f"measured: median of {options.iterations} iteration(s) after {options.warmup} warm-up; replayed: the plan "
         "simulated with the measured compute times (what still differs is the network and overlap model's)"
     )
+    for note in notes:
+        print(f"note: {note}")
     for path, what in ((args.trace, "measured"), (args.sim_trace, "simulated")):
         if path is not None:
             print(f"wrote the {what} Chrome trace to {path}")
+
+
+def device_notes(topology: Any, backend: str, profile: str | None, model: str) -> list[str]:
+    """What the reader must know when the devices simulated are not the devices the workers ran on.
+
+    Workers on gloo run on this machine's CPUs; a topology of GPUs then makes the simulated column
+    a prediction for those GPUs, not for the workers.
+    """
+    if backend != "gloo" or profile is not None:
+        return []
+    types = sorted({d.device_type for d in topology.devices if d.device_type.upper() != "CPU"})
+    if not types:
+        return []
+    names = ", ".join(types)
+    return [
+        f"the workers ran on this machine's CPUs (gloo), but the simulated column times the topology's "
+        f"{names} devices, so 'simulated vs measured' compares two different machines. The replayed column "
+        "(the plan simulated with the compute times measured on the workers) is the like-for-like figure. To "
+        f"simulate these CPUs instead, profile them and pass the profile: placement-rl profile --device cpu "
+        f"--device-type {types[0]} --models {model} --splits 1,2,4 --out cpu-profile.json, then --profile "
+        "cpu-profile.json (it times the ops, not the executor's own per-op overhead)."
+    ]
 
 
 def add_commands(sub: Any) -> None:
