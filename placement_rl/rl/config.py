@@ -20,7 +20,7 @@ import copy
 import dataclasses
 import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,10 +262,44 @@ def load_train_config(path: str | Path) -> TrainConfig:
     return TrainConfig.from_dict(data, where=str(path))
 
 
-def load_sweep_config(path: str | Path) -> SweepConfig:
-    """Read and validate a sweep YAML file (its ``base`` is resolved relative to it)."""
-    where = str(path)
-    data = as_mapping(read_yaml(path), where)
+def apply_sweep_sets(data: Mapping[str, Any], sets: Sequence[str], where: str) -> dict[str, Any]:
+    """A sweep document with ``KEY=VALUE`` settings applied (``VALUE`` read as YAML).
+
+    ``KEY`` is a sweep option (``num_samples``, ``metric``, ``mode``, ``cpus_per_trial``,
+    ``output_dir``), ``search.<dotted key>`` (a search domain, ``search.ppo.lr={grid: [0.001]}``) or
+    any other dotted key of the training config, which joins the file's ``overrides``
+    (``run.iterations=2``): a smaller run of a shipped sweep without editing the file.
+    """
+    from placement_rl.rl.yaml_files import loads_yaml
+
+    doc = copy.deepcopy(dict(data))
+    options = [f.name for f in dataclasses.fields(SweepOptions)]
+    for item in sets:
+        key, equals, text = item.partition("=")
+        if not equals or not key or key.startswith(".") or key.endswith(".") or key in ("base", "overrides", "search"):
+            raise SchemaError(
+                f"--set {item!r}; expected KEY=VALUE with KEY one of {options}, search.<key> or a dotted key of "
+                "the training config (run.iterations=2)"
+            )
+        value = loads_yaml(text, f"--set {item!r}")
+        if key in options:
+            doc[key] = value
+        elif key.startswith("search."):
+            search = doc.get("search")
+            doc["search"] = {**(dict(search) if isinstance(search, Mapping) else {}), key[len("search.") :]: value}
+        else:
+            overrides = doc.get("overrides")
+            merged = copy.deepcopy(dict(overrides)) if isinstance(overrides, Mapping) else {}
+            set_dotted(merged, key, value)
+            doc["overrides"] = merged
+    return doc
+
+
+def load_sweep_config(path: str | Path, sets: Sequence[str] = ()) -> SweepConfig:
+    """Read and validate a sweep YAML file (its ``base`` is resolved relative to it), with ``--set``
+    settings (:func:`apply_sweep_sets`) applied first."""
+    where = str(path) + (f" with --set {' '.join(sets)}" if sets else "")
+    data = apply_sweep_sets(as_mapping(read_yaml(path), str(path)), sets, where)
     check_known(data, ["base", "overrides", "search", *(f.name for f in dataclasses.fields(SweepOptions))], where)
     if "base" not in data:
         raise SchemaError(f"{where}: missing 'base' (the training config file the sweep starts from)")

@@ -360,28 +360,42 @@ def sweep(cfg: SweepConfig, *, progress: Callable[[str], None] | None = print) -
     resolved = base.to_dict()
     for key, value in best.config.items():
         set_dotted(resolved, key, value)
+    resolved["run"]["num_env_runners"] = runners  # what the trials ran with
     resolved["run"]["output_dir"] = str(out / "best")  # training the winner must not overwrite the base run
     (out / "best_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     if progress is not None:
         progress(
-            f"best trial: {cfg.metric} = {best.metrics.get(cfg.metric)}; config written to {out / 'best_config.yaml'}"
+            f"best trial: {cfg.metric} = {_best_value(best, cfg.metric, cfg.mode)} (its best iteration); config "
+            f"written to {out / 'best_config.yaml'}"
         )
     return out
 
 
 def _best_trial(trials: list[Any], metric: str, mode: str) -> Any:
-    """The trial with the best final ``metric``; ties (``best_speedup`` often ties) go to the higher final
-    mean return, then to the first trial."""
+    """The trial whose ``metric`` was best at any of its iterations (not only its last: a trial that
+    peaked and then drifted still found that policy); ties (``best_speedup`` often ties) go to the
+    higher final mean return, then to the first trial."""
     if not trials:
         raise ValueError("the sweep finished no trial; see the trials' errors in results.csv")
 
     def key(trial: Any) -> tuple[float, float]:
-        value = float(trial.metrics.get(metric, float("nan")))
+        value = _best_value(trial, metric, mode)
         ret = float(trial.metrics.get("episode_return_mean", float("nan")))
         value = value if math.isfinite(value) else -math.inf if mode == "max" else math.inf
         return (value if mode == "max" else -value, ret if math.isfinite(ret) else -math.inf)
 
     return max(trials, key=key)
+
+
+def _best_value(trial: Any, metric: str, mode: str) -> float:
+    """A trial's best ``metric`` over its reported iterations (its last result where no history is kept)."""
+    frame = getattr(trial, "metrics_dataframe", None)
+    values: list[float] = []
+    if frame is not None and metric in getattr(frame, "columns", ()):
+        values = [float(v) for v in frame[metric].tolist() if v is not None and math.isfinite(float(v))]
+    if not values:
+        return float(trial.metrics.get(metric, float("nan")))
+    return max(values) if mode == "max" else min(values)
 
 
 def _progress_callback(progress: Callable[[str], None] | None) -> Any:

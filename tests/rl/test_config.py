@@ -125,3 +125,40 @@ def test_sweep_config_errors(tmp_path: Path, sweep: dict, message: str) -> None:
     write(tmp_path, {"name": "b"}, "base.yaml")
     with pytest.raises(SchemaError, match=message):
         load_sweep_config(write(tmp_path, sweep, "sweep.yaml"))
+
+
+def test_sweep_settings_change_options_search_and_the_training_config() -> None:
+    path = ROOT / "tune_configs" / "trinity_sweep.yaml"
+    sweep = load_sweep_config(
+        path, ["num_samples=1", "run.iterations=2", "search.ppo.lr={grid: [0.001]}", "metric=best_speedup"]
+    )
+    assert sweep.options.num_samples == 1 and sweep.options.metric == "best_speedup"
+    assert sweep.base.run.iterations == 2  # joins the file's overrides, wins over them
+    assert sweep.search["ppo.lr"] == ("grid", (0.001,))
+    assert "ppo.clip_param" in sweep.search  # the file's other domains stay
+    with pytest.raises(SchemaError, match=r"--set 'iterations'; expected KEY=VALUE"):
+        load_sweep_config(path, ["iterations"])
+    with pytest.raises(SchemaError, match=r"with --set run\.no_such_key=1"):
+        load_sweep_config(path, ["run.no_such_key=1"])
+    with pytest.raises(SchemaError, match=r"num_samples"):
+        load_sweep_config(path, ["num_samples=0"])
+
+
+def test_the_best_trial_is_the_best_at_any_iteration() -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from placement_rl.rl.train import _best_trial
+
+    def trial(history: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(
+            metrics={"episode_return_mean": history[-1]},
+            metrics_dataframe=pd.DataFrame({"episode_return_mean": history}),
+        )
+
+    peaked, steady = trial([0.1, 0.9, 0.2]), trial([0.3, 0.4, 0.5])
+    assert _best_trial([steady, peaked], "episode_return_mean", "max") is peaked  # not the last value's 0.5
+    assert _best_trial([steady, peaked], "episode_return_mean", "min") is peaked  # 0.1
+    no_history = SimpleNamespace(metrics={"episode_return_mean": 0.6}, metrics_dataframe=None)
+    assert _best_trial([steady, no_history], "episode_return_mean", "max") is no_history
