@@ -1323,7 +1323,7 @@ def _over(row: Mapping[str, Any]) -> tuple[float, str | None, float | None, floa
 
 def no_fit_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """One sentence per instance where no plan fits in memory (:func:`no_fit`)."""
-    from placement_rl.explain import format_bytes
+    from placement_rl.plots import format_bytes
 
     lines = []
     for n in no_fit(rows):

@@ -26,6 +26,7 @@ import numpy as np
 from placement_rl.graph import OpGraph
 from placement_rl.ops import op_kind
 from placement_rl.plan import OpConfig, Plan, pipeline_stages
+from placement_rl.plots import format_bytes
 from placement_rl.sim.result import TASK_KINDS, SimResult
 from placement_rl.topology import DeviceTopology
 
@@ -316,14 +317,6 @@ def explain_plan(
 
 #: Lower precisions to suggest, in order, when a plan does not fit (mixed precision halves activations).
 _LOWER_PRECISIONS = ("bf16-mixed", "fp16-mixed")
-
-
-def format_bytes(n_bytes: float) -> str:
-    """``12.50 GiB``, ``3.2 MiB`` or ``512 B``: binary units, the largest that keeps the number >= 1."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n_bytes) >= size:
-            return f"{n_bytes / size:.2f} {unit}"
-    return f"{n_bytes:.0f} B"
 
 
 def _step_bytes(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None) -> float:

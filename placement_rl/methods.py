@@ -512,7 +512,7 @@ def _ft(problem: Problem) -> Found:
         )
     if pick.fits:
         return Found(pick.point.plan)
-    from placement_rl.explain import format_bytes
+    from placement_rl.plots import format_bytes
 
     over = format_bytes(memory_over_bytes(pick.result))
     plan = dataclasses.replace(pick.point.plan, metadata={**pick.point.plan.metadata, "fits": False})
@@ -781,7 +781,7 @@ def _pick(tried: Sequence[tuple[Plan, SimResult]]) -> tuple[Plan, SimResult, boo
 
 def _unfit(plan: Plan, result: SimResult, what: str) -> Found:
     """A plan that does not fit, marked so (``metadata["fits"]`` false) with the row's note."""
-    from placement_rl.explain import format_bytes
+    from placement_rl.plots import format_bytes
 
     marked = dataclasses.replace(plan, metadata={**plan.metadata, "fits": False})
     note = (

@@ -43,9 +43,11 @@ def memory_unit(largest_bytes: float) -> tuple[float, str]:
 
 
 def format_bytes(num_bytes: float) -> str:
-    """``num_bytes`` in its :func:`memory_unit`, e.g. ``"3.28 GiB"``, ``"12.5 MiB"``."""
-    scale, unit = memory_unit(num_bytes)
-    return f"{num_bytes / scale:.2f} {unit}"
+    """``12.50 GiB``, ``3.20 MiB`` or ``512 B``: binary units, the largest that keeps the number >= 1."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(num_bytes) >= size:
+            return f"{num_bytes / size:.2f} {unit}"
+    return f"{num_bytes:.0f} B"
 
 
 def frontier_png(

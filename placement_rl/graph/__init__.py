@@ -5,6 +5,8 @@ op groups (:mod:`.coarsen`).
 ``register_leaf`` (:mod:`.leaves`) makes a layer class of one's own one op in both importers.
 """
 
+from typing import Any
+
 from placement_rl.graph.ir import (
     DIM_KINDS,
     GRAPH_FORMAT,
@@ -19,9 +21,19 @@ from placement_rl.graph.ir import (
     Shape,
     SplitClass,
     Tensor,
-    from_torch,
 )
 from placement_rl.graph.leaves import register_leaf
+
+
+def from_torch(*args: Any, **kwargs: Any) -> OpGraph:
+    """Trace a ``torch.nn.Module`` into an :class:`OpGraph`; see :func:`placement_rl.graph.importer.from_torch`.
+
+    Imported on first call: it imports torch, and nothing else in this package does.
+    """
+    from placement_rl.graph.importer import from_torch as _from_torch
+
+    return _from_torch(*args, **kwargs)
+
 
 __all__ = [
     "DIM_KINDS",

@@ -67,6 +67,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl.graph.ir import Op, OpGraph, ParallelDim, Shape, Tensor
 from placement_rl.graph.leaves import leaf_op_type
+from placement_rl.graph.tracing import MODULE_TYPES, check_training_step, parallel_dims, report_unknown_ops
 from placement_rl.ops import OP_KINDS, VIEW_OPS, OpKind, op_kind
 
 #: ATen overload-packet name -> op type of the taxonomy (:mod:`placement_rl.ops`).
@@ -427,7 +428,7 @@ def from_export(
             fx importer's table; a subclass of a listed class is a leaf too, and so is a class
             registered with :func:`placement_rl.graph.register_leaf`).
         check_backward: first run one forward and backward pass of the module on meta tensors
-            (:func:`placement_rl.graph.importer.check_training_step`: nothing allocated) and refuse a
+            (:func:`placement_rl.graph.tracing.check_training_step`: nothing allocated) and refuse a
             module whose training step fails; ``metadata["backward_check"]`` records the outcome.
 
     Returns:
@@ -439,7 +440,6 @@ def from_export(
             loses the batch axis (the op and the source line are named).
         ValueError: for inputs without a batch dimension; for a module whose backward pass fails.
     """
-    from placement_rl.graph.importer import _MODULE_TYPES, check_training_step, report_unknown_ops
 
     tensors = [x for x in (*example_inputs, *(example_kwargs or {}).values()) if isinstance(x, torch.Tensor)]
     if not tensors:
@@ -451,7 +451,7 @@ def from_export(
             )
     batch = int(tensors[0].shape[0])
     if leaf_types is None:
-        leaf_types = _MODULE_TYPES
+        leaf_types = MODULE_TYPES
     # Inputs live where the weights live (meta for models built on it), as under fx; values are never read.
     weight: torch.Tensor | None = next(iter(module.parameters()), None)
     if weight is None:
@@ -880,8 +880,6 @@ class _ExportBuilder:
                 if axis is not None:
                     reduce_axis = (axis, info.shape[axis])
                     break
-            from placement_rl.graph.importer import parallel_dims
-
             in_shape = ins[0][2].shape if ins else None
             dims, split = parallel_dims(kind, flat_out[0].shape, samples[0], reduce_axis, param_bytes > 0, in_shape)
             if reduce_axis is not None and all(a is None for a in samples) and not dims and op_type != "fill":

@@ -734,11 +734,3 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
-
-
-# from_torch lives in its own module (it imports torch); re-exported here as the issue's API names it.
-def from_torch(*args: Any, **kwargs: Any) -> OpGraph:
-    """Trace a ``torch.nn.Module`` into an :class:`OpGraph`; see :func:`placement_rl.graph.importer.from_torch`."""
-    from placement_rl.graph.importer import from_torch as _from_torch
-
-    return _from_torch(*args, **kwargs)

@@ -4,7 +4,7 @@ Both front ends (``torch.fx`` in :mod:`placement_rl.graph.importer`, ``torch.exp
 :mod:`placement_rl.graph.aten`) turn a call of a leaf layer into one op of the layer's op type, whose
 parameters are the layer's; they never look inside it. A layer is a leaf when its class, or any class
 it derives from, is in the built-in table (``torch.nn`` layers such as ``nn.Linear`` or ``nn.LSTM``,
-``placement_rl.graph.importer._MODULE_TYPES``) or was registered here. So a subclass with a forward of
+``placement_rl.graph.tracing.MODULE_TYPES``) or was registered here. So a subclass with a forward of
 its own, such as Falcon's ``FalconLinear(nn.Linear)`` computing ``input @ self.weight.T``, is a
 ``linear`` op whose weight can be split, not a transpose and a product of an ``other`` kind.
 

@@ -95,11 +95,20 @@ def apply_overrides(data: Any, overrides: Sequence[str], where: str = "experimen
     return doc
 
 
+def training_models(env: dict[str, Any]) -> list[str]:
+    """The zoo models a training config's generator drew from."""
+    gen = env.get("generator") or {}
+    if not isinstance(gen, dict):
+        return ["inception_v3"]
+    if gen.get("model"):
+        return [gen["model"]]
+    return list(gen.get("models", ["inception_v3"]))
+
+
 def checkpoint_agent(checkpoint: str) -> tuple[str, list[str]]:
     """(agent name, zoo models its generator drew from) of the training run a checkpoint folder belongs to."""
     from placement_rl.io import read_json
     from placement_rl.rl.agents import run_config_path
-    from placement_rl.rl.evaluate import training_models
 
     config = read_json(run_config_path(checkpoint))
     if not isinstance(config, dict):

@@ -15,16 +15,6 @@ from placement_rl.experiments import Measured, measure_cells, parse_experiment, 
 from placement_rl.methods import MethodResult
 
 
-def training_models(env: dict[str, Any]) -> list[str]:
-    """The zoo models a training config's generator drew from."""
-    gen = env.get("generator") or {}
-    if not isinstance(gen, dict):
-        return ["inception_v3"]
-    if gen.get("model"):
-        return [gen["model"]]
-    return list(gen.get("models", ["inception_v3"]))
-
-
 def evaluate_cells(
     checkpoint: str,
     topologies: Sequence[str],
