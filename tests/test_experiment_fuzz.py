@@ -353,7 +353,7 @@ def test_resume_over_damaged_rows_warns_keeps_the_file_and_reruns_their_cells(
         return serial_cells(quick, args)
 
     out = tmp_path / "out"
-    monkeypatch.setattr("placement_rl.experiments.write_outputs", lambda *a: [])  # no PNGs: not under test
+    monkeypatch.setattr("placement_rl.experiments.driver.write_outputs", lambda *a: [])  # no PNGs: not under test
     run_experiment(prepared, out, runner=runner, progress=False)
     lines = (out / "results.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
@@ -388,7 +388,7 @@ def test_resume_through_the_command_line_after_a_torn_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.undo()
-    monkeypatch.setattr("placement_rl.experiments.write_outputs", lambda *a: [])  # no PNGs: not under test
+    monkeypatch.setattr("placement_rl.experiments.driver.write_outputs", lambda *a: [])  # no PNGs: not under test
     doc = {"name": "torn", "models": [{"model": "lenet", "batch_size": 32}], "topologies": ["trinity"]}
     doc["methods"] = ["data_parallel", "expert"]
     spec, out = tmp_path / "exp.yaml", tmp_path / "out"
