@@ -2,6 +2,7 @@
 
     python benchmarks/ft.py time [--models rnnlm,transformer,wideresnet] [--max-configs 16] [--timeout 300]
     python benchmarks/ft.py estimate [--models ...] [--max-configs 16] [--network flow] [--bucket-bytes 26214400]
+    python benchmarks/ft.py devices [--instances alexnet:mixed-10g,vgg16:tag-cloud,alexnet:8x1-10g] [--stage-meshes 1]
 
 ``time`` runs FT-LDP and FT-Elimination for each model on the tensoropt preset (16 GPUs), each in its
 own process with a wall-clock limit. It prints the FT time (cost tables included), the number of
@@ -14,11 +15,20 @@ with re-scheduling priced as collectives (TensorOpt) and as point-to-point trans
 simulator's model). FT's additive estimate assumes what the ``circuit`` network model with one
 all-reduce per tensor simulates (``--network circuit --bucket-bytes 0``); under the default ``flow``
 model with DDP's 25 MiB buckets the error also shows what FT's cost model leaves out.
+
+``devices`` runs FT (the ``ft`` method's pick, :func:`~placement_rl.search.ft.pick_over_device_counts`)
+on mixed clusters listed as built and with their device list reversed (the fast machine last): with
+the old rule (the first 1, 2, 4, ..., all devices as listed), with the device sets of
+:mod:`placement_rl.search.ft.devices` (the same answer however the cluster is listed) and with a mesh
+per stage (``--stage-meshes``). ``mixed-10g`` is one machine of 4 V100-SXM2-32GB (NVLink) and three
+of 4 K80 on 10 Gbit/s Ethernet, ``8x1-10g`` eight machines of one V100-SXM2-16GB on 10 Gbit/s
+Ethernet; other names are presets.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -179,6 +189,79 @@ def estimate_table(
             )
 
 
+def mixed_10g() -> object:
+    """One machine of 4 V100-SXM2-32GB (NVLink) and three of 4 K80, every machine on 10 Gbit/s Ethernet."""
+    from placement_rl.topology.builder import TopologyBuilder, switched_machine
+    from placement_rl.topology.devices import gbit_to_bytes_per_s
+
+    b = TopologyBuilder()
+    eth = (b.switch("eth-switch"), gbit_to_bytes_per_s(10), "ethernet")
+    switched_machine(b, "V100-SXM2-32GB", 4, eth, nvlink_bytes_per_s=25e9)  # type: ignore[arg-type]
+    for _ in range(3):
+        switched_machine(b, "K80", 4, eth)  # type: ignore[arg-type]
+    return b.build("mixed-10g")
+
+
+def single_gpu_10g(n: int = 8) -> object:
+    """``n`` machines of one V100-SXM2-16GB each on 10 Gbit/s Ethernet."""
+    from placement_rl.topology.builder import TopologyBuilder, switched_machine
+    from placement_rl.topology.devices import gbit_to_bytes_per_s
+
+    b = TopologyBuilder()
+    eth = (b.switch("eth-switch"), gbit_to_bytes_per_s(10), "ethernet")
+    for _ in range(n):
+        switched_machine(b, "V100-SXM2-16GB", 1, eth)  # type: ignore[arg-type]
+    return b.build(f"{n}x1-10g")
+
+
+def devices_table(instances: list[str], max_configs: int | None, stage_meshes: int) -> None:
+    """FT's pick per listing of each cluster: the first-n rule, device sets, a mesh per stage."""
+    from placement_rl import simulate, zoo
+    from placement_rl.plan.constructors import data_parallel
+    from placement_rl.search.ft import pick_over_device_counts
+    from placement_rl.search.ft.devices import DeviceRanking, DeviceSet, default_device_counts
+    from placement_rl.topology import DeviceTopology, load_preset
+
+    print(f"FT's pick (max {max_configs} configurations per op); ms per iteration, simulated")
+    print()
+    header = ["model", "cluster", "listing", "DP ms", "first n ms", "first n set", "device sets ms", "device set"]
+    if stage_meshes:
+        header += [f"stage meshes {stage_meshes} ms", "stage meshes set"]
+    header += ["sets", "FT s"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for instance in instances:
+        model, _, cluster = instance.partition(":")
+        graph = zoo.load(model)
+        built = {"mixed-10g": mixed_10g, "8x1-10g": single_gpu_10g}.get(
+            cluster, functools.partial(load_preset, cluster)
+        )()
+        assert isinstance(built, DeviceTopology)
+        listings = (
+            ("as built", built),
+            ("reversed", DeviceTopology(built.name, tuple(reversed(built.devices)), built.links, built.switches)),
+        )
+        for listing, topology in listings:
+            names = [d.name for d in topology.devices]
+            rank = DeviceRanking(topology)
+            first = [
+                DeviceSet(tuple(names[:n]), "first", f"first {rank.label(names[:n])}")
+                for n in default_device_counts(len(names))
+            ]
+            old = pick_over_device_counts(graph, topology, max_configs=max_configs, device_sets=first)
+            start = time.perf_counter()
+            new = pick_over_device_counts(graph, topology, max_configs=max_configs)
+            seconds = time.perf_counter() - start
+            dp = simulate(graph, topology, data_parallel(graph, topology)).makespan_s
+            row = [model, cluster, listing, f"{dp * 1e3:,.1f}", f"{old.result.makespan_s * 1e3:,.1f}"]
+            row += [old.device_set, f"{new.result.makespan_s * 1e3:,.1f}", new.device_set]
+            if stage_meshes:
+                staged = pick_over_device_counts(graph, topology, max_configs=max_configs, stage_meshes=stage_meshes)
+                row += [f"{staged.result.makespan_s * 1e3:,.1f}", staged.device_set]
+            row += [str(len(new.device_sets)), f"{seconds:.1f}"]
+            print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -187,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_one(model, method, int(mc) or None, float(tol))))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["time", "estimate"])
+    parser.add_argument("what", choices=["time", "estimate", "devices"])
     parser.add_argument("--models", default="rnnlm,transformer,wideresnet")
     parser.add_argument("--max-configs", type=int, default=16)
     parser.add_argument("--tolerance", type=float, default=0.01)
@@ -201,9 +284,15 @@ def main(argv: list[str] | None = None) -> None:
         default="default",
         help="estimate: the GPU model of FT and the simulator: default (calibrated, host lanes) or roofline",
     )
+    parser.add_argument(
+        "--instances", default="alexnet:mixed-10g,vgg16:tag-cloud,alexnet:8x1-10g", help="devices: model:cluster pairs"
+    )
+    parser.add_argument("--stage-meshes", type=int, default=1, help="devices: machines offered as stage meshes")
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    if args.what == "time":
+    if args.what == "devices":
+        devices_table(args.instances.split(","), args.max_configs or None, args.stage_meshes)
+    elif args.what == "time":
         time_table(models, args.max_configs, args.timeout, args.tolerance)
     else:
         estimate_table(models, args.max_configs, args.tolerance, args.network, args.bucket_bytes, args.calibration)

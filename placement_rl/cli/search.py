@@ -173,7 +173,7 @@ def cmd_frontier(args: argparse.Namespace) -> None:
                 break
         rows = []
         for n, point, result in found:
-            cap = device_memory_bytes(topology, n) if args.memory_limit is None else args.memory_limit
+            cap = device_memory_bytes(topology, n, costs) if args.memory_limit is None else args.memory_limit
             sim = ctx.simulate(point.plan) if point is not None else None
             rows.append(
                 {
@@ -233,7 +233,7 @@ def cmd_frontier(args: argparse.Namespace) -> None:
 
     with step_progress(graph.num_ops, f"{desc} x {args.devices or topology.num_devices}", not args.json) as report:
         result = run_ft(graph, topology, args.devices, progress=report, **options)
-    cap = device_memory_bytes(topology, args.devices) if args.memory_limit is None else args.memory_limit
+    cap = device_memory_bytes(topology, args.devices, costs) if args.memory_limit is None else args.memory_limit
     best = result.fastest_within(cap)
     points = []
     for p in result.points:
@@ -397,7 +397,7 @@ def add_commands(sub: Any) -> None:
         choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
         help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling",
     )
-    p.add_argument("--devices", type=positive_int, default=None, help="devices in use: the first N (default all)")
+    p.add_argument("--devices", type=positive_int, default=None, help="devices in use: the N fastest (default all)")
     p.add_argument(
         "--device-counts",
         type=int_list,

@@ -23,10 +23,23 @@ Modes (sec. 4.1):
 * :func:`profiling`: the best time that fits for each device count of a range.
 
 :func:`simulated_best` re-evaluates the frontier with the simulator and keeps its fastest plan that
-fits; :func:`best_over_device_counts` does so over the frontiers of several device counts, and
-:func:`pick_over_device_counts` also says when no plan fits at any count, giving the plan whose
+fits; :func:`best_over_device_counts` does so over the frontiers of several device sets, and
+:func:`pick_over_device_counts` also says when no plan fits on any set, giving the plan whose
 worst device is least over its memory instead (the ``ft`` method uses it: there every method is
 judged by the simulator).
+
+**Device sets** (:mod:`.devices`). A device count ``n`` means the ``n`` fastest devices, ranked by
+peak FLOP/s and then by machine and name, never by the order the topology lists them in.
+:func:`pick_over_device_counts` runs FT on each of :func:`~.devices.candidate_device_sets`: the
+``n`` fastest devices for each count, the best whole machines and the devices of each type where
+no faster set of as many devices exists (at most :data:`~.devices.MAX_DEVICE_SETS` sets), so its
+answer is the same however the cluster is listed.
+
+**A mesh per stage** (opt-in, :func:`run_ft`'s ``stage_meshes``; the ``ft`` method's option of the
+same name). TensorOpt runs every op on one mesh over the whole set. With ``stage_meshes = m`` every
+op may also run on the devices of one of the set's ``m`` best machines, so that, for example, the
+convolutions run data parallel on every GPU and the large fully-connected layers on one machine.
+Time stays FT's additive sum; memory becomes an upper bound (:mod:`.costs`, "A mesh per stage").
 """
 
 from __future__ import annotations
@@ -41,6 +54,13 @@ from placement_rl.graph import OpGraph
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.configs import resolve_devices
 from placement_rl.search.ft.costs import CostGraph, build_cost_graph
+from placement_rl.search.ft.devices import (
+    MAX_DEVICE_SETS,
+    DeviceSet,
+    candidate_device_sets,
+    default_device_counts,
+    machine_meshes,
+)
 from placement_rl.search.ft.frontier import Elimination, MapChunks, frontier_of
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.result import SimResult
@@ -113,13 +133,16 @@ def run_ft(
     rescheduling: str = "collectives",
     zero: int = 0,
     recompute: bool = False,
+    stage_meshes: int = 0,
 ) -> FTResult:
     """Run FT and unroll every frontier point into a plan.
 
     Args:
         graph: the op graph.
         topology: the cluster.
-        devices: the devices in use: names, a count (the first ``n`` devices) or None (all).
+        devices: the devices in use: names (in mesh order), a count (the ``n`` fastest devices, in
+            mesh order, whatever order the topology lists them in: :mod:`.devices`) or None (all, in
+            mesh order).
         method: ``ldp`` (FT-LDP) or ``elimination`` (FT-Elimination).
         cost_model: the shared cost model (default :class:`CostModel`).
         max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.configs.op_configs`).
@@ -136,17 +159,24 @@ def run_ft(
             space); stages 1 and 2 lower memory at no time, so they are a setting, not a choice.
         recompute: also offer every configuration with activation recomputation (memory lower,
             time higher; twice the configurations per op, about four times FT's work).
+        stage_meshes: a mesh per stage: also offer every op the configurations over the devices
+            of each of the best ``stage_meshes`` machines of the set (:func:`~.devices.machine_meshes`;
+            none when the set is one machine), so that layers can run on different machines. 0:
+            TensorOpt's space (one mesh over the whole set). ``m`` meshes multiply the configurations
+            per op by up to ``1 + m`` and FT's work by about its square.
     """
     start = time.perf_counter()
+    names = resolve_devices(topology, devices, cost_model)
     costs, configs = build_cost_graph(
         graph,
         topology,
-        devices,
+        names,
         cost_model=cost_model,
         max_configs=max_configs,
         rescheduling=rescheduling,
         zero=zero,
         recompute=recompute,
+        stage_meshes=machine_meshes(topology, names, stage_meshes, cost_model) if stage_meshes else (),
     )
     built = time.perf_counter()
     result = frontier_of(
@@ -161,7 +191,7 @@ def run_ft(
         progress=progress,
         tolerance=tolerance,
     )
-    n_devices = len(configs[0][0].devices) if configs and configs[0] else 0
+    n_devices = len(names)
     points = []
     for p in range(len(result.memory_bytes)):
         chosen, options = result.unroll(p)
@@ -212,9 +242,12 @@ def _reuse(graph: OpGraph, costs: CostGraph, chosen: np.ndarray, options: np.nda
 
 
 # ------------------------------------------------------------------------------------------ modes
-def device_memory_bytes(topology: DeviceTopology, devices: Sequence[str] | int | None = None) -> float:
-    """The smallest device memory among the devices in use."""
-    used = resolve_devices(topology, devices)
+def device_memory_bytes(
+    topology: DeviceTopology, devices: Sequence[str] | int | None = None, cost_model: CostModel | None = None
+) -> float:
+    """The smallest device memory among the devices in use (a count ``n``: the ``n`` fastest, ranked
+    with ``cost_model``'s compute dtype)."""
+    used = resolve_devices(topology, devices, cost_model)
     return float(min(topology.device(d).memory_bytes for d in used))
 
 
@@ -230,7 +263,12 @@ def mini_time(
     Returns (the point, or None when no strategy fits; the whole FT result).
     """
     result = run_ft(graph, topology, devices, **kwargs)  # type: ignore[arg-type]
-    limit = device_memory_bytes(topology, devices) if memory_limit_bytes is None else memory_limit_bytes
+    cost_model = kwargs.get("cost_model")
+    limit = (
+        device_memory_bytes(topology, devices, cost_model)  # type: ignore[arg-type]
+        if memory_limit_bytes is None
+        else memory_limit_bytes
+    )
     return result.fastest_within(limit), result
 
 
@@ -254,7 +292,7 @@ def simulated_best(
 
 @dataclass(frozen=True)
 class FTPick:
-    """FT's answer judged by the simulator, over the frontiers of several device counts.
+    """FT's answer judged by the simulator, over the frontiers of several device sets.
 
     Attributes:
         num_devices: the device count of the chosen point's frontier.
@@ -262,8 +300,11 @@ class FTPick:
         result: its simulation.
         fits: whether it fits in memory. When no point of any frontier fits, the point is the one whose
             worst device is least over its memory (then the fastest), not a plan that can run.
-        device_counts: the device counts searched.
-        points: the frontier points simulated, all counts together.
+        device_counts: the device counts asked for (the sets' rule 1, :mod:`.devices`).
+        points: the frontier points simulated, all sets together.
+        devices: the chosen point's device set, in mesh order.
+        device_set: its label (:attr:`~.devices.DeviceSet.label`).
+        device_sets: the labels of every set searched, in search order.
     """
 
     num_devices: int
@@ -272,6 +313,9 @@ class FTPick:
     fits: bool
     device_counts: tuple[int, ...]
     points: int
+    devices: tuple[str, ...] = ()
+    device_set: str = ""
+    device_sets: tuple[str, ...] = ()
 
 
 def _over_bytes(sim: SimResult) -> float:
@@ -286,33 +330,67 @@ def pick_over_device_counts(
     topology: DeviceTopology,
     device_counts: Sequence[int] | None = None,
     cost_model: CostModel | None = None,
+    *,
+    device_sets: Sequence[DeviceSet] | None = None,
+    max_device_sets: int = MAX_DEVICE_SETS,
+    describe: Callable[[str], None] | None = None,
     **kwargs: object,
 ) -> FTPick:
-    """Profiling mode judged by the simulator: FT for each device count (default 1, 2, 4, ..., all),
-    every frontier point simulated once; the fastest point that fits, else the point that is least
-    over memory (:attr:`FTPick.fits` says which). Keyword arguments go to :func:`run_ft`."""
+    """Profiling mode judged by the simulator: FT on each candidate device set, every frontier point
+    simulated once; the fastest point that fits, else the point that is least over memory
+    (:attr:`FTPick.fits` says which).
+
+    Args:
+        graph: the op graph.
+        topology: the cluster.
+        device_counts: the counts of the candidate sets (default 1, 2, 4, ..., all).
+        cost_model: the shared cost model (default :class:`CostModel`); it also ranks the devices.
+        device_sets: the sets to search (default :func:`~.devices.candidate_device_sets` of the
+            counts: the ``n`` fastest devices, the best whole machines, each device type; the same
+            sets in the same order whatever order the topology lists its devices in).
+        max_device_sets: the most default sets (each is one FT run).
+        describe: called with ``"FT <set label>"`` before each set's FT run (a progress bar's label:
+            ``progress`` restarts for each set).
+        kwargs: keyword arguments of :func:`run_ft` (``progress``, ``max_configs``, ...).
+    """
     counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    sets = (
+        list(device_sets)
+        if device_sets is not None
+        else candidate_device_sets(topology, counts, cost_model, max_device_sets)
+    )
+    if not sets:
+        raise ValueError("device_sets is empty; expected at least one device set")
     ctx = SimContext(graph, topology, cost_model)
-    fastest: tuple[int, FrontierPoint, SimResult] | None = None
-    least: tuple[tuple[float, float], int, FrontierPoint, SimResult] | None = None
+    fastest: tuple[DeviceSet, FrontierPoint, SimResult] | None = None
+    least: tuple[tuple[float, float], DeviceSet, FrontierPoint, SimResult] | None = None
     simulated = 0
-    for n in counts:
-        result = run_ft(graph, topology, n, cost_model=cost_model, **kwargs)  # type: ignore[arg-type]
+    for device_set in sets:
+        if describe is not None:
+            describe(f"FT {device_set.label}")
+        result = run_ft(graph, topology, list(device_set.devices), cost_model=cost_model, **kwargs)  # type: ignore[arg-type]
         for point in result.points:
             sim = ctx.simulate(point.plan)
             simulated += 1
             if not sim.oom:
                 if fastest is None or sim.makespan_s < fastest[2].makespan_s:
-                    fastest = (n, point, sim)
+                    fastest = (device_set, point, sim)
             elif fastest is None:
                 rank = (_over_bytes(sim), sim.makespan_s)
                 if least is None or rank < least[0]:
-                    least = (rank, n, point, sim)
+                    least = (rank, device_set, point, sim)
+    labels = tuple(d.label for d in sets)
     if fastest is not None:
-        return FTPick(*fastest, True, tuple(counts), simulated)
-    if least is None:
-        raise ValueError(f"FT found no plan of {graph.name!r} on {topology.name!r} for device counts {counts}")
-    return FTPick(least[1], least[2], least[3], False, tuple(counts), simulated)
+        chosen, point, sim = fastest
+        fits = True
+    elif least is not None:
+        _, chosen, point, sim = least
+        fits = False
+    else:
+        raise ValueError(
+            f"FT found no plan of {graph.name!r} on {topology.name!r} on the device sets {', '.join(labels)}"
+        )
+    return FTPick(chosen.num_devices, point, sim, fits, tuple(counts), simulated, chosen.devices, chosen.label, labels)
 
 
 def best_over_device_counts(
@@ -322,16 +400,17 @@ def best_over_device_counts(
     cost_model: CostModel | None = None,
     **kwargs: object,
 ) -> tuple[int, FrontierPoint, SimResult] | None:
-    """Profiling mode judged by the simulator: FT for each device count (default 1, 2, 4, ...,
-    all), then the plan the simulator finds fastest among every count's frontier.
+    """Profiling mode judged by the simulator: FT on each candidate device set (the ``n`` fastest
+    devices for each count 1, 2, 4, ..., all; the best whole machines; each device type), then the
+    plan the simulator finds fastest among every set's frontier.
 
-    On a heterogeneous cluster the first devices (one fast machine) can beat all of them: on
-    inception_v3 x tag-testbed, 4 GPUs give 3.31x data parallelism where 16 give 0.95x.
+    On a heterogeneous cluster a subset (one fast machine) can beat all of them: on inception_v3 x
+    tag-testbed, the 4 V100s give 3.31x data parallelism where all 16 GPUs give 0.95x.
 
-    Returns (device count, point, its simulation), or None when nothing fits at any count
-    (:func:`pick_over_device_counts` then gives the least-memory point).
+    Returns (device count, point, its simulation), or None when nothing fits on any set
+    (:func:`pick_over_device_counts` then gives the least-memory point; keyword arguments as there).
     """
-    pick = pick_over_device_counts(graph, topology, device_counts, cost_model, **kwargs)
+    pick = pick_over_device_counts(graph, topology, device_counts, cost_model, **kwargs)  # type: ignore[arg-type]
     return (pick.num_devices, pick.point, pick.result) if pick.fits else None
 
 
@@ -345,7 +424,8 @@ def profiling(
     **kwargs: object,
 ) -> list[tuple[int, FrontierPoint | None, FTResult]]:
     """Profiling mode: for each device count (default 1, 2, 4, ... and the total, ascending), the
-    fastest point that fits (None when none does) and the FT result.
+    fastest point that fits (None when none does) and the FT result. Count ``n`` runs on the ``n``
+    fastest devices (:func:`~.devices.fastest_devices`).
 
     With ``stop_at_first_fit`` the counts stop at the first that has a fitting point (the last row
     is then mini-parallelism's answer). Keyword arguments go to :func:`run_ft`.
@@ -374,9 +454,3 @@ def mini_parallelism(
     rows = profiling(graph, topology, device_counts, memory_limit_bytes, stop_at_first_fit=True, **kwargs)
     n, point, result = rows[-1]
     return (n, point, result) if point is not None else None
-
-
-def default_device_counts(total: int) -> list[int]:
-    """1, 2, 4, ... up to ``total``, and ``total`` itself."""
-    counts = [1 << k for k in range(total.bit_length()) if 1 << k <= total]
-    return counts if counts[-1] == total else [*counts, total]

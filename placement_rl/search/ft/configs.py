@@ -16,7 +16,8 @@ index is mesh-major; replicas row-major over the replicating mesh dimensions). S
 ``all_reduce``.
 
 **Devices** (:func:`resolve_devices`). FT works over an ordered subset of the topology's devices;
-position ``i`` in that list is the *flat device index* the meshes and layouts use.
+position ``i`` in that list is the *flat device index* the meshes and layouts use. A device count
+``n`` means the ``n`` fastest devices in mesh order (:mod:`.devices`), not the first ``n`` listed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import numpy as np
 
 from placement_rl.graph import Op, ParallelDim
 from placement_rl.plan import OpConfig
+from placement_rl.search.ft.devices import fastest_devices
+from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
 _DimsKey = tuple[tuple[str, str, int, int, bool], ...]
@@ -207,18 +210,23 @@ def _check_names(devices: Sequence[str]) -> list[str]:
     return names
 
 
-def resolve_devices(topology: DeviceTopology, devices: Sequence[str] | int | None) -> list[str]:
-    """The device names in use: ``None`` for all, a count ``n`` for the first ``n``, or names (checked)."""
+def resolve_devices(
+    topology: DeviceTopology, devices: Sequence[str] | int | None, cost_model: CostModel | None = None
+) -> list[str]:
+    """The device names in use, in mesh order: ``None`` for all, a count ``n`` for the ``n`` fastest
+    (:func:`~placement_rl.search.ft.devices.fastest_devices`: ranked by the peak FLOP/s of
+    ``cost_model``'s compute dtype, whatever order the topology lists them in), or names (checked,
+    kept in the order given). Mesh order (machine, then name) is the listing order of every preset."""
     all_names = [d.name for d in topology.devices]
     if devices is None:
-        return all_names
+        return fastest_devices(topology, len(all_names), cost_model)
     if isinstance(devices, (int, np.integer)):
         if isinstance(devices, bool) or not 1 <= devices <= len(all_names):
             raise ValueError(
                 f"devices = {devices!r}; expected a device count from 1 to {len(all_names)} "
                 f"(topology {topology.name!r})"
             )
-        return all_names[: int(devices)]
+        return fastest_devices(topology, int(devices), cost_model)
     names = _check_names(devices)
     for name in names:
         topology.device(name)  # UnknownNameError (a ValueError) naming the device

@@ -71,6 +71,21 @@ consumers of the producer's output: its one buffer is charged ``1 / k`` to each 
 one edge by adding their arrays option-wise (option ``r`` of the merged edge uses option ``r`` on
 every tensor; ``inf`` stays ``inf``).
 
+**A mesh per stage** (beyond TensorOpt, opt-in: ``stage_meshes``). Every op may also take the
+configurations over further meshes, subsets of the devices (``run_ft``'s ``stage_meshes`` offers
+the devices of each of the best machines), so that layers run on different machines. Configurations
+are mesh-major (those over all devices first, as without stage meshes) and each mesh's node costs
+are the formulas above over its devices. An edge between two configurations on the same mesh costs
+as above; between two meshes no collective spans both, so every layout change is the direct
+redistribution (:class:`~placement_rl.search.ft.rescheduling._CrossComm`) and the two copies are
+always distinct (options 1 and 2 apply). Time stays a sum: ops on different meshes are charged one
+after another, as FT charges every op (branches on different meshes do not overlap in the sum).
+Memory stays a sum of per-device terms, which is no longer the peak of one device: a device only
+holds the ops on its meshes, so the sum is an upper bound (at most the number of meshes times too
+high). A per-device memory would make the frontier a set of vectors (one entry per mesh), not of
+(memory, time) pairs. The frontier's fastest points are unaffected (they are kept whatever their
+memory) and the simulator judges what fits (``simulated_best``).
+
 Everything here is additive by construction: a strategy (a config ``s_v`` per op and an option
 ``r_e`` per edge) costs ``sum_v node[v][s_v] + sum_e edge[e][s_u, s_v, r_e]`` in memory and time.
 The simulator overlaps computation and communication; these sums do not.
@@ -88,7 +103,7 @@ from placement_rl.graph import OpGraph, ParallelDim
 from placement_rl.plan import OpConfig
 from placement_rl.plan.core import ZERO_STAGES, zero_holders
 from placement_rl.search.ft.configs import _Candidate, _dims_key, _op_candidates, _to_config, resolve_devices
-from placement_rl.search.ft.rescheduling import _P, _R, _canon, _Comm, _split_degree
+from placement_rl.search.ft.rescheduling import _P, _R, _canon, _Comm, _CrossComm, _split_degree
 from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
 
@@ -151,14 +166,16 @@ def build_cost_graph(
     rescheduling: str = "collectives",
     zero: int = 0,
     recompute: bool = False,
+    stage_meshes: Sequence[Sequence[str]] = (),
 ) -> tuple[CostGraph, list[list[OpConfig]]]:
     """TensorOpt's per-op configurations and additive node and edge costs (module docstring).
 
     Args:
         graph: the op graph.
         topology: the cluster.
-        devices: device names (mesh order), an int ``n`` for the first ``n`` devices of
-            ``topology.devices``, or ``None`` for all of them.
+        devices: device names (mesh order), an int ``n`` for the ``n`` fastest devices (in mesh
+            order, whatever order ``topology.devices`` lists them in; :mod:`.devices`), or ``None``
+            for all of them (in mesh order).
         cost_model: compute/communication/memory costs (default ``CostModel()``, the simulator's).
         max_configs: cap on configurations per op (:func:`op_configs`).
         rescheduling: ``collectives`` (TensorOpt: the shortest path over single collectives, with
@@ -169,6 +186,9 @@ def build_cost_graph(
             (module docstring, "Memory options"); 0: none, TensorOpt's space.
         recompute: also every configuration with activation recomputation (``K_v`` doubles: config
             ``s + K_v`` is config ``s`` recomputed).
+        stage_meshes: further device sets, each a subset of ``devices`` in mesh order (a mesh per
+            stage, module docstring): every op also gets the configurations over each of them (up to
+            ``max_configs`` per mesh), after those over all of ``devices``.
 
     Returns:
         ``(cost_graph, configs)`` with ``configs[v][s]`` the OpConfig of op ``v``'s config ``s``: a
@@ -176,24 +196,39 @@ def build_cost_graph(
 
     Raises:
         ValueError: for an unknown or repeated device name, a device count outside
-            ``1..len(topology.devices)``, ``max_configs < 1`` or a ZeRO stage outside 0-3.
+            ``1..len(topology.devices)``, ``max_configs < 1``, a ZeRO stage outside 0-3 or a stage
+            mesh that is empty, repeats a device or has a device outside ``devices``.
     """
     if isinstance(zero, bool) or zero not in ZERO_STAGES:
         raise ValueError(f"zero = {zero!r}; expected a ZeRO stage among {list(ZERO_STAGES)}")
-    names = resolve_devices(topology, devices)
     cost = cost_model or CostModel()
+    names = resolve_devices(topology, devices, cost)
     n = len(names)
     comm = _Comm(topology, names, cost, rescheduling)
     cands = [_op_candidates(op, n, None, max_configs) for op in graph.ops]
-    configs = [[_to_config(c, names) for c in cs] for cs in cands]
+    if stage_meshes:
+        meshes = _check_stage_meshes(stage_meshes, names)
+        comms = [comm, *(_Comm(topology, m, cost, rescheduling) for m in meshes)]
+        per_mesh = [cands, *([_op_candidates(op, len(m), None, max_configs) for op in graph.ops] for m in meshes)]
+        configs = [
+            [_to_config(c, m) for m, cs in zip([names, *meshes], per_mesh, strict=True) for c in cs[i]]
+            for i in range(len(graph.ops))
+        ]
+    else:
+        configs = [[_to_config(c, names) for c in cs] for cs in cands]
     if zero:
         configs = [
             [c.replace(zero=zero) if op.param_bytes > 0 and zero_holders(op, c) >= 2 else c for c in cs]
             for op, cs in zip(graph.ops, configs, strict=True)
         ]
 
-    node_memory, node_time, recomputed = _node_costs(graph, topology, names, cost, comm, cands, zero)
-    edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost)
+    if stage_meshes:
+        node_memory, node_time, recomputed, edges, edge_memory, edge_time = _mesh_costs(
+            graph, topology, cost, comms, per_mesh, zero
+        )
+    else:
+        node_memory, node_time, recomputed = _node_costs(graph, topology, names, cost, comm, cands, zero)
+        edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost)
     if recompute:  # twins: config s + K_v is config s recomputed; edges cost the same
         configs = [cs + [c.replace(recompute=True) for c in cs] for cs in configs]
         node_memory = [_frozen(np.concatenate([m, r[0]])) for m, r in zip(node_memory, recomputed, strict=True)]
@@ -210,6 +245,67 @@ def build_cost_graph(
         edge_time_s=edge_time,
     )
     return cost_graph, configs
+
+
+def _check_stage_meshes(stage_meshes: Sequence[Sequence[str]], names: Sequence[str]) -> list[list[str]]:
+    """The stage meshes as name lists, each a non-empty subset of ``names`` without repeats, none equal
+    to ``names`` itself (those configurations are there already) and none twice."""
+    within = set(names)
+    out: list[list[str]] = []
+    seen = {tuple(names)}
+    for mesh in stage_meshes:
+        devices = [mesh] if isinstance(mesh, str) else list(mesh)
+        if not devices or len(set(devices)) != len(devices) or not set(devices) <= within:
+            raise ValueError(
+                f"stage mesh {devices!r}: expected distinct devices among the {len(names)} in use ({', '.join(names)})"
+            )
+        if tuple(devices) not in seen:
+            seen.add(tuple(devices))
+            out.append(devices)
+    return out
+
+
+def _mesh_costs(
+    graph: OpGraph,
+    topology: DeviceTopology,
+    cost: CostModel,
+    comms: Sequence[_Comm],
+    per_mesh: Sequence[Sequence[Sequence[_Candidate]]],
+    zero: int,
+) -> tuple[
+    list[np.ndarray],
+    list[np.ndarray],
+    list[tuple[np.ndarray, np.ndarray]],
+    tuple[tuple[int, int], ...],
+    list[np.ndarray],
+    list[np.ndarray],
+]:
+    """Node and edge arrays when every op has configurations over several meshes (mesh-major blocks):
+    node costs per mesh, edge blocks within a mesh as usual, between meshes direct redistributions."""
+    nodes = [
+        _node_costs(graph, topology, c.names, cost, c, cands, zero) for c, cands in zip(comms, per_mesh, strict=True)
+    ]
+    node_memory = [_frozen(np.concatenate([m[0][i] for m in nodes])) for i in range(len(graph.ops))]
+    node_time = [_frozen(np.concatenate([m[1][i] for m in nodes])) for i in range(len(graph.ops))]
+    recomputed = [
+        (np.concatenate([m[2][i][0] for m in nodes]), np.concatenate([m[2][i][1] for m in nodes]))
+        for i in range(len(graph.ops))
+    ]
+    blocks = [
+        [
+            _edge_costs(graph, a, cands_a, cost, None if a is b else (b, cands_b))
+            for b, cands_b in zip(comms, per_mesh, strict=True)
+        ]
+        for a, cands_a in zip(comms, per_mesh, strict=True)
+    ]
+    edges = blocks[0][0][0]
+
+    def joined(k: int, e: int) -> np.ndarray:  # (K_u, K_v, 3): producer mesh a's rows, consumer mesh b's columns
+        return _frozen(np.concatenate([np.concatenate([block[k][e] for block in row], axis=1) for row in blocks]))
+
+    edge_memory = [joined(1, e) for e in range(len(edges))]
+    edge_time = [joined(2, e) for e in range(len(edges))]
+    return node_memory, node_time, recomputed, edges, edge_memory, edge_time
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -355,8 +451,17 @@ def _layout_ids(comm: _Comm, cands: Sequence[_Candidate], label: Callable[[int],
 
 
 def _edge_costs(
-    graph: OpGraph, comm: _Comm, cands: Sequence[Sequence[_Candidate]], cost: CostModel
+    graph: OpGraph,
+    comm: _Comm,
+    cands: Sequence[Sequence[_Candidate]],
+    cost: CostModel,
+    consumer: tuple[_Comm, Sequence[Sequence[_Candidate]]] | None = None,
 ) -> tuple[tuple[tuple[int, int], ...], list[np.ndarray], list[np.ndarray]]:
+    """Edge arrays of every tensor, producers under ``cands`` over ``comm``'s mesh and consumers under
+    the same (``consumer`` None) or under ``consumer = (its comm, its cands)``, another mesh: then every
+    layout change is a direct redistribution between the meshes (:class:`_CrossComm`)."""
+    cons_comm, cons_cands = consumer if consumer is not None else (comm, cands)
+    cross = (_CrossComm(comm, cons_comm), _CrossComm(cons_comm, comm)) if consumer is not None else None
     ops = graph.ops
     index = {op.name: i for i, op in enumerate(ops)}
     needs_grad = [False] * len(ops)
@@ -388,18 +493,25 @@ def _edge_costs(
                 _layout_ids(comm, cands[u], fwd),
                 _layout_ids(comm, cands[u], _producer_gradient_label(fwd)),
             )
-        ckey = ("consumer", _dims_key(dst), len(cands[v]), mode)
+        ckey = ("consumer", _dims_key(dst), len(cons_cands[v]), mode)
         if ckey not in layout_cache:
             need = _consumer_label(dst.parallel_dims, mode)
             layout_cache[ckey] = (
-                _layout_ids(comm, cands[v], need),
-                _layout_ids(comm, cands[v], _consumer_gradient_label(need)),
+                _layout_ids(cons_comm, cons_cands[v], need),
+                _layout_ids(cons_comm, cons_cands[v], _consumer_gradient_label(need)),
             )
         share = readers[t.src, t.src_output]
         sig = comm.sig_id(cost.tensor_bytes(t.num_bytes, t.shape), t.shape)
         key = (pkey, ckey, sig, needs_grad[u], share)
         if key not in edge_cache:
-            edge_cache[key] = _edge_arrays(comm, *layout_cache[pkey], *layout_cache[ckey], sig, needs_grad[u], share)
+            if cross is None:
+                edge_cache[key] = _edge_arrays(
+                    comm, *layout_cache[pkey], *layout_cache[ckey], sig, needs_grad[u], share
+                )
+            else:
+                edge_cache[key] = _cross_edge_arrays(
+                    *cross, *layout_cache[pkey], *layout_cache[ckey], comm.signature(sig)[0], needs_grad[u], share
+                )
         merged.setdefault((u, v), []).append(edge_cache[key])
 
     edges = tuple(merged)
@@ -455,6 +567,50 @@ def _edge_arrays(
     time[..., 0] = r_f + r_b
     time[..., 1] = np.where(equal, math.inf, 2 * r_f + r_b)
     time[..., 2] = np.where(equal, math.inf, r_f + rebuild + r_b)
+    memory.setflags(write=False)
+    time.setflags(write=False)
+    return memory, time
+
+
+def _cross_edge_arrays(
+    forward: _CrossComm,
+    backward: _CrossComm,
+    prod_fwd: np.ndarray,
+    prod_grad: np.ndarray,
+    cons_fwd: np.ndarray,
+    cons_grad: np.ndarray,
+    num_bytes: float,
+    needs_grad: bool,
+    share: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_edge_arrays` for a producer and a consumer on different meshes: layouts are never equal
+    (the consumer's copy lives on other devices), every change is a direct redistribution."""
+
+    def table(rows: np.ndarray, cols: np.ndarray, comm: _CrossComm) -> np.ndarray:
+        ur, ri = np.unique(rows, return_inverse=True)
+        uc, ci = np.unique(cols, return_inverse=True)
+        small = np.array([[comm.path_time_s(int(a), int(b), num_bytes) for b in uc] for a in ur]).reshape(
+            len(ur), len(uc)
+        )
+        return small[ri.reshape(-1)[:, None], ci.reshape(-1)[None, :]]
+
+    def per_device(ids: np.ndarray, comm: _Comm) -> np.ndarray:
+        return np.array([num_bytes / _split_degree(comm.layouts[i]) for i in ids.tolist()])
+
+    r_f = table(prod_fwd, cons_fwd, forward)
+    r_b = table(cons_grad, prod_grad, backward).T if needs_grad else np.zeros_like(r_f)
+    rebuild = table(cons_fwd, prod_grad, backward).T
+    before = (per_device(prod_fwd, forward.src) / share)[:, None]
+    after = per_device(cons_fwd, forward.dst)[None, :]
+    shape = r_f.shape
+    memory = np.empty((*shape, _NUM_OPTIONS))
+    time = np.empty((*shape, _NUM_OPTIONS))
+    memory[..., 0] = before + after
+    memory[..., 1] = np.broadcast_to(before, shape)
+    memory[..., 2] = np.broadcast_to(after, shape)
+    time[..., 0] = r_f + r_b
+    time[..., 1] = 2 * r_f + r_b
+    time[..., 2] = r_f + rebuild + r_b
     memory.setflags(write=False)
     time.setflags(write=False)
     return memory, time

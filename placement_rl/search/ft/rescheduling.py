@@ -391,6 +391,82 @@ class _Comm:
         return busy + float(wait.max())
 
 
+class _CrossComm:
+    """Re-scheduling from layouts over one mesh (``src``) to layouts over another (``dst``): two device
+    meshes of one FT run (a mesh per stage), which may share devices.
+
+    No collective spans two meshes, so every change is the direct redistribution of
+    :meth:`_Comm._p2p_time_s`: each ``dst`` device fetches every piece it lacks from the ``src`` device
+    holding it with the fastest route (a device of both meshes that holds the piece needs no
+    transfer), all transfers at once. Layout ids are those of ``src`` and ``dst``.
+    """
+
+    def __init__(self, src: _Comm, dst: _Comm) -> None:
+        self.src = src
+        self.dst = dst
+        union = list(dict.fromkeys([*src.devices.tolist(), *dst.devices.tolist()]))
+        position = {d: i for i, d in enumerate(union)}
+        self.n = len(union)
+        self.src_pos = np.array([position[d] for d in src.devices.tolist()], dtype=np.int64)
+        self.dst_pos = np.array([position[d] for d in dst.devices.tolist()], dtype=np.int64)
+        self._routes = src.network.submatrices(np.array(union, dtype=np.int64))
+        self._paths: dict[tuple[int, int, float], float] = {}
+
+    def path_time_s(self, src: int, dst: int, num_bytes: float) -> float:
+        """Time to move a tensor of ``num_bytes`` from ``src``'s layout id ``src`` to ``dst``'s layout id ``dst``."""
+        key = (src, dst, float(num_bytes))
+        found = self._paths.get(key)
+        if found is None:
+            found = self._paths[key] = (
+                self._time_s(self.src.layouts[src], self.dst.layouts[dst], num_bytes) if num_bytes > 0 else 0.0
+            )
+        return found
+
+    def _time_s(self, src: _Layout, dst: _Layout, num_bytes: float) -> float:
+        bw, lat, ptr, dirs = self._routes
+        n = self.n
+        axes = sorted({lab for _, lab in (*src, *dst) if lab >= 0})
+        src_lo, src_hi, src_part = _boxes(src, axes, self.src.n)
+        dst_lo, dst_hi, _ = _boxes(dst, axes, self.dst.n)
+        span = np.minimum(src_hi[:, None, :], dst_hi[None, :, :]) - np.maximum(src_lo[:, None, :], dst_lo[None, :, :])
+        size = np.prod(np.clip(span, 0.0, None), axis=2) * num_bytes  # (src senders, dst receivers)
+        _, piece = np.unique(np.concatenate([src_lo, src_part[:, None]], axis=1), axis=0, return_inverse=True)
+        piece = piece.reshape(-1)
+        sender, receiver = self.src_pos, self.dst_pos
+        seconds = np.where(
+            size > 0, lat[sender[:, None], receiver[None, :]] + size / bw[sender[:, None], receiver[None, :]], 0.0
+        )
+        # For every receiver, senders sorted by (piece, transfer time): the first of each piece is its holder.
+        order = np.lexsort((seconds.T, np.broadcast_to(piece, (len(receiver), len(sender)))))
+        first = np.searchsorted(piece[order[0]], np.arange(int(piece.max()) + 1))
+        holder = order[:, first]  # (receivers, pieces): index into src's devices
+        column = np.arange(len(receiver))[:, None]
+        sent = size[holder, column]
+        # a receiver that is itself a src device already holds that device's piece
+        own = {int(p): i for i, p in enumerate(sender.tolist())}
+        held = np.array([piece[own[int(r)]] if int(r) in own else -1 for r in receiver.tolist()], dtype=np.int64)
+        sent[piece[holder] == held[:, None]] = 0.0
+        pairs = (sender[holder] * n + receiver[:, None]).reshape(-1)
+        moved = sent.reshape(-1) > 0
+        pairs, moved_bytes = pairs[moved], sent.reshape(-1)[moved]
+        lengths = ptr[pairs + 1] - ptr[pairs]
+        hops = np.repeat(ptr[pairs] - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        links = self.src.topology.links
+        load = np.bincount(dirs[hops], np.repeat(moved_bytes, lengths), minlength=2 * len(links))
+        wait = np.where(sent > 0, lat[sender[holder], receiver[:, None]], 0.0).sum(axis=1)
+        busy = max(
+            (
+                load[d]
+                / self.src.cost.effective_bandwidth(
+                    f"p2p/{links[d // 2].kind}", links[d // 2].bandwidth_bytes_per_s, float(load[d])
+                )
+                for d in np.flatnonzero(load).tolist()
+            ),
+            default=0.0,
+        )
+        return busy + float(wait.max(initial=0.0))
+
+
 def _merge_digits(digits: _Group) -> _Group:
     """Sort digit groups major first and merge adjacent ones (same device groups, one cache key)."""
     out: list[tuple[int, int]] = []
