@@ -5,8 +5,10 @@ topologies, GNN prior vs uniform prior) and TAG Table 8 (speedups after a fixed 
     python benchmarks/tag.py rank [--plans 40] [--model inception_v3] [--topology tag-testbed]
     python benchmarks/tag.py table7 --checkpoint CKPT [--topologies 20] [--max-iterations 200]
     python benchmarks/tag.py table8 --checkpoint CKPT [--holdout MODEL=CKPT ...] [--budget 30s]
+    python benchmarks/tag.py completion [--model alexnet] [--machines 8] [--gbit 10] [--budget 20s]
 
-``throughput`` times MCTS iterations (one leaf evaluated on the op graph per iteration) on one
+``throughput`` times MCTS iterations (one leaf per iteration, its partial plan completed in up to
+three ways by the env's default completion rule and simulated on the op graph) on one
 thread: the uniform prior, and the GNN prior of ``--checkpoint`` (an untrained default-size GNN
 when none is given), each on a cold problem (nothing compiled or cached) and again warm (the ops'
 compiled configurations kept, every leaf simulated again).
@@ -21,6 +23,15 @@ prints the Spearman rank correlation of each with the final makespans.
 the checkpoint's GNN prior until a leaf beats (bucketed) data parallelism and fits, at most
 ``--max-iterations`` iterations; it prints TAG's mean iteration counts (a search that never beat
 data parallelism counts as the cap, and the beaten share is printed beside).
+
+``completion`` builds a CNN instance where a hand plan is far better than data parallelism
+(``--machines`` single-GPU machines over ``--gbit`` Gbit/s Ethernet; the hand plan: the layers
+up to the classifier data parallel, the classifier from ``flatten`` on on one GPU, built from
+``data_parallel`` and ``single_device``) and runs the tree search from data parallelism with the
+uniform prior for ``--budget`` under TAG's completion rule with TAG's four options (the search
+before the best-of-completions rule), under the best-of-completions rule with TAG's four options,
+and with the default (best-of-completions, extended options); it prints each found makespan over
+the hand plan's.
 
 ``table8`` plans each model on tag-testbed and tag-cloud with per-tensor and bucketed data
 parallelism, the greedy agent (one-step lookahead over TAG's actions), MCTS with the uniform prior,
@@ -159,7 +170,7 @@ def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
 
     graph = zoo.load(model)
     topo = resolve_topology(topology)
-    p = TagProblem.for_graph(graph, topo)
+    p = TagProblem.for_graph(graph, topo, options="tag", completion="tag")
     rng = np.random.default_rng(seed)
     final, leaf, group = [], [], []
     for _ in range(plans):
@@ -293,6 +304,49 @@ def table8(checkpoint: str, holdouts: dict[str, str], models: Sequence[str], top
                 )
 
 
+# ------------------------------------------------------------------------------------ completion
+def cnn_instance(model: str, machines: int, gbit: float) -> tuple[OpGraph, DeviceTopology, Any]:
+    """``model`` on ``machines`` single-GPU machines over ``gbit`` Gbit/s Ethernet, and its hand plan:
+    data parallel up to the classifier, the classifier (from ``flatten`` on) on the first GPU."""
+    from placement_rl.plan import Plan, data_parallel, single_device
+    from placement_rl.topology.builder import TopologyBuilder, switched_machine
+    from placement_rl.topology.devices import gbit_to_bytes_per_s
+
+    b = TopologyBuilder()
+    eth = (b.switch("eth-switch"), gbit_to_bytes_per_s(gbit), "ethernet")
+    for _ in range(machines):
+        switched_machine(b, "V100-SXM2-16GB", 1, eth)  # type: ignore[arg-type]
+    topo = b.build(f"{machines}x1-{gbit:g}gbit")
+    graph = zoo.load(model)
+    dp, one = data_parallel(graph, topo), single_device(graph, topo, topo.devices[0].name)
+    start = next(i for i, op in enumerate(graph.ops) if op.op_type in ("flatten", "linear"))
+    configs = {op.name: (one if i >= start else dp)[op.name] for i, op in enumerate(graph.ops)}
+    return graph, topo, Plan(graph.name, configs, name="hand")
+
+
+def completion(model: str, machines: int, gbit: float, budget: str) -> None:
+    from placement_rl.sim import simulate
+
+    graph, topo, hand = cnn_instance(model, machines, gbit)
+    hand_s = simulate(graph, topo, hand).makespan_s
+    seconds = Budget.parse(budget)
+    print(
+        f"{model} x {topo.name}: tree search from data parallelism, uniform prior, {budget}; hand plan "
+        f"{hand_s * 1e3:.1f} ms"
+    )
+    print("| completion | options | found ms | found / hand | data parallel / found | iterations | simulations |")
+    print("|---|---|---|---|---|---|---|")
+    for rule, options in (("tag", "tag"), ("best", "tag"), ("best", "extended")):
+        p = TagProblem.for_graph(graph, topo, options=options, completion=rule)
+        found = mcts_search(p, iterations=seconds.proposals, time_s=seconds.seconds)
+        ms = found.evaluation.makespan_s
+        print(
+            f"| {rule} | {options} | {ms * 1e3:.1f} | {ms / hand_s:.3f} | {p.baseline.makespan_s / ms:.2f}x | "
+            f"{found.iterations} | {found.simulations} |",
+            flush=True,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -316,11 +370,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     s8.add_argument("--models", default=",".join(TABLE7_MODELS))
     s8.add_argument("--topologies", default="tag-testbed,tag-cloud")
     s8.add_argument("--budget", default="30s")
+    c = sub.add_parser("completion", help="the tree search under TAG's rule and the best-of-completions rule")
+    c.add_argument("--model", default="alexnet")
+    c.add_argument("--machines", type=int, default=8)
+    c.add_argument("--gbit", type=float, default=10.0)
+    c.add_argument("--budget", default="20s")
     args = parser.parse_args(argv)
     if args.command == "throughput":
         throughput(args.model, args.topology, args.iterations, args.checkpoint)
     elif args.command == "rank":
         rank(args.model, args.topology, args.plans)
+    elif args.command == "completion":
+        completion(args.model, args.machines, args.gbit, args.budget)
     elif args.command == "table7":
         table7(args.checkpoint, args.models.split(","), args.topologies, args.max_iterations)
     else:

@@ -1,6 +1,6 @@
 """Reference agents for the environments: uniform random and greedy one-step lookahead.
 
-They set the floor any learned policy must clear (README table, ``benchmarks/envs.py agents``).
+They set the floor any learned policy must clear (docs/results/environments.md, ``benchmarks/envs.py agents``).
 
 * :class:`RandomAgent`: a uniformly random allowed action (one-shot: a random group per op and a
   random real device per group).

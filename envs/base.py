@@ -113,7 +113,8 @@ class EnvConfig:
         max_groups: METIS op groups per instance (TAG: 60); smaller graphs use their ops. At most
             :data:`MAX_NODES`.
         max_nodes: node rows of the observation (default: ``max_groups``); at most :data:`MAX_NODES`.
-        max_edges: edge columns of the observation (default: ``8 * max_nodes``); at most :data:`MAX_EDGES`.
+        max_edges: edge columns of the observation (default: ``8 * max_nodes``; ``16 * max_nodes`` with
+            Placement-v0's TAG action space); at most :data:`MAX_EDGES`.
         max_devices: device rows of the observation (random topologies have at most 48 GPUs); at
             most :data:`MAX_DEVICES`.
         cost_model: the simulator's cost model (default: :data:`placement_rl.sim.simulator.DEFAULT_COST_MODEL`),

@@ -198,6 +198,15 @@ class Layout:
         return gym.spaces.Dict(spaces)
 
 
+def _raise_hint(key: str, needed: int) -> str:
+    """What to do about an instance over a padded size: the key and the value to set."""
+    return (
+        f"set env.{key} >= {needed} in the env config (the training YAML's env section) and retrain a policy "
+        f"trained with less (its observations are padded to {key}; the tag and ppo_tag agents size it from the "
+        "instance when they plan)"
+    )
+
+
 def static_arrays(
     groups: OpGraph, fine: OpGraph, topology: DeviceTopology, cost: CostModel, layout: Layout
 ) -> dict[str, np.ndarray]:
@@ -208,15 +217,15 @@ def static_arrays(
     """
     G, D = groups.num_ops, topology.num_devices
     tensors = groups.tensors
-    for what, have, limit in (
-        ("op groups", G, layout.max_nodes),
-        ("edges", len(tensors), layout.max_edges),
-        ("devices", D, layout.max_devices),
+    for what, have, limit, key in (
+        ("op groups", G, layout.max_nodes, "max_nodes"),
+        ("edges", len(tensors), layout.max_edges, "max_edges"),
+        ("devices", D, layout.max_devices, "max_devices"),
     ):
         if have > limit:
             raise ValueError(
                 f"instance {groups.name!r} on {topology.name!r} has {have} {what}; the env config allows at most "
-                f"{limit} (raise max_nodes / max_edges / max_devices)"
+                f"{limit} ({key} = {limit}); {_raise_hint(key, have)}"
             )
     node = np.zeros((layout.max_nodes, NODE_DIM), np.float32)
     node[:G, COL_COMPUTE_MS] = group_compute_s(groups, fine, topology, cost) * 1e3
@@ -274,7 +283,8 @@ def tag_static_arrays(problem: TagProblem, layout: Layout) -> dict[str, np.ndarr
     if K > layout.max_device_groups:
         raise ValueError(
             f"topology {problem.topology.name!r} has {K} device groups (by {problem.device_grouping}); the env "
-            f"config allows at most {layout.max_device_groups} (raise max_device_groups)"
+            f"config allows at most {layout.max_device_groups} (max_device_groups = {layout.max_device_groups}); "
+            f"{_raise_hint('max_device_groups', K)}"
         )
     topology = problem.topology
     index = {d.name: i for i, d in enumerate(topology.devices)}

@@ -63,6 +63,9 @@ class PlacementEnv(PlanEnv):
         ``mode="sequential"`` (TAG sec. 4.1): one step per group, groups in descending compute time.
         Undecided groups follow TAG's rule, the strategy of the most expensive decided group, which
         is always the first one decided; before any decision the partial plan is data parallelism.
+        With ``action_space="tag"`` a partial plan is completed by ``tag_completion``: by default the
+        best of TAG's rule, data parallelism over the decided device groups and a one-pass rollout
+        (:mod:`placement_rl.search.tag`); ``tag_completion: tag`` keeps TAG's rule alone.
         ``mode="one_shot"`` (Trinity / Hierarchical Planner): a single step assigns every op to one
         of ``one_shot_groups`` groups and every group to a device.
 
@@ -185,6 +188,8 @@ class PlacementEnv(PlanEnv):
                 self.cost,
                 device_grouping=self.config.device_grouping,
                 max_subsets=self.config.max_subsets,
+                options="tag",
+                completion=self.config.tag_completion,
                 fine_ctx=data.fine_ctx,
                 group_ctx=data.group_ctx,
             )
@@ -290,7 +295,9 @@ class PlacementEnv(PlanEnv):
         if self.config.action_space == "tag":
             problem = self.tag_problem()
             evaluation = problem.evaluate(())
-            self._partial_s = evaluation.makespan_s
+            # The episode starts from data parallelism (the dense reward's returns add up to 1 - 1 / speedup),
+            # even where the empty plan's best completion is already faster.
+            self._partial_s = self._partial_baseline_s()
             return self._tag_observation(problem, (), evaluation), {
                 "instance": data.instance.name,
                 "partial_makespan_s": self._partial_s,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from placement_rl.config import choice, integer, option
 from placement_rl.errors import SchemaError
 from placement_rl.plan import TAG_OPTIONS
-from placement_rl.search.tag import DEFAULT_MAX_SUBSETS, DEVICE_GROUPINGS
+from placement_rl.search.tag import COMPLETIONS, DEFAULT_MAX_SUBSETS, DEVICE_GROUPINGS
 
-from ..base import MAX_ACTIONS, MAX_NODES, EnvConfig
+from ..base import MAX_ACTIONS, MAX_EDGES, MAX_NODES, EnvConfig
 
 #: The values of :attr:`PlacementConfig.mode` and :attr:`PlacementConfig.action_space`.
 MODES: tuple[str, ...] = ("sequential", "one_shot")
@@ -20,6 +20,10 @@ ACTION_SPACES: tuple[str, ...] = ("device", "tag")
 MAX_ONE_SHOT_GROUPS = 1_024
 #: The most device groups and device-group subsets of the TAG action space.
 MAX_DEVICE_GROUPS, MAX_SUBSETS = 256, 4_096
+#: Edge columns per node row with ``action_space="tag"`` when ``max_edges`` is unset: the zoo's densest
+#: op-group graphs, the recurrent models', have up to 15 tensors per group (gnmt in 6 groups: 90,
+#: rnntc: 89; gnmt in 20: 276), above the 8 per row of the other modes; TAG's GNN skips padded edges.
+TAG_EDGES_PER_NODE = 16
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,17 @@ class PlacementConfig(EnvConfig):
             (``tag`` with ``one_shot`` is refused).
         device_grouping: ``tag``: TAG's device groups are the topology's ``machine`` s or its
             ``gpu_type`` s.
+        max_edges: edge columns of the observation (:class:`~placement_rl.envs.base.EnvConfig`); unset:
+            ``8 * max_nodes``, or ``16 * max_nodes`` with ``action_space="tag"`` (:data:`TAG_EDGES_PER_NODE`:
+            room for the zoo's densest op-group graphs).
         max_device_groups: ``tag``: device-group rows of the observation (at most
             :data:`MAX_DEVICE_GROUPS`); an instance with more is refused at reset.
+        tag_completion: ``tag``: how a partial plan is completed for its score, the observation and
+            the ``dense`` reward (:data:`placement_rl.search.tag.COMPLETIONS`): ``best`` of TAG's rule,
+            data parallelism over the device groups decided so far and a one-pass rollout, or TAG's
+            rule alone (``tag``: undecided groups take the first decision's strategy). The action
+            space holds TAG's four options (the GNN prior's); the search's extended options
+            (tensor parallel, pipeline, FSDP) are not actions here.
         max_subsets: ``tag``: device-group subsets in the action space (capped by the rule of
             :func:`placement_rl.search.tag.device_subsets`; at least the instance's device groups);
             the action space is ``Discrete(max_subsets * 4)``. At most :data:`MAX_SUBSETS`.
@@ -64,6 +77,7 @@ class PlacementConfig(EnvConfig):
     device_grouping: str = option("machine", rule=choice(DEVICE_GROUPINGS))
     max_device_groups: int = option(16, rule=integer(low=1, high=MAX_DEVICE_GROUPS))
     max_subsets: int = option(DEFAULT_MAX_SUBSETS, rule=integer(low=1, high=MAX_SUBSETS))
+    tag_completion: str = option("best", rule=choice(COMPLETIONS))
     memory_mask: str = option("auto", rule=choice(MEMORY_MASKS))
 
     def validate(self, where: str) -> None:
@@ -108,3 +122,11 @@ class PlacementConfig(EnvConfig):
     def groups_per_instance(self) -> int:
         """How many op groups an instance is coarsened to."""
         return self.one_shot_ops if self.mode == "one_shot" else self.max_groups
+
+    @property
+    def edges(self) -> int:
+        """Edge columns of the observation: ``max_edges``, else 8 per node row, or
+        :data:`TAG_EDGES_PER_NODE` with ``action_space="tag"`` (at most :data:`MAX_EDGES`)."""
+        if self.max_edges:
+            return self.max_edges
+        return min((TAG_EDGES_PER_NODE if self.action_space == "tag" else 8) * self.nodes, MAX_EDGES)

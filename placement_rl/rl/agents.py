@@ -68,6 +68,10 @@ class Agent:
         build_module: ``TrainConfig -> module``: the agent's module with fresh weights, its spaces
             taken from the configured environment (the safe export's weights are loaded into it).
         act: ``(module, env) -> final info`` of one deterministic episode (``info["plan"]``).
+        padded_env: env keys that only pad the observation (and TAG's subset count, which the
+            module scores slice by slice): the module's weights do not depend on them, so
+            :func:`policy_env` raises them to fit an instance larger than the training config
+            (:data:`PADDED_SIZES`). Empty: the training config's sizes are the limit.
     """
 
     name: str
@@ -80,6 +84,7 @@ class Agent:
     act: Callable[[Any, Any], dict[str, Any]]
     searchable_env: frozenset[str] = frozenset()
     learner_metrics: tuple[str, ...] = ()
+    padded_env: frozenset[str] = frozenset()
 
 
 _AGENTS: dict[str, Agent] = {}
@@ -216,14 +221,54 @@ class GivenInstance:
 _GivenInstance = GivenInstance  # the name benchmarks/tag.py imports
 
 
+#: The padded sizes :func:`policy_env` may raise (:attr:`Agent.padded_env`), in the order it sets them.
+PADDED_SIZES: tuple[str, ...] = ("max_nodes", "max_edges", "max_devices", "max_device_groups", "max_subsets")
+
+
+def sized_env_options(agent: Agent, options: Mapping[str, Any], instance: GivenInstance) -> dict[str, Any]:
+    """``options`` (an env config without its generator) with the padded sizes of
+    :attr:`Agent.padded_env` raised where ``instance`` needs more: node rows to its op groups, edge
+    columns to its group graph's tensors, device rows to its GPUs, device-group rows to its device
+    groups and TAG's subsets to at least every device group plus all of them together. Sizes the
+    instance fits are kept (a checkpoint plans with the padding it was trained with)."""
+    from placement_rl.rl.config import env_config_class
+    from placement_rl.search.tag import DEVICE_GROUPINGS, device_groups
+
+    out = dict(options)
+    keys = [k for k in PADDED_SIZES if k in agent.padded_env]
+    if not keys:
+        return out
+    cfg = env_config_class(agent.env_id).parse(out)
+    groups = instance.sample(np.random.default_rng(0), cfg.groups_per_instance).groups
+    grouping = getattr(cfg, "device_grouping", "machine")
+    K = len(device_groups(instance.topology, grouping if grouping in DEVICE_GROUPINGS else "machine"))
+    needs = {
+        "max_nodes": (cfg.nodes, groups.num_ops),
+        "max_edges": (cfg.edges, len(groups.tensors)),
+        "max_devices": (cfg.max_devices, instance.topology.num_devices),
+        "max_device_groups": (getattr(cfg, "max_device_groups", K), K),
+        "max_subsets": (getattr(cfg, "max_subsets", K + 1), K + (K > 1)),
+    }
+    for key in keys:
+        have, need = needs[key]
+        if need > have:
+            out[key] = need
+            if key == "max_nodes" and "max_edges" not in out:  # keep the default edge room per node row
+                out["max_edges"] = max(cfg.edges, 8 * need)
+    return out
+
+
 def policy_env(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Any:
-    """The agent's environment, configured as in training, on ``graph`` x ``topology``."""
+    """The agent's environment, configured as in training, on ``graph`` x ``topology``; the sizes
+    the agent lists as padding only (:attr:`Agent.padded_env`) raised to fit the instance."""
     import gymnasium as gym
 
     import placement_rl.envs  # noqa: F401  (registers the ids)
 
     options = {k: v for k, v in policy.config.env.items() if k != "generator"}
-    return gym.make(policy.agent.env_id, config={**options, "generator": GivenInstance(graph, topology)})
+    instance = GivenInstance(graph, topology)
+    options = sized_env_options(policy.agent, options, instance)
+    return gym.make(policy.agent.env_id, config={**options, "generator": instance})
 
 
 def policy_plan(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Plan:

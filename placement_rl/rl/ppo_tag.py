@@ -5,10 +5,15 @@ data parallelism on the presets: those mix replication with placement. This agen
 action space TAG's tree search uses (``mode: sequential``, ``action_space: tag``): one step per op
 group, in descending compute time, choosing a subset of device groups (machines) and one of four
 replication options (all-reduce, parameter server, duplicate, model parallel). Undecided groups
-follow TAG's rule (the first decision's strategy), so every prefix is a complete plan and the
-``dense`` reward pays each step the drop of that plan's simulated makespan, relative to data
-parallelism (the episode's return is ``1 - 1 / speedup``, minus 1 when the final plan runs out of
-memory).
+are completed by the env's ``tag_completion`` (default: the best of TAG's rule, data parallelism
+over the decided device groups and a one-pass rollout, :mod:`placement_rl.search.tag`), so every
+prefix is a complete plan and the ``dense`` reward pays each step the drop of that plan's simulated
+makespan, relative to data parallelism (the episode starts from data parallelism, so its return is
+``1 - 1 / speedup``, minus 1 when the final plan runs out of memory).
+
+Planning on an instance larger than the training config's padding (more op-group edges, devices
+or device groups) raises those sizes for the instance (:func:`placement_rl.rl.agents.policy_env`):
+the GNN's weights do not depend on them.
 
 The policy is TAG's heterogeneous GNN (:class:`placement_rl.policies.tag.TagRLModule`) with its
 value head: the same RLModule conventions as Trinity's (new API stack, value API), the env's
@@ -33,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from placement_rl.config import integer, number, option
-from placement_rl.rl.agents import Agent, register_agent
+from placement_rl.rl.agents import PADDED_SIZES, Agent, register_agent
 from placement_rl.rl.config import TrainConfig
 from placement_rl.rl.tag import ENV_ID, ENV_OPTIONS, ModelSection
 from placement_rl.rl.trinity import PPOSection as TrinityPPOSection
@@ -174,5 +179,7 @@ PPO_TAG = register_agent(
         act=act,
         searchable_env=frozenset({"max_groups", "reward"}),
         learner_metrics=("policy_loss", "vf_loss", "entropy"),
+        # TagRLModule's weights do not depend on the padding: plan on instances larger than the training ones
+        padded_env=frozenset(PADDED_SIZES),
     )
 )

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from placement_rl.config import choice, integer, number, option
-from placement_rl.rl.agents import Agent, register_agent
+from placement_rl.rl.agents import PADDED_SIZES, Agent, register_agent
 from placement_rl.rl.config import TrainConfig
 
 ENV_ID = "placement_rl/Placement-v0"
@@ -427,5 +427,7 @@ TAG = register_agent(
         act=act,
         searchable_env=frozenset({"max_groups"}),
         learner_metrics=("cross_entropy", "value_loss"),
+        # TagRLModule's weights do not depend on the padding: plan on instances larger than the training ones
+        padded_env=frozenset(PADDED_SIZES),
     )
 )

@@ -8,18 +8,22 @@ device-group subset x a replication option). Each iteration walks down by PUCT,
 with ``Q`` the mean leaf value below the edge (0, the data-parallel level, before any visit), ``P``
 the prior and ``N`` the visit counts; ``c`` is the configured constant or, by default, TAG's public
 code's ``sqrt(#valid children / 10)``. The walk stops at the first edge without a child; that
-leaf's partial plan is completed by TAG's rule (undecided groups take the strategy of the first
-decided one) and scored on the original op graph by :meth:`TagProblem.evaluate` (cached: plans
-seen before cost nothing); its :func:`~placement_rl.search.tag.leaf_value` is backed up. There is
-no value network.
+leaf's partial plan is completed by the problem's completion rule and scored on the original op
+graph by :meth:`TagProblem.evaluate` (cached: plans seen before cost nothing); its
+:func:`~placement_rl.search.tag.leaf_value` is backed up. By default (``completion="best"``,
+:mod:`placement_rl.search.tag`) a leaf scores as the best of TAG's rule (undecided groups take the
+strategy of the first decided one), data parallelism over the device groups decided so far and a
+one-pass rollout, so a good first move is not hidden behind a completion that undoes it; with
+``completion="tag"`` it is TAG's rule alone. There is no value network.
 
 **Prior.** ``prior(decision_prefixes) -> (B, A)`` probabilities, called once per batch of new
 leaves (``leaf_batch`` leaves are selected with a virtual loss, so one batch holds different
 leaves); ``None`` is the uniform prior over the valid actions (pure MCTS). Invalid actions (the
 memory mask of :meth:`TagProblem.action_mask`) are never chosen.
 
-**Result.** The best completed plan seen (the fastest that fits; else the fastest), with the
-iteration at which a plan first beat data parallelism (TAG's Table 7 metric) and an anytime trace.
+**Result.** The best completed plan seen (the fastest that fits; else the fastest; the root's own
+completion counts), as the full decision list that reproduces it, with the iteration at which a
+plan first beat data parallelism (TAG's Table 7 metric) and an anytime trace.
 
 **Tree reuse.** :meth:`MCTS.commit` moves the root to a child and keeps its subtree (self-play).
 """
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from placement_rl.search.tag import TagEval, TagProblem
+from placement_rl.search.tag import TagEval, TagProblem, better
 
 #: ``prior(prefixes) -> (B, num_actions)`` probabilities for the groups after each decision prefix.
 PriorFn = Callable[[Sequence[tuple[int, ...]]], np.ndarray]
@@ -83,7 +87,7 @@ class SearchResult:
     """What a search found.
 
     Attributes:
-        decisions: the best plan's actions (a full decision list, group order of the problem).
+        decisions: the best plan's actions (a full decision list, in the problem's decision order).
         evaluation: its simulation.
         iterations: leaf evaluations done.
         elapsed_s: the search's wall-clock seconds.
@@ -106,13 +110,6 @@ class SearchResult:
         return self.evaluation.speedup
 
 
-def _better(a: TagEval, b: TagEval) -> bool:
-    """Whether ``a`` is a better plan than ``b``: fits where ``b`` does not, else faster."""
-    if a.oom != b.oom:
-        return not a.oom
-    return a.makespan_s < b.makespan_s
-
-
 class MCTS:
     """The tree search of the module docstring, on one :class:`TagProblem`.
 
@@ -130,7 +127,7 @@ class MCTS:
         self.root = _Vertex((), self.A)
         self._expand([self.root])
         start = problem.evaluate(())
-        self.best_decisions: tuple[int, ...] = ()
+        self.best_decisions: tuple[int, ...] = start.decisions
         self.best: TagEval = start
         self.iterations = 0
         self.elapsed_s = 0.0
@@ -229,8 +226,8 @@ class MCTS:
                         v.w[a] += vl
                     v.n[a] += 1.0
                     v.w[a] += evaluation.value
-                if _better(evaluation, self.best):
-                    self.best, self.best_decisions = evaluation, self._full(leaf.decisions)
+                if better(evaluation, self.best):
+                    self.best, self.best_decisions = evaluation, evaluation.decisions
                     elapsed = self.elapsed_s + time.perf_counter() - start
                     self.anytime.append((elapsed, self.iterations, evaluation.speedup if not evaluation.oom else 0.0))
                 if self.first_beat_dp is None and not evaluation.oom and evaluation.speedup > 1.0:
@@ -240,13 +237,6 @@ class MCTS:
                 progress(done, iterations or 0)
         self.elapsed_s += time.perf_counter() - start
         return self.result()
-
-    def _full(self, decisions: tuple[int, ...]) -> tuple[int, ...]:
-        """A partial decision list made explicit for every group (TAG's rule), so plans replay exactly."""
-        if not decisions:
-            return decisions
-        rest = self.problem.num_groups - len(decisions)
-        return (*decisions, *([decisions[0]] * rest))
 
     def result(self) -> SearchResult:
         """The best plan so far and the search's figures."""

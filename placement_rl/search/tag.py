@@ -4,46 +4,95 @@ replication option, scored on the original op graph.
 A :class:`TagProblem` is one model (its op graph and METIS op groups) on one cluster. Its devices
 are split into **device groups**, sets of GPUs TAG treats as one unit: the topology's machines
 (``device_grouping="machine"``, the paper's default) or its GPU types (``"gpu_type"``, what the
-paper's physical testbed runs used). A decision for an op group is an **action** ``a = s * 4 + o``:
-a non-empty subset ``s`` of device groups (a row of TAG's placement matrix P) and one of the
-replication options ``o`` of :data:`placement_rl.plan.TAG_OPTIONS`:
+paper's physical testbed runs used). A decision for an op group is an **action**
+``a = s * num_options + o``: a non-empty subset ``s`` of device groups (a row of TAG's placement
+matrix P) and one of the problem's options ``o``. TAG's four (:data:`placement_rl.plan.TAG_OPTIONS`,
+``options="tag"``: the paper's space, the env's and the GNN prior's) are
 
 * ``all_reduce``: the group's sample dimension split over every GPU of the subset, gradients
   all-reduced (in buckets);
 * ``parameter_server``: the same split with a parameter server, chosen round-robin over the
   subset's GPUs in decision order;
 * ``duplicate``: every GPU of the subset runs the whole group, no gradient is exchanged;
-* ``model_parallel``: the group's ops split again with METIS over the subset's GPUs, each op on one.
+* ``model_parallel``: the group's ops split again with METIS over the subset's GPUs, each op on one;
+
+and ``options="extended"`` (:data:`TAG_EXTENDED_OPTIONS`, the default) adds what the plan format
+has for models whose data-parallel plan does not fit:
+
+* ``tensor_parallel``: the group's ops split along a parameter dimension over the subset's ``n``
+  GPUs: ops of a Megatron-LM region (:func:`placement_rl.plan.tensor_parallel_regions` of degree
+  ``n``: column-parallel ``channel``, row-parallel ``in_channel``, attention ``heads`` and the ops
+  between) along the region's dimension; other ops with parameters along their output-feature
+  parameter dimension (else their reduction one, e.g. ``in_channel``) over the largest degree ``<=
+  n`` that divides it; ops without parameters data parallel over the subset;
+* ``pipeline``: the group joins the pipeline over the subset's device groups: the ops of every
+  group deciding ``pipeline`` on the same subset, in graph order, are cut into one contiguous stage
+  per device group (balanced by forward + backward FLOPs against the groups' peak FLOP/s, as
+  :func:`placement_rl.plan.pipeline`; a stage is data parallel over its machine's GPUs), and the
+  plan runs micro-batches (1F1B): the fewest that divide the batch and number at least twice the
+  stages, else the most below that the other groups' splits allow;
+* ``fsdp``: ``all_reduce`` with ZeRO stage 3 (parameters, gradients and optimizer state sharded
+  over the subset's GPUs) on every op that can take it (:func:`placement_rl.plan.zero`).
 
 **Subsets.** With ``K`` device groups there are ``2**K - 1`` subsets; the space keeps at most
 ``max_subsets`` of them by one rule (:func:`device_subsets`): every single group first (subset
-``k`` is group ``k``, so action ``k * 4 + o`` is "group k, option o"), then all groups together
-(data parallelism's placement), then the ``j`` fastest groups for ``j = 2 .. K - 1`` (by total
-peak FLOP/s: the other data-parallel choices), then the remaining subsets by size and in
+``k`` is group ``k``, so action ``k * num_options + o`` is "group k, option o"), then all groups
+together (data parallelism's placement), then the ``j`` fastest groups for ``j = 2 .. K - 1`` (by
+total peak FLOP/s: the other data-parallel choices), then the remaining subsets by size and in
 lexicographic order until the cap. With the default cap of 64 every subset of up to 6 groups is kept.
 
 **Decisions and the completion rule.** Groups are decided in descending compute time
-(:attr:`TagProblem.order`). A partial list of decisions is completed by TAG's rule: every undecided
-group takes the subset and option of the first decided group (the most expensive); with no
-decision the plan is data parallelism over every GPU.
+(:attr:`TagProblem.order`). A partial list of decisions is scored by completing it: every
+undecided group gets an action, and the completed plan is simulated. TAG's rule
+(``completion="tag"``) completes in one way: every undecided group takes the action of the first
+decided group (the most expensive); with no decision the plan is data parallelism over every GPU.
+That rule hides good decisions: on a CNN whose fully-connected layers should sit on one GPU, the
+conv groups come first in the order, so every partial plan along the good path completes to data
+parallelism (scores exactly as it) until the last conv group is decided, and a worse first move
+("everything on one machine") outscores it. The default ``completion="best"`` scores a partial
+plan by the best (:func:`better`: fitting first, then faster) of three completions
+(:meth:`TagProblem.completions`):
+
+* ``tag``: TAG's rule, as above;
+* ``subset_data_parallel``: the undecided groups data parallel (``all_reduce``) over the union of
+  the decided groups' device groups (the smallest kept subset holding it; every GPU when nothing is
+  decided): the decisions so far say which machines are worth using;
+* ``rollout``: one pass over the undecided groups in graph order, no simulation until the end: a
+  group with parameters takes the cheaper, by an estimate, of data parallelism over that union and
+  data parallelism inside the union's fastest device group (one machine), the estimate being
+  compute time over the devices' summed peak FLOP/s plus a ring all-reduce of the group's
+  parameters over the slowest link of the device set, plus for the one machine the group's input
+  and output tensors
+  (forward and backward) over the union's slowest link; a group without parameters takes the
+  action of its largest-output producer that already has one (data parallelism over the union if
+  none). Parameter-heavy layers over slow links thus leave the network at once, and cheap ops
+  stay with their inputs.
+
+Each completion is a full decision list, simulated once (cached per completed plan); the partial
+plan's :class:`TagEval` is the best one's, and its ``decisions`` the full list that reproduces it
+exactly (:meth:`TagProblem.plan`, :meth:`TagProblem.completion`). The score is therefore never
+worse than either of the two uniform rules, at most three simulations per new partial plan.
 
 **Scores.** :meth:`TagProblem.evaluate` simulates the completed plan on the original op graph,
 exactly as :func:`placement_rl.simulate` would (the same compiled ops, task graph and schedule),
 so a leaf's score ranks plans as the final simulation does. Per-member compiled ops are cached per
-(group, subset, option, server) and whole evaluations per completed plan, so a tree search pays
-only for plans it has not seen. Nothing here deep-copies anything.
+(group, subset, option, server) and whole evaluations per completed plan and per partial plan, so
+a tree search pays only for plans it has not seen (a plan with a ``pipeline`` group runs
+micro-batches and is simulated as a whole, :meth:`placement_rl.sim.simulator.SimContext.simulate`).
+Nothing here deep-copies anything.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from placement_rl.graph import OpGraph
+from placement_rl.graph import Op, OpGraph, ParallelDim
 from placement_rl.plan import (
     TAG_OPTIONS,
     OpConfig,
@@ -53,7 +102,10 @@ from placement_rl.plan import (
     layerwise,
     member_config,
     tag_group_config,
+    tensor_parallel_regions,
+    zero_holders,
 )
+from placement_rl.plan.constructors import _balanced_stages, _nonempty_cuts, _stage_config
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import runtime_feedback
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL, EdgeArrays, OpArrays, SimContext, _CompiledOp
@@ -69,8 +121,44 @@ REFERENCES: dict[str, Callable[[OpGraph, DeviceTopology], Plan]] = {
 DEVICE_GROUPINGS: tuple[str, ...] = ("machine", "gpu_type")
 #: Default cap on the device-group subsets of the action space.
 DEFAULT_MAX_SUBSETS = 64
+#: TAG's four options plus parameter (tensor) split, pipeline stages and ZeRO-3 (see the module docstring).
+TAG_EXTENDED_OPTIONS: tuple[str, ...] = (*TAG_OPTIONS, "tensor_parallel", "pipeline", "fsdp")
+#: Named option sets (``options=`` of :class:`TagProblem`).
+OPTION_SETS: dict[str, tuple[str, ...]] = {"tag": TAG_OPTIONS, "extended": TAG_EXTENDED_OPTIONS}
+#: How partial plans are completed (``completion=`` of :class:`TagProblem`; the module docstring).
+COMPLETIONS: tuple[str, ...] = ("best", "tag")
+#: Options of TAG's space (the env's action space is ``max_subsets * NUM_OPTIONS``).
 NUM_OPTIONS = len(TAG_OPTIONS)
 _EVAL_CACHE = 4096
+#: Options whose members are each placed on one device or split by their own rule (memory estimate:
+#: the one-GPU need spread evenly over the subset).
+_SPREAD_OPTIONS = frozenset({"model_parallel", "tensor_parallel", "pipeline"})
+
+
+def option_set(options: str | Sequence[str]) -> tuple[str, ...]:
+    """The option names of ``options``: a named set (:data:`OPTION_SETS`) or a list of names.
+
+    Raises:
+        ValueError: for an unknown set or option, a repeated option, or a list without
+            ``all_reduce`` (data parallelism, the search's start).
+    """
+    if isinstance(options, str):
+        if options not in OPTION_SETS:
+            raise ValueError(f"options = {options!r}; expected one of {list(OPTION_SETS)} or a list of options")
+        return OPTION_SETS[options]
+    if not isinstance(options, (list, tuple)):
+        raise ValueError(f"options = {options!r}; expected one of {list(OPTION_SETS)} or a list of options")
+    names = tuple(options)
+    unknown = [o for o in names if o not in TAG_EXTENDED_OPTIONS]
+    if unknown or not names:
+        raise ValueError(
+            f"options = {list(names)!r}: unknown option(s) {unknown}; expected names from {list(TAG_EXTENDED_OPTIONS)}"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"options = {list(names)!r} name an option twice; expected each once")
+    if "all_reduce" not in names:
+        raise ValueError(f"options = {list(names)!r} lack 'all_reduce'; data parallelism is the search's start")
+    return names
 
 
 @dataclass(frozen=True)
@@ -177,9 +265,12 @@ class TagEval:
         value: :func:`leaf_value` against the search baseline (data parallelism, or model
             parallelism when data parallelism does not fit).
         group_finish_s: (G,) when each group's last forward task ends.
-        group_idle_s: (G,) the longest wait of a member's output before its first transfer starts.
+        group_idle_s: (G,) the longest wait of a member's output before its first transfer starts
+            (zeros for a plan with micro-batches).
         device_busy_s: (D,) compute seconds per device.
         peak_memory_bytes: (D,) simulated peak memory per device.
+        decisions: the completed plan as a full decision list (one action per group, decision
+            order): :meth:`TagProblem.plan` of it is this plan.
     """
 
     makespan_s: float
@@ -190,10 +281,28 @@ class TagEval:
     group_idle_s: np.ndarray
     device_busy_s: np.ndarray
     peak_memory_bytes: np.ndarray
+    decisions: tuple[int, ...] = ()
+
+
+def better(a: TagEval, b: TagEval) -> bool:
+    """Whether ``a`` is a better plan than ``b``: fits where ``b`` does not, else faster."""
+    if a.oom != b.oom:
+        return not a.oom
+    return a.makespan_s < b.makespan_s
 
 
 #: One group's completed choice: (subset index, option index, parameter-server turn).
 Choice = tuple[int, int, int]
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _largest_divisor(size: int, limit: int) -> int:
+    return max(d for d in range(1, max(min(size, limit), 1) + 1) if size % d == 0)
 
 
 class TagProblem:
@@ -212,11 +321,17 @@ class TagProblem:
         seed: METIS seed of the model-parallel splits.
         reference: the data parallelism speedups and leaf values are taken against
             (:data:`REFERENCES`: bucketed, or per tensor as TAG's DP-NCCL).
+        options: the replication options: ``"extended"`` (:data:`TAG_EXTENDED_OPTIONS`), ``"tag"``
+            (TAG's four) or a list of option names (with ``all_reduce``).
+        completion: how partial plans are completed (:data:`COMPLETIONS`): ``"best"`` of three
+            completions or TAG's rule ``"tag"`` (the module docstring).
 
     Attributes:
         device_groups: the ``K`` device groups.
         subsets: the ``S`` subsets (tuples of device-group indices).
-        num_actions: ``S * 4``.
+        options: the option names, in action order.
+        num_options: ``len(options)``.
+        num_actions: ``S * num_options``.
         order: (G,) group indices in decision order (descending compute time).
         compute_s: (G,) each group's forward + backward seconds on the fastest device.
         baseline: the reference data parallelism's simulation on ``graph`` (of every speedup).
@@ -237,16 +352,23 @@ class TagProblem:
         group_ctx: SimContext | None = None,
         seed: int = 0,
         reference: str = "data_parallel",
+        options: str | Sequence[str] = "extended",
+        completion: str = "best",
     ) -> None:
         if reference not in REFERENCES:
             raise ValueError(f"reference {reference!r}; expected one of {list(REFERENCES)}")
+        if completion not in COMPLETIONS:
+            raise ValueError(f"completion = {completion!r}; expected one of {list(COMPLETIONS)}")
         self.reference = reference
+        self.completion_rule = completion
+        self.options = option_set(options)
+        self.num_options = len(self.options)
         self.graph, self.groups, self.topology = graph, groups, topology
         self.cost = cost or DEFAULT_COST_MODEL
         self.device_grouping = device_grouping
         self.device_groups = device_groups(topology, device_grouping)
         self.subsets = device_subsets(self.device_groups, topology, max_subsets)
-        self.num_actions = len(self.subsets) * NUM_OPTIONS
+        self.num_actions = len(self.subsets) * self.num_options
         self.seed = seed
         self.ctx = fine_ctx or SimContext(graph, topology, self.cost)
         self._group_ctx = group_ctx
@@ -263,8 +385,22 @@ class TagProblem:
         ]
         self._member_ops: dict[tuple[int, int, int, int], list[_CompiledOp]] = {}
         self._evals: OrderedDict[tuple[Choice, ...], TagEval] = OrderedDict()
+        self._partial: OrderedDict[tuple[int, ...], TagEval] = OrderedDict()
         self._need: dict[tuple[int, int], np.ndarray] = {}
+        self._tp_splits: dict[int, dict[int, str]] = {}
+        self._union: dict[frozenset[int], int] = {}
+        self._gpipe: set[tuple[Choice, ...]] = set()  # pipelined plans 1F1B cannot order
+        self._batch_divisors: list[int] | None = None
+        self._subset_stats: dict[int, tuple[float, float, int]] = {}
         self.capacity_bytes = np.array([d.memory_bytes for d in topology.devices], dtype=np.float64)
+        index = {op.name: i for i, op in enumerate(groups.ops)}
+        self._io_bytes = np.zeros(groups.num_ops)  # bytes in and out of each group (the rollout's estimate)
+        for t in groups.tensors:
+            self._io_bytes[index[t.src]] += t.num_bytes
+            self._io_bytes[index[t.dst]] += t.num_bytes
+        self._all_groups = self.subsets.index(tuple(range(len(self.device_groups))))
+        self._all_reduce = self.options.index("all_reduce")
+        self._server = self.options.index("parameter_server") if "parameter_server" in self.options else -1
         self.baseline = self.ctx.simulate(REFERENCES[reference](graph, topology), validate=False)
         self.baseline_s = self.baseline.makespan_s
         if self.baseline.oom:
@@ -301,14 +437,14 @@ class TagProblem:
 
     def action(self, subset: int, option: str | int) -> int:
         """The action index of ``subset`` (an index into :attr:`subsets`) with ``option``."""
-        o = TAG_OPTIONS.index(option) if isinstance(option, str) else int(option)
-        return subset * NUM_OPTIONS + o
+        o = self.options.index(option) if isinstance(option, str) else int(option)
+        return subset * self.num_options + o
 
     def describe(self, action: int) -> str:
         """``action`` in words: ``"m0+m1 all_reduce (6 GPUs)"``."""
-        s, o = divmod(int(action), NUM_OPTIONS)
+        s, o = divmod(int(action), self.num_options)
         names = "+".join(self.device_groups[k].name for k in self.subsets[s])
-        return f"{names} {TAG_OPTIONS[o]} ({len(self._subset_devices[s])} GPUs)"
+        return f"{names} {self.options[o]} ({len(self._subset_devices[s])} GPUs)"
 
     def subset_devices(self, subset: int) -> tuple[str, ...]:
         """The device names of subset ``subset``, in topology order."""
@@ -329,38 +465,155 @@ class TagProblem:
         return out
 
     # -------------------------------------------------------------- completion
+    def completions(self, decisions: Sequence[int]) -> dict[str, tuple[int, ...]]:
+        """The candidate completions of ``decisions`` by name (``tag``, and with ``completion="best"``
+        also ``subset_data_parallel`` and ``rollout``; ``decided`` when every group is decided), each a
+        full decision list (decision order). See the module docstring."""
+        return self._completions(self.check_actions(decisions))
+
+    def _completions(self, decisions: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        G, k = self.num_groups, len(decisions)
+        if k == G:
+            return {"decided": decisions}
+        rest = G - k
+        dp_all = self._all_groups * self.num_options + self._all_reduce
+        first = decisions[0] if decisions else dp_all
+        out = {"tag": (*decisions, *([first] * rest))}
+        if self.completion_rule == "best":
+            union = self._union_subset(decisions)
+            out["subset_data_parallel"] = (*decisions, *([union * self.num_options + self._all_reduce] * rest))
+            out["rollout"] = self._rollout(decisions, union)
+        return out
+
+    def completion(self, decisions: Sequence[int]) -> tuple[int, ...]:
+        """The full decision list that scores ``decisions`` (the best of :meth:`completions`)."""
+        decisions = self.check_actions(decisions)
+        candidates = self._completions(decisions)
+        if len(candidates) == 1:
+            return next(iter(candidates.values()))
+        return self.evaluate(decisions).decisions
+
     def complete(self, decisions: Sequence[int]) -> tuple[Choice, ...]:
-        """Every group's (subset, option, server turn), in group index order, by TAG's rule."""
-        G = self.num_groups
-        if not decisions:  # data parallelism: all device groups (always kept, see device_subsets)
-            return ((self.subsets.index(tuple(range(len(self.device_groups)))), 0, 0),) * G
-        out: list[Choice | None] = [None] * G
+        """Every group's (subset, option, server turn), in group index order, of :meth:`completion`."""
+        return self._choices(self.completion(decisions))
+
+    def _choices(self, full: Sequence[int]) -> tuple[Choice, ...]:
+        """The choices of a full decision list (servers round-robin per subset in decision order)."""
+        out: list[Choice] = [(0, 0, 0)] * self.num_groups
         turns: dict[int, int] = {}
-        for k, a in enumerate(decisions):
-            s, o = divmod(int(a), NUM_OPTIONS)
+        for k, a in enumerate(full):
+            s, o = divmod(int(a), self.num_options)
             turn = 0
-            if TAG_OPTIONS[o] == "parameter_server":
+            if o == self._server:
                 turn = turns.get(s, 0)
                 turns[s] = turn + 1
             out[int(self.order[k])] = (s, o, turn)
-        s0, o0 = divmod(int(decisions[0]), NUM_OPTIONS)
-        return tuple(c if c is not None else (s0, o0, 0) for c in out)
+        return tuple(out)
 
+    def _full(self, choices: Sequence[Choice]) -> tuple[int, ...]:
+        """The full decision list of ``choices`` (the inverse of :meth:`_choices`)."""
+        return tuple(choices[int(g)][0] * self.num_options + choices[int(g)][1] for g in self.order)
+
+    def _union_subset(self, decisions: Sequence[int]) -> int:
+        """The smallest kept subset holding every device group the decisions use (all groups when none)."""
+        used = frozenset(k for a in decisions for k in self.subsets[int(a) // self.num_options])
+        found = self._union.get(used)
+        if found is None:
+            if not used:
+                found = self._all_groups
+            else:
+                holding = [i for i, s in enumerate(self.subsets) if used <= set(s)]
+                found = min(holding, key=lambda i: (len(self.subsets[i]), i))
+            self._union[used] = found
+        return found
+
+    def _stats(self, subset: int) -> tuple[float, float, int]:
+        """(summed peak FLOP/s over the fastest device's, slowest link in B/s, GPUs) of a subset."""
+        found = self._subset_stats.get(subset)
+        if found is None:
+            ids = [self._device_index[n] for n in self._subset_devices[subset]]
+            peak = max(d.peak_flops for d in self.topology.devices)
+            speed = sum(self.topology.devices[i].peak_flops for i in ids) / peak
+            bw = self.topology.bandwidth_matrix()[np.ix_(ids, ids)]
+            off = bw[~np.eye(len(ids), dtype=bool)]
+            found = (speed, float(off.min()) if off.size else math.inf, len(ids))
+            self._subset_stats[subset] = found
+        return found
+
+    def _estimate_s(self, g: int, subset: int, union: int) -> float:
+        """The rollout's estimate of group ``g`` data parallel over ``subset`` inside ``union``:
+        compute, a ring all-reduce of its parameters, and (when ``subset`` is smaller than ``union``)
+        its input and output tensors forward and backward over the union's slowest link."""
+        speed, bw, n = self._stats(subset)
+        t = float(self.compute_s[g]) / speed
+        params = self.groups.ops[g].param_bytes
+        if n > 1 and params:
+            t += 2.0 * (n - 1) / n * params / bw
+        u_speed, u_bw, u_n = self._stats(union)
+        if n < u_n and math.isfinite(u_bw):
+            t += 2.0 * self._io_bytes[g] * (1.0 - n / u_n) / u_bw
+        return t
+
+    def _rollout(self, decisions: tuple[int, ...], union: int) -> tuple[int, ...]:
+        """The ``rollout`` completion (module docstring): one pass in graph order, no simulation."""
+        no, ar = self.num_options, self._all_reduce
+        assigned = {int(self.order[k]): int(a) for k, a in enumerate(decisions)}
+        members = self.subsets[union]
+        flops = [sum(self.topology.device(n).peak_flops for n in self.device_groups[k].devices) for k in members]
+        single = self.subsets.index((members[int(np.argmax(flops))],))
+        dp, one = union * no + ar, single * no + ar
+        out_bytes = self.groups.arrays.output_bytes
+        for g in range(self.num_groups):
+            if g in assigned:
+                continue
+            if self.groups.ops[g].param_bytes > 0:
+                assigned[g] = one if self._estimate_s(g, single, union) < self._estimate_s(g, union, union) else dp
+                continue
+            producers = [p for p in self.groups.predecessors[g] if p in assigned]
+            assigned[g] = assigned[max(producers, key=lambda p: (out_bytes[p], -p))] if producers else dp
+        return tuple(assigned[int(g)] for g in self.order)
+
+    # ----------------------------------------------------------------- configs
     def group_config(self, g: int, choice: Choice) -> OpConfig:
-        """Group ``g``'s configuration on the group graph (``model_parallel``: its first GPU; the
-        split is per member op, see :meth:`member_configs`)."""
+        """Group ``g``'s configuration on the group graph (``model_parallel``, ``tensor_parallel`` and
+        ``pipeline``: its first GPU; their splits are per member op, see :meth:`member_configs`)."""
         s, o, turn = choice
-        return tag_group_config(self.groups.ops[g], self._subset_devices[s], TAG_OPTIONS[o], turn)
+        devs = self._subset_devices[s]
+        option = self.options[o]
+        group = self.groups.ops[g]
+        if option in _SPREAD_OPTIONS:
+            return OpConfig.make(devs[0])
+        if option == "fsdp":
+            cfg = tag_group_config(group, devs, "all_reduce")
+            return cfg.replace(zero=3) if group.param_bytes > 0 and zero_holders(group, cfg) >= 2 else cfg
+        return tag_group_config(group, devs, option, turn)
 
     def member_configs(self, g: int, choice: Choice) -> list[OpConfig]:
-        """The configurations of group ``g``'s member ops (in :attr:`groups` member order)."""
+        """The configurations of group ``g``'s member ops (in :attr:`groups` member order); a
+        ``pipeline`` choice as a pipeline of this group alone (in a plan its stages depend on the
+        other groups on the same pipeline: :meth:`plan`)."""
         s, o, _ = choice
         devs = self._subset_devices[s]
+        option = self.options[o]
         members = [self.graph.ops[i] for i in self._members[g]]
-        if TAG_OPTIONS[o] == "model_parallel":
+        if option == "model_parallel":
             parts = self._model_parallel_parts(g, len(devs))
             return [OpConfig.make(devs[p]) for p in parts]
+        if option == "tensor_parallel":
+            return self._tensor_parallel_configs(g, devs)
+        if option == "pipeline":
+            configs: list[OpConfig | None] = [None] * self.graph.num_ops
+            self._pipeline_configs({s: self._members[g].tolist()}, configs)
+            return [c for c in (configs[i] for i in self._members[g].tolist()) if c is not None]  # every member set
         cfg = self.group_config(g, choice)
+        if option == "fsdp":
+            base = cfg.replace(zero=0)
+            out = []
+            for op in members:
+                member = member_config(op, base)
+                eligible = op.param_bytes > 0 and len(devs) > 1 and zero_holders(op, member) >= 2
+                out.append(member.replace(zero=3) if eligible else member)
+            return out
         return [member_config(op, cfg) for op in members]
 
     def _model_parallel_parts(self, g: int, nparts: int) -> list[int]:
@@ -373,6 +626,95 @@ class TagProblem:
         parts = metis_parts(sub, nparts, seed=self.seed)
         order = {op.name: p for op, p in zip(sub.ops, parts, strict=True)}
         return [int(order[self.graph.ops[i].name]) for i in members]
+
+    def _tensor_parallel_configs(self, g: int, devs: tuple[str, ...]) -> list[OpConfig]:
+        """``tensor_parallel`` of group ``g`` over ``devs`` (module docstring)."""
+        n = len(devs)
+        splits = self._regions(n) if n > 1 else {}
+        dp = tag_group_config(self.groups.ops[g], devs, "all_reduce")
+        out = []
+        for i in self._members[g].tolist():
+            op = self.graph.ops[i]
+            dim = splits.get(i)
+            if dim is not None:
+                out.append(OpConfig.make(devs, {dim: n}))
+                continue
+            pdim = _parameter_dim(op)
+            degree = _largest_divisor(pdim.size, n) if pdim is not None else 1
+            if pdim is not None and degree > 1:
+                out.append(OpConfig.make(devs[:degree], {pdim.name: degree}))
+            else:
+                out.append(member_config(op, dp))
+        return out
+
+    def _regions(self, degree: int) -> dict[int, str]:
+        """Op index -> split dimension of the Megatron-LM regions of ``degree`` (cached)."""
+        found = self._tp_splits.get(degree)
+        if found is None:
+            found = {
+                self._op_index[name]: dim
+                for region in tensor_parallel_regions(self.graph, degree)
+                for name, dim in region.splits
+            }
+            self._tp_splits[degree] = found
+        return found
+
+    def _pipeline_configs(self, pipelines: dict[int, list[int]], configs: list[OpConfig | None]) -> int:
+        """Fill ``configs`` for the ops of each pipeline (subset -> op indices) and return the
+        micro-batches (module docstring); ``configs`` holds every other op's configuration."""
+        stages: list[tuple[tuple[str, ...], list[int]]] = []
+        most = 1
+        for s, ops in pipelines.items():
+            ops = sorted(ops)
+            groups = [self.device_groups[k].devices for k in self.subsets[s]]
+            S = min(len(groups), len(ops))
+            groups = groups[:S]
+            work = self.graph.arrays.forward_flops[ops] + self.graph.arrays.backward_flops[ops]
+            speed = np.array([sum(self.topology.device(n).peak_flops for n in devs) for devs in groups])
+            cuts = _nonempty_cuts(_balanced_stages(work, speed), S)
+            stages += [(groups[k], ops[cuts[k] : cuts[k + 1]]) for k in range(S)]
+            most = max(most, S)
+        for m in self._micro_batch_candidates(most):
+            for devs, ops in stages:
+                for i in ops:
+                    configs[i] = _stage_config(self.graph.ops[i], devs, m)
+            if m == 1 or self._schedule_valid(configs, m):
+                return m
+        return 1  # pragma: no cover (m = 1 is always a candidate)
+
+    def _micro_batch_candidates(self, stages: int) -> list[int]:
+        """Micro-batch counts to try for ``stages`` stages: divisors of every sample dimension, the
+        fewest at least ``2 * stages`` first, then fewer ones, down to 1."""
+        if stages <= 1:
+            return [1]
+        if self._batch_divisors is None:
+            sizes = [op.sample_dim.size for op in self.graph.ops if op.sample_dim is not None]
+            self._batch_divisors = _divisors(math.gcd(*sizes)) if sizes else [1]
+        divisors = self._batch_divisors
+        return [d for d in divisors if d >= 2 * stages] + [d for d in reversed(divisors) if d < 2 * stages]
+
+    def _schedule_valid(self, configs: Sequence[OpConfig | None], m: int) -> bool:
+        plan = Plan(
+            self.graph.name, {op.name: c for op, c in zip(self.graph.ops, configs, strict=True) if c}, micro_batches=m
+        )
+        try:
+            plan.validate_schedule(self.graph)
+        except ValueError:
+            return False
+        return True
+
+    def _configs(self, choices: Sequence[Choice]) -> tuple[list[OpConfig], int]:
+        """Every original op's configuration (graph order) under ``choices``, and the micro-batches."""
+        configs: list[OpConfig | None] = [None] * self.graph.num_ops
+        pipelines: dict[int, list[int]] = {}
+        for g, choice in enumerate(choices):
+            if self.options[choice[1]] == "pipeline":
+                pipelines.setdefault(choice[0], []).extend(self._members[g].tolist())
+                continue
+            for i, cfg in zip(self._members[g].tolist(), self.member_configs(g, choice), strict=True):
+                configs[i] = cfg
+        m = self._pipeline_configs(pipelines, configs) if pipelines else 1
+        return configs, m  # type: ignore[return-value]
 
     def _compiled_members(self, g: int, choice: Choice) -> list[_CompiledOp]:
         key = (g, *choice)
@@ -387,18 +729,59 @@ class TagProblem:
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, decisions: Sequence[int]) -> TagEval:
-        """The completed plan of ``decisions`` simulated on the original op graph (cached).
+        """The partial plan of ``decisions`` completed and simulated on the original op graph (cached):
+        the best of :meth:`completions` (fitting first, then faster).
 
-        ``decisions[k]`` is the action of group ``order[k]``; the rest follow TAG's rule.
+        ``decisions[k]`` is the action of group ``order[k]``; the result's ``decisions`` is the full list.
         """
-        return self.evaluate_completed(self.complete(self.check_actions(decisions)))
+        decisions = self.check_actions(decisions)
+        found = self._partial.get(decisions)
+        if found is not None:
+            self._partial.move_to_end(decisions)
+            return found
+        best: TagEval | None = None
+        for full in self._completions(decisions).values():
+            e = self.evaluate_completed(self._choices(full))
+            if best is None or better(e, best):
+                best = e
+        assert best is not None
+        self._partial[decisions] = best
+        while len(self._partial) > _EVAL_CACHE:
+            self._partial.popitem(last=False)
+        return best
 
     def evaluate_completed(self, choices: tuple[Choice, ...]) -> TagEval:
-        """:meth:`evaluate` of an already completed plan (one choice per group, group order)."""
+        """The simulation of an already completed plan (one choice per group, group order; cached)."""
         found = self._evals.get(choices)
         if found is not None:
             self._evals.move_to_end(choices)
             return found
+        if any(self.options[o] == "pipeline" for _, o, _ in choices):
+            result = self._evaluate_plan(choices)
+        else:
+            result = self._evaluate_fast(choices)
+        self.evaluations += 1
+        self._evals[choices] = result
+        while len(self._evals) > _EVAL_CACHE:
+            self._evals.popitem(last=False)
+        return result
+
+    def _eval(
+        self,
+        makespan: float,
+        oom: bool,
+        finish: np.ndarray,
+        idle: np.ndarray,
+        busy: np.ndarray,
+        peak: np.ndarray,
+        choices: Sequence[Choice],
+    ) -> TagEval:
+        speedup = self.baseline.makespan_s / makespan if makespan > 0 else float("inf")
+        value = leaf_value(self.baseline_s / makespan if makespan > 0 else float("inf"), oom)
+        return TagEval(makespan, oom, speedup, value, finish, idle, busy, peak.astype(np.float64), self._full(choices))
+
+    def _evaluate_fast(self, choices: tuple[Choice, ...]) -> TagEval:
+        """A plan without micro-batches: per-member compiled ops (cached) assembled and scheduled."""
         ctx = self.ctx
         ops: list[_CompiledOp | None] = [None] * self.graph.num_ops
         for g, choice in enumerate(choices):
@@ -411,51 +794,79 @@ class TagProblem:
         peak = ctx.peak_memory(arrays, tasks, start, end)
         makespan, fwd_end, idle, busy = runtime_feedback(ctx, tasks, start, end)
         oom = bool((peak > self.capacity_bytes).any())
-        speedup = self.baseline.makespan_s / makespan if makespan > 0 else float("inf")
-        value = leaf_value(self.baseline_s / makespan if makespan > 0 else float("inf"), oom)
-        G = self.num_groups
         finish = np.array([fwd_end[m].max() for m in self._members])
         idle_g = np.array([idle[m].max() for m in self._members])
-        result = TagEval(makespan, oom, speedup, value, finish[:G], idle_g[:G], busy, peak.astype(np.float64))
-        self.evaluations += 1
-        self._evals[choices] = result
-        while len(self._evals) > _EVAL_CACHE:
-            self._evals.popitem(last=False)
-        return result
+        return self._eval(makespan, oom, finish, idle_g, busy, peak, choices)
+
+    def _evaluate_plan(self, choices: tuple[Choice, ...]) -> TagEval:
+        """A plan with a pipeline: simulated whole (micro-batches), as :func:`placement_rl.simulate`,
+        under 1F1B, or GPipe where the plan's stages do not form one pipeline (other groups on other
+        devices between them), which 1F1B cannot order."""
+        from placement_rl.sim.pipeline import ScheduleDeadlock
+
+        plan = self._plan(choices, "tag")
+        try:
+            result = self.ctx.simulate(plan, validate=False)
+        except ScheduleDeadlock:
+            self._gpipe.add(choices)
+            result = self.ctx.simulate(plan.with_schedule(schedule="gpipe"), validate=False)
+        finish = np.array([result.op_forward_end_s[m].max() for m in self._members])
+        return self._eval(
+            result.makespan_s,
+            bool(result.oom),
+            finish,
+            np.zeros(self.num_groups),
+            np.asarray(result.busy_s, np.float64),
+            np.asarray(result.peak_memory_bytes),
+            choices,
+        )
 
     def clear_evaluations(self) -> None:
         """Forget the cached leaf evaluations (the compiled ops stay): a later search simulates every
         plan again, as on a warm instance it has not searched (benchmarks)."""
         self._evals.clear()
+        self._partial.clear()
+        self._gpipe.clear()
 
-    def plan(self, decisions: Sequence[int], name: str = "tag") -> Plan:
-        """The completed plan of ``decisions`` on the original op graph."""
-        decisions = self.check_actions(decisions)
-        choices = self.complete(decisions)
-        configs: dict[str, OpConfig] = {}
-        for g, choice in enumerate(choices):
-            for i, cfg in zip(self._members[g].tolist(), self.member_configs(g, choice), strict=True):
-                configs[self.graph.ops[i].name] = cfg
-        described = {self.groups.ops[int(self.order[k])].name: self.describe(a) for k, a in enumerate(decisions)}
+    def _plan(self, choices: Sequence[Choice], name: str, metadata: dict[str, object] | None = None) -> Plan:
+        configs, m = self._configs(choices)
         return Plan(
             self.graph.name,
-            configs,
+            {op.name: cfg for op, cfg in zip(self.graph.ops, configs, strict=True)},
             name=name,
-            metadata={"device_grouping": self.device_grouping, "decisions": described},
+            metadata=metadata or {},
+            micro_batches=m,
+            schedule="gpipe" if tuple(choices) in self._gpipe else "1f1b",
         )
+
+    def plan(self, decisions: Sequence[int], name: str = "tag") -> Plan:
+        """The completed plan of ``decisions`` (:meth:`completion`) on the original op graph."""
+        decisions = self.check_actions(decisions)
+        full = self.completion(decisions)
+        described = {self.groups.ops[int(self.order[k])].name: self.describe(a) for k, a in enumerate(full)}
+        metadata: dict[str, object] = {
+            "device_grouping": self.device_grouping,
+            "decisions": described,
+            "decided": len(decisions),
+        }
+        choices = self._choices(full)
+        if any(self.options[o] == "pipeline" for _, o, _ in choices):
+            self.evaluate_completed(choices)  # it says whether 1F1B can order the pipeline
+        return self._plan(choices, name, metadata)
 
     # ------------------------------------------------------------------ memory
     def need(self, g: int, action: int) -> np.ndarray:
         """(D,) bytes group ``g`` puts on each device under ``action``: the static state
         (parameters, gradients, optimizer state) plus forward activations of the group compiled as
-        one op, all live at once; under ``model_parallel`` its one-GPU need spread evenly over the
-        subset's GPUs (the memory estimate that masks actions; the simulation decides OOM)."""
+        one op, all live at once; under ``model_parallel``, ``tensor_parallel`` and ``pipeline`` its
+        one-GPU need spread evenly over the subset's GPUs (the memory estimate that masks actions;
+        the simulation decides OOM)."""
         key = (g, int(action))
         found = self._need.get(key)
         if found is None:
-            s, o = divmod(int(action), NUM_OPTIONS)
+            s, o = divmod(int(action), self.num_options)
             devs = self._subset_devices[s]
-            if TAG_OPTIONS[o] == "model_parallel":
+            if self.options[o] in _SPREAD_OPTIONS:
                 found = np.zeros(self.topology.num_devices)
                 found[[self._device_index[n] for n in devs]] = self._group_bytes(g, OpConfig.make(devs[0])).sum() / len(
                     devs
@@ -497,3 +908,12 @@ class TagProblem:
         if not mask.any():
             mask[:] = 1
         return mask
+
+
+def _parameter_dim(op: Op) -> ParallelDim | None:
+    """The parameter dimension ``tensor_parallel`` splits an op along outside Megatron regions: its
+    output-feature one, else a reduction one (``in_channel``); None without parameters."""
+    if op.param_bytes <= 0:
+        return None
+    dims = [d for d in op.parallel_dims if d.kind == "parameter"]
+    return next((d for d in dims if not d.reduction), None) or next(iter(dims), None)

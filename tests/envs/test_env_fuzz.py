@@ -194,6 +194,7 @@ FIELDS: list[Field] = [
     Field(SHARDING, ("reward_options", "invalid_reward"), Floats(-REWARD_LIMIT, REWARD_LIMIT), (("reward", "dense"),)),
     Field(PLACEMENT, ("mode",), OneOf(("sequential", "one_shot"))),
     Field(PLACEMENT, ("action_space",), OneOf(("device", "tag"))),
+    Field(PLACEMENT, ("tag_completion",), OneOf(("best", "tag")), (("action_space", "tag"),)),
     Field(SHARDING, ("invalid_action",), OneOf(("end", "raise"))),
     Field(PLACEMENT, ("reward",), OneOf(("speedup", "mdpe", "dense"))),
     Field(PLACEMENT, ("generator", "kind"), OneOf(("fixed",))),

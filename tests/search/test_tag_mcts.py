@@ -10,14 +10,24 @@ import numpy as np
 import pytest
 
 import placement_rl.envs  # noqa: F401  (registers the env ids)
+from placement_rl import zoo
 from placement_rl.graph import OpGraph
 from placement_rl.graph.coarsen import coarsen
-from placement_rl.plan import TAG_OPTIONS, data_parallel, data_parallel_per_tensor
+from placement_rl.plan import TAG_OPTIONS, Plan, data_parallel, data_parallel_per_tensor, single_device
 from placement_rl.search.mcts import MCTS, MCTSConfig, mcts_search, self_play
-from placement_rl.search.tag import TagProblem, device_groups, device_subsets, leaf_value
+from placement_rl.search.tag import (
+    TAG_EXTENDED_OPTIONS,
+    TagProblem,
+    better,
+    device_groups,
+    device_subsets,
+    leaf_value,
+)
 from placement_rl.sim import simulate
 from placement_rl.sim.cost import CostModel
-from placement_rl.topology import random_topology, resolve_topology
+from placement_rl.topology import DeviceTopology, random_topology, resolve_topology
+from placement_rl.topology.builder import TopologyBuilder, Uplink, switched_machine
+from placement_rl.topology.devices import gbit_to_bytes_per_s
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +95,8 @@ def test_evaluate_equals_a_fresh_simulation_of_the_plan(lenet_testbed: TagProble
 
 
 def test_completion_rule_follows_the_first_decision(lenet_testbed: TagProblem) -> None:
-    p = lenet_testbed
+    p = TagProblem(lenet_testbed.graph, lenet_testbed.groups, lenet_testbed.topology, completion="tag")
+    assert list(p.completions([])) == ["tag"]
     first = p.action(2, "duplicate")
     choices = p.complete([first])
     assert all(c == (2, TAG_OPTIONS.index("duplicate"), 0) for c in choices)
@@ -104,7 +115,7 @@ def test_completion_rule_follows_the_first_decision(lenet_testbed: TagProblem) -
 def test_model_parallel_splits_the_group_in_partial_plans(zoo_graph: Callable[..., OpGraph]) -> None:
     graph = zoo_graph("lenet")
     topo = resolve_topology("tag-testbed")
-    p = TagProblem(graph, coarsen(graph, 2), topo)  # big groups, so METIS has ops to split
+    p = TagProblem(graph, coarsen(graph, 2), topo, completion="tag")  # big groups, so METIS has ops to split
     mp = p.action(0, "model_parallel")  # machine m0: 4 GPUs
     plan = p.plan([mp])  # one decision; the other group follows the rule
     used = {d for cfg in plan.configs.values() for d in cfg.devices}
@@ -128,7 +139,7 @@ def test_mcts_with_a_uniform_prior_reaches_the_exhaustive_optimum(zoo_graph: Cal
     # The flat roofline (calibration=None): the instance's mixed optimum (1.7x over data parallelism) was
     # built for it; under the calibrated eager model lenet is host-bound and the best plan gains only 1.09x.
     cost = CostModel(calibration=None)
-    p = TagProblem(graph, coarsen(graph, 4), topo, cost=cost)  # 4 groups x 4 options: 256 plans
+    p = TagProblem(graph, coarsen(graph, 4), topo, cost=cost, options="tag")  # 4 groups x 4 options: 256 plans
     assert p.num_groups == 4 and p.num_actions == 4
     best = min(
         (p.evaluate(d) for d in itertools.product(range(p.num_actions), repeat=4)),
@@ -231,6 +242,10 @@ def test_mcts_method_in_comparisons(zoo_graph: Callable[..., OpGraph]) -> None:
     graph = zoo_graph("lenet")
     topo = resolve_topology("tag-testbed")
     (row,) = compare_methods(graph, topo, ["mcts"], options={"mcts": {"budget": 40, "max_groups": 6}})
+    (tag_rule,) = compare_methods(
+        graph, topo, ["mcts"], options={"mcts": {"budget": 40, "max_groups": 6, "options": "tag", "completion": "tag"}}
+    )
+    assert not tag_rule.oom and all(cfg.zero == 0 for cfg in tag_rule.plan.configs.values())
     assert row.method == "mcts" and not row.oom
     assert row.speedup_over_dp >= 1.0  # the search starts from data parallelism and keeps the best leaf
     row.plan.validate(graph, topo)
@@ -242,6 +257,135 @@ def test_mcts_method_in_comparisons(zoo_graph: Callable[..., OpGraph]) -> None:
         ({"c_puct": -1}, "c_puct = -1"),
         ({"max_groups": 0}, "max_groups = 0"),
         ({"reference": "dp"}, "reference = 'dp'"),
+        ({"completion": "greedy"}, "completion = 'greedy'"),
+        ({"options": "megatron"}, "options = 'megatron'"),
+        ({"options": ["all_reduce", "zero"]}, r"unknown option\(s\) \['zero'\]"),
     ):
         with pytest.raises(ValueError, match=message):
             check(bad, None, None)
+
+
+# ------------------------------------------------------------------ completion rule and extended options
+def _single_gpu_machines(n: int, gbit: float, memory_gib: float | None = None) -> DeviceTopology:
+    """``n`` machines of one V100 each on one Ethernet switch at ``gbit`` Gbit/s."""
+    b = TopologyBuilder()
+    eth: Uplink = (b.switch("eth-switch"), gbit_to_bytes_per_s(gbit), "ethernet")
+    memory = None if memory_gib is None else int(memory_gib * 2**30)
+    for _ in range(n):
+        switched_machine(b, "V100-SXM2-16GB", 1, eth, memory_bytes=memory)
+    return b.build(f"{n}x1-{gbit:g}gbit")
+
+
+def test_best_completion_is_no_worse_than_either_rule(lenet_testbed: TagProblem) -> None:
+    p = lenet_testbed
+    assert p.completion_rule == "best"
+    tag_rule = TagProblem(p.graph, p.groups, p.topology, completion="tag")
+    rng = np.random.default_rng(3)
+    for k in [0, 1, 2, 3, p.num_groups - 1]:
+        decisions = random_decisions(p, rng, k)
+        e = p.evaluate(decisions)
+        candidates = p.completions(decisions)
+        assert {"tag", "subset_data_parallel", "rollout"} <= set(candidates)
+        for name, full in candidates.items():
+            assert len(full) == p.num_groups and full[:k] == tuple(decisions), name
+            assert not better(p.evaluate(full), e), name  # the score is the best of them
+        assert not better(tag_rule.evaluate(decisions), e)  # TAG's rule alone, scored by another problem
+        assert e.decisions in candidates.values()
+        # the score is a real plan: the full list replays it exactly
+        assert simulate(p.graph, p.topology, p.plan(decisions)).makespan_s == e.makespan_s
+        assert p.evaluate(e.decisions).makespan_s == e.makespan_s
+    assert p.completions(random_decisions(p, rng, p.num_groups)).keys() == {"decided"}
+    with pytest.raises(ValueError, match="completion = 'greedy'"):
+        TagProblem(p.graph, p.groups, p.topology, completion="greedy")
+
+
+def test_subset_completion_keeps_the_decided_machines(lenet_testbed: TagProblem) -> None:
+    p = lenet_testbed
+    first = p.action(p.subsets.index((0, 1)), "duplicate")  # machines m0 and m1
+    full = p.completions([first])["subset_data_parallel"]
+    assert full[1:] == (p.action(p.subsets.index((0, 1)), "all_reduce"),) * (p.num_groups - 1)
+    assert p.completions([])["subset_data_parallel"] == p.completions([])["tag"]  # nothing decided: every GPU
+
+
+def test_tree_search_reaches_the_hand_plan_tags_rule_misses(zoo_graph: Callable[..., OpGraph]) -> None:
+    """alexnet on 4 single-GPU machines over 10 Gbit/s: its classifier's 235 MB of parameters make data
+    parallelism 5x slower than the hand plan (convolutions data parallel, the classifier on one GPU).
+    TAG's rule decides the conv groups first and completes every partial plan along the good path to
+    data parallelism; the best-of-completions rule sees it at once."""
+    graph = zoo_graph("alexnet")
+    topo = _single_gpu_machines(4, 10)
+    dp, one = data_parallel(graph, topo), single_device(graph, topo, topo.devices[0].name)
+    start = next(i for i, op in enumerate(graph.ops) if op.op_type == "flatten")
+    hand = Plan(graph.name, {op.name: (one if i >= start else dp)[op.name] for i, op in enumerate(graph.ops)})
+    hand_s = simulate(graph, topo, hand).makespan_s
+    assert simulate(graph, topo, dp).makespan_s > 4 * hand_s
+    before = mcts_search(TagProblem.for_graph(graph, topo, options="tag", completion="tag"), iterations=64)
+    assert before.evaluation.makespan_s > 1.5 * hand_s  # TAG's rule: stuck with "everything on one GPU"
+    p = TagProblem.for_graph(graph, topo, options="tag")
+    after = mcts_search(p, iterations=64)
+    assert after.simulations <= 3 * 64
+    assert after.evaluation.makespan_s <= 1.001 * hand_s and not after.evaluation.oom
+    assert simulate(graph, topo, p.plan(after.decisions)).makespan_s == after.evaluation.makespan_s
+
+
+def test_extended_options_fit_a_model_data_parallelism_does_not(zoo_graph: Callable[..., OpGraph]) -> None:
+    """gpt on 2 single-GPU machines of 1 GiB: data parallelism needs 1.14 GiB per GPU, and no option of
+    TAG's four fits on every group; tensor parallelism, the pipeline and FSDP each do."""
+    graph = zoo_graph("gpt")
+    topo = _single_gpu_machines(2, 100, memory_gib=1.0)
+    p = TagProblem.for_graph(graph, topo, max_groups=8, completion="tag")
+    assert p.options == TAG_EXTENDED_OPTIONS and p.num_actions == len(p.subsets) * len(TAG_EXTENDED_OPTIONS)
+    assert p.baseline.oom
+    both = p.subsets.index((0, 1))
+    for option in TAG_OPTIONS:
+        assert p.evaluate([p.action(both, option)]).oom, option
+    for option in ("tensor_parallel", "pipeline", "fsdp"):
+        decisions = [p.action(both, option)]  # TAG's rule: every group alike
+        e = p.evaluate(decisions)
+        assert not e.oom, option
+        plan = p.plan(decisions)
+        plan.validate(graph, topo)
+        full = simulate(graph, topo, plan)
+        assert full.makespan_s == e.makespan_s and not full.oom, option
+        if option == "pipeline":
+            assert plan.micro_batches > 1 and len({cfg.devices for cfg in plan.configs.values()}) == 2
+        if option == "tensor_parallel":
+            assert any(len(dict(cfg.degrees)) and "sample" not in dict(cfg.degrees) for cfg in plan.configs.values())
+        if option == "fsdp":
+            assert any(cfg.zero == 3 for cfg in plan.configs.values())
+    # the search from data parallelism finds a plan that fits once it has tried the 21 root actions
+    found = mcts_search(TagProblem.for_graph(graph, topo, max_groups=8), iterations=32)
+    assert not found.evaluation.oom
+    with pytest.raises(ValueError, match="options = 'megatron'"):
+        TagProblem(graph, p.groups, topo, options="megatron")
+    with pytest.raises(ValueError, match="lack 'all_reduce'"):
+        TagProblem(graph, p.groups, topo, options=["pipeline"])
+
+
+def test_padded_sizes_name_the_key_and_agents_size_them_from_the_instance() -> None:
+    from placement_rl.rl.agents import GivenInstance, get_agent, sized_env_options
+
+    small = {"mode": "sequential", "action_space": "tag", "max_groups": 6, "max_edges": 3, "max_devices": 4}
+    instance = GivenInstance(zoo.load("lenet"), resolve_topology("tag-testbed"))  # 6 groups, 5 edges, 16 GPUs
+    env = gym.make("placement_rl/Placement-v0", config={**small, "generator": instance})
+    with pytest.raises(ValueError, match=r"has 5 edges; .*\(max_edges = 3\); set env.max_edges >= 5 in the env config"):
+        env.reset(seed=0)
+    env = gym.make("placement_rl/Placement-v0", config={**small, "max_edges": None, "generator": instance})
+    with pytest.raises(ValueError, match=r"has 16 devices; .*\(max_devices = 4\); set env.max_devices >= 16"):
+        env.reset(seed=0)
+    for agent in ("tag", "ppo_tag"):
+        sized = sized_env_options(get_agent(agent), {**small, "max_device_groups": 2, "max_subsets": 4}, instance)
+        assert sized["max_edges"] == 5 and sized["max_devices"] == 16
+        assert sized["max_device_groups"] == 7 and sized["max_subsets"] == 8  # 7 machines, and all of them
+        env = gym.make("placement_rl/Placement-v0", config={**sized, "generator": instance})
+        obs, _ = env.reset(seed=0)
+        assert obs["edge_mask"].sum() == 5
+    assert (
+        sized_env_options(get_agent("tag"), {**small, "max_edges": 64, "max_devices": 16}, instance)["max_edges"] == 64
+    )
+    # the TAG action space leaves 16 edge columns per node row by default (the zoo's recurrent group graphs
+    # have up to 15: gnmt in 6 groups has 90 tensors), the other modes 8
+    tag = gym.make(
+        "placement_rl/Placement-v0", config={**small, "max_edges": None, "max_devices": 16, "generator": instance}
+    )
+    assert tag.observation_space["edge_mask"].shape == (6 * 16,)
