@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.plan_method is not None:
         methods.append(get_method(args.plan_method))  # an unknown name fails here, before any work
     if args.checkpoint is not None:
-        from placement_rl.rl.agents import policy_method
+        from placement_rl.rl.policy import policy_method
 
         methods.append(policy_method(args.checkpoint))
     topo = table5_topology(args.bandwidth_gbps)

@@ -92,12 +92,12 @@ class Searcher:
         import gymnasium as gym
 
         import placement_rl.envs  # noqa: F401  (registers the env ids)
-        from placement_rl.rl.agents import policy_env
+        from placement_rl.rl.policy import policy_env
 
         if policy is not None:
             self.env = policy_env(policy, graph, topology).unwrapped
         else:
-            from placement_rl.rl.agents import _GivenInstance
+            from placement_rl.rl.policy import GivenInstance as _GivenInstance
 
             config = {"mode": "sequential", "action_space": "tag", **env_options}
             self.env = gym.make(
@@ -117,15 +117,16 @@ class Searcher:
 def _load(checkpoint: str | None) -> Any:
     if checkpoint is None:
         return None
-    from placement_rl.rl.agents import load_policy
+    from placement_rl.rl.policy import load_policy
 
     return load_policy(checkpoint)
 
 
 def _untrained_policy() -> Any:
     """An untrained default-size TAG policy (for throughput without a checkpoint)."""
-    from placement_rl.rl.agents import Policy, get_agent
+    from placement_rl.rl.agents import get_agent
     from placement_rl.rl.config import TrainConfig
+    from placement_rl.rl.policy import Policy
 
     cfg = TrainConfig.from_dict({"agent": "tag", "env": {"generator": {"kind": "fixed"}}})
     agent = get_agent("tag")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from placement_rl import zoo
 from placement_rl.methods import MethodResult, compare_methods
-from placement_rl.rl.agents import policy_method
 from placement_rl.rl.config import load_train_config
+from placement_rl.rl.policy import policy_method
 from placement_rl.rl.train import train
 from placement_rl.topology import load_preset
 
@@ -67,7 +67,7 @@ DEFAULT_CONFIG = ROOT / "tune_configs" / "trinity_ppo.yaml"
 
 def table_checkpoint(checkpoint: Path, cases: list[tuple[str, str]]) -> None:
     """The cases planned by a trained policy, next to the baselines and MCMC at the policy's planning time."""
-    from placement_rl.rl.agents import load_policy
+    from placement_rl.rl.policy import load_policy
 
     policy = load_policy(checkpoint)
     method = policy_method(policy)

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sim",),
     ("plan", "plan.constructors"),  # constructors may judge candidates by simulation (subset data parallelism)
     ("search", "profiling", "calibrate", "emulate", "execute"),
-    ("methods", "explain", "experiments"),
+    ("methods", "explain", "experiments", "planted"),
     ("envs",),
     ("policies", "rl"),
     ("cli",),
@@ -109,3 +109,68 @@ def test_importing_the_core_loads_no_ray() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _runtime_edges() -> dict[str, set[str]]:
+    """module -> the modules it imports when it runs (``if TYPE_CHECKING:`` blocks left out), with
+    ``from package import submodule`` resolved to the submodule; inside placement_rl, envs, policies."""
+    modules = {m: p for m, p in _modules() if m}
+
+    def resolve(name: str) -> str | None:
+        name = name[len("placement_rl.") :] if name.startswith("placement_rl.") else name
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        targets: set[str] = set()
+
+        def visit(node: ast.AST, targets: set[str] = targets, module: str = module) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    continue
+                if isinstance(child, ast.Import):
+                    names = [a.name for a in child.names]
+                elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                    names = [f"{child.module}.{a.name}" for a in child.names]
+                else:
+                    visit(child)
+                    continue
+                for name in names:
+                    if name.split(".")[0] in ("placement_rl", "envs", "policies"):
+                        target = resolve(name)
+                        if target is not None and target != module:
+                            targets.add(target)
+
+        visit(tree)
+        edges[module] = targets
+    return edges
+
+
+def test_no_import_circles() -> None:
+    """No module reaches itself through the imports that run (a package's own ``__init__``
+    re-exports aside: a submodule may import its siblings through the package)."""
+    edges = _runtime_edges()
+    packages = {m for m, p in _modules() if m and p.name == "__init__.py"}
+    for package in packages:  # an __init__ that re-exports its submodules is not a circle with them
+        edges[package] = {t for t in edges[package] if not t.startswith(package + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                circle = stack[stack.index(target) :] + [target]
+                raise AssertionError(f"import circle: {' -> '.join(circle)}")
+            if target not in state:
+                walk(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            walk(module)

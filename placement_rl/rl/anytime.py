@@ -97,7 +97,7 @@ def prior_search_method(checkpoint: str | Path, name: str = "tag") -> Method:
     Raises:
         SchemaError: when the checkpoint holds another agent's policy.
     """
-    from placement_rl.rl.agents import load_policy, policy_env
+    from placement_rl.rl.policy import load_policy, policy_env
     from placement_rl.rl.tag import MCTSSection, base_env, prior_fn
 
     policy = load_policy(checkpoint)

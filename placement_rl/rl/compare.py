@@ -108,7 +108,7 @@ def training_models(env: dict[str, Any]) -> list[str]:
 def checkpoint_agent(checkpoint: str) -> tuple[str, list[str]]:
     """(agent name, zoo models its generator drew from) of the training run a checkpoint folder belongs to."""
     from placement_rl.io import read_json
-    from placement_rl.rl.agents import run_config_path
+    from placement_rl.rl.policy import run_config_path
 
     config = read_json(run_config_path(checkpoint))
     if not isinstance(config, dict):
@@ -154,7 +154,7 @@ def check_learned(prepared: Prepared, where: str = "experiment") -> None:
 @functools.lru_cache(maxsize=16)
 def _policy(checkpoint: str) -> Any:
     """A trained policy, loaded once per process (the driver's check, each Ray worker's cells)."""
-    from placement_rl.rl.agents import load_policy
+    from placement_rl.rl.policy import load_policy
 
     return load_policy(checkpoint)
 
@@ -169,7 +169,7 @@ def _with_task_map(run: Callable[[Problem], Any], problem: Problem) -> Any:
 def resolve_method(entry: MethodEntry, model: str) -> Method:
     """The :data:`~placement_rl.experiments.MethodResolver` of the edge: registered methods (MCMC's
     extra chains as Ray tasks) and trained policies (``checkpoint`` per model)."""
-    from placement_rl.rl.agents import policy_method
+    from placement_rl.rl.policy import policy_method
 
     if entry.kind == "learned":
         return policy_method(_policy(entry.checkpoint_for(model)), entry.name)

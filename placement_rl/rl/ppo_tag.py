@@ -12,7 +12,7 @@ makespan, relative to data parallelism (the episode starts from data parallelism
 ``1 - 1 / speedup``, minus 1 when the final plan runs out of memory).
 
 Planning on an instance larger than the training config's padding (more op-group edges, devices
-or device groups) raises those sizes for the instance (:func:`placement_rl.rl.agents.policy_env`):
+or device groups) raises those sizes for the instance (:func:`placement_rl.rl.policy.policy_env`):
 the GNN's weights do not depend on them.
 
 The policy is TAG's heterogeneous GNN (:class:`placement_rl.policies.tag.TagRLModule`) with its

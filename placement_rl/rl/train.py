@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from placement_rl.io import write_json
 from placement_rl.paths import output_folder
-from placement_rl.rl.agents import CONFIG_FILE, export_policy
+from placement_rl.rl.agents import CONFIG_FILE
 from placement_rl.rl.config import SweepConfig, TrainConfig, set_dotted
+from placement_rl.rl.policy import export_policy
 from placement_rl.rl.runtime import ensure_ray, output_dir, quiet_ray_logs
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def train(
     The run directory holds ``train_config.json`` (the resolved config, naming the agent),
     ``progress.csv`` (one row per iteration), TensorBoard events (``tb/``), ``checkpoint_NNNNNN/``
     every ``run.checkpoint_every`` iterations and ``checkpoint_final/`` (each with RLlib's state and
-    the safe policy export, :func:`placement_rl.rl.agents.export_policy`), and ``learning_curve.png``.
+    the safe policy export, :func:`placement_rl.rl.policy.export_policy`), and ``learning_curve.png``.
 
     Args:
         cfg: the training config.
@@ -235,7 +236,7 @@ def train_on_instance(
         ValueError: for a budget that is neither a duration nor a count.
         RuntimeError: when no sampled episode ended with a plan.
     """
-    from placement_rl.rl.agents import GivenInstance
+    from placement_rl.rl.policy import GivenInstance
     from placement_rl.search import Budget
     from placement_rl.search.mcmc import plan_cost
     from placement_rl.sim import SimContext

@@ -53,7 +53,8 @@ def test_training_runs_and_writes_its_outputs(ppo_tag_run: Path) -> None:
 
 def test_restored_policy_gives_the_same_actions_and_act_keeps_the_best_plan(ray_local: Any, tmp_path: Path) -> None:
     from placement_rl.policies.tag import prior_probs
-    from placement_rl.rl.agents import CONFIG_FILE, load_policy
+    from placement_rl.rl.agents import CONFIG_FILE
+    from placement_rl.rl.policy import load_policy
     from placement_rl.rl.ppo_tag import ActSection, act, algorithm_config, rollout
     from placement_rl.rl.train import save_checkpoint
     from placement_rl.sim import simulate

@@ -75,7 +75,8 @@ def test_training_writes_checkpoints_curve_and_config(tag_run: Path) -> None:
 
 def test_restored_policy_gives_the_same_prior_and_act_plans(ray_local: Any, tmp_path: Path) -> None:
     from placement_rl.policies.tag import prior_probs
-    from placement_rl.rl.agents import CONFIG_FILE, load_policy
+    from placement_rl.rl.agents import CONFIG_FILE
+    from placement_rl.rl.policy import load_policy
     from placement_rl.rl.tag import act, algorithm_config
     from placement_rl.rl.train import save_checkpoint
     from placement_rl.sim import simulate

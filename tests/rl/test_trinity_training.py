@@ -48,7 +48,8 @@ def test_checkpoint_restores_the_same_actions(ray_local: Any, tiny_yaml: Path, t
     import torch
     from ray.rllib.core import Columns
 
-    from placement_rl.rl.agents import CONFIG_FILE, load_policy
+    from placement_rl.rl.agents import CONFIG_FILE
+    from placement_rl.rl.policy import load_policy
     from placement_rl.rl.train import save_checkpoint
     from placement_rl.rl.trinity import algorithm_config
 

@@ -363,7 +363,8 @@ def test_extended_options_fit_a_model_data_parallelism_does_not(zoo_graph: Calla
 
 
 def test_padded_sizes_name_the_key_and_agents_size_them_from_the_instance() -> None:
-    from placement_rl.rl.agents import GivenInstance, get_agent, sized_env_options
+    from placement_rl.rl.agents import get_agent
+    from placement_rl.rl.policy import GivenInstance, sized_env_options
 
     small = {"mode": "sequential", "action_space": "tag", "max_groups": 6, "max_edges": 3, "max_devices": 4}
     instance = GivenInstance(zoo.load("lenet"), resolve_topology("tag-testbed"))  # 6 groups, 5 edges, 16 GPUs
