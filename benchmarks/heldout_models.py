@@ -14,8 +14,8 @@ own process with a time limit, and sorted into one outcome:
 * ``hang``: the time limit passed.
 
 The suite goal is every model ``ok`` or ``refused`` with a clear message; none lost, traceback or hang.
-The models are none of those the importer was developed or first tried on (see the README's
-"Your own models" section for those).
+The models are none of those the importer was developed or first tried on (see the docs page
+docs/guide/own-model.md, "Model strings", for those).
 """
 
 from __future__ import annotations

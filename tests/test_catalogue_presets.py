@@ -220,8 +220,8 @@ def test_dgx_presets_are_listed_and_documented() -> None:
             per_leaf,
         )
         assert system.nic_gbit_per_s * 1e9 / 8 == nic
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "| dgx-h100-x2 |" in readme and "dgx-h100-x384" in readme
+    page = (Path(__file__).resolve().parents[1] / "docs" / "concepts" / "topology.md").read_text()
+    assert "| dgx-h100-x2 |" in page and "dgx-h100-x384" in page
     assert resolve_topology("dgx-h100-x384").num_devices == 3072  # a 3,072-GPU cluster is one argument
 
 

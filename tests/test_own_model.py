@@ -1,5 +1,5 @@
-"""The README's "Plan your own model on your own cluster" section, run as written: its two files are
-taken from the README, written to a fresh folder, and its commands run there in process."""
+"""The docs page "Bring your own model and cluster" (docs/guide/own-model.md), run as written: its two
+files are taken from the page, written to a fresh folder, and its commands run there in process."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 
 from placement_rl.cli import main
 
-SECTION = "## Plan your own model on your own cluster"
+PAGE = Path("docs") / "guide" / "own-model.md"
 
 
-def _section(readme: str) -> str:
-    start = readme.index(SECTION)
-    end = readme.index("\n## ", start + len(SECTION))
-    return readme[start:end]
+def _section(page: str) -> str:
+    """The page up to its first second-level heading: the two files and the three commands."""
+    end = page.find("\n## ")
+    return page if end < 0 else page[:end]
 
 
 def _block(text: str, after: str, language: str) -> str:
@@ -31,7 +31,7 @@ def _block(text: str, after: str, language: str) -> str:
 def test_own_model_section_runs_as_written(
     repo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    section = _section((repo_root / "README.md").read_text(encoding="utf-8"))
+    section = _section((repo_root / PAGE).read_text(encoding="utf-8"))
     (tmp_path / "my_model.py").write_text(_block(section, "`my_model.py`:", "python") + "\n", encoding="utf-8")
     (tmp_path / "my_cluster.json").write_text(_block(section, "`my_cluster.json`", "json"), encoding="utf-8")
     commands = [

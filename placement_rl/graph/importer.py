@@ -3,7 +3,7 @@
 :func:`from_torch` traces with ``torch.export`` by default (:mod:`placement_rl.graph.aten`: ATen
 nodes grouped back into module-level ops, FLOPs from ``torch.utils.flop_counter``) and falls back to
 ``torch.fx`` when export fails; ``tracer="fx"`` asks for fx, which the model zoo uses (faster on
-its models, and the README's figures). The rest of this docstring describes the fx front end.
+its models, and the docs' zoo figures). The rest of this docstring describes the fx front end.
 
 With fx the module is traced with ``torch.fx.symbolic_trace`` (leaf layers become one op each: the
 ``torch.nn`` layers of ``_MODULE_TYPES`` such as ``Conv2d``, ``Linear`` or ``LSTMCell``, found by
@@ -282,7 +282,7 @@ def from_torch(
     ``torch.export``, FLOPs from ``torch.utils.flop_counter``), ``"fx"`` (``torch.fx.symbolic_trace``
     and this module's formulas) or ``"auto"`` (the default): export, and fx only when export fails.
     fx is kept where it is better: it traces the zoo's models 5-10x faster and its figures are the
-    ones the README reports, so :func:`placement_rl.zoo.load` asks for it; its FLOPs also count
+    ones the docs report (docs/concepts/graph.md), so :func:`placement_rl.zoo.load` asks for it; its FLOPs also count
     bias additions and element-wise arithmetic, which ``FlopCounterMode`` does not (0.05-2.3% more on
     the zoo).
 

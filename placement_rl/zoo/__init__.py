@@ -1,13 +1,14 @@
 """The model zoo: the papers' benchmark models, defined in PyTorch and imported with ``from_torch``.
 
->>> from placement_rl import zoo
->>> zoo.names()[:3]
-['lenet', 'alexnet', 'vgg16']
->>> graph = zoo.load("inception_v3")          # batch 96 as in TAG Table 3
->>> graph = zoo.load("rnnlm", steps=2)        # FlexFlow sec. 8.3's 2-step variant
-
 Models are built under ``torch.device("meta")``: no weights are allocated, so even the 7.3 GB
 WideResNet imports in well under a second.
+
+Examples:
+    >>> from placement_rl import zoo
+    >>> zoo.names()[:3]
+    ['lenet', 'alexnet', 'vgg16']
+    >>> graph = zoo.load("inception_v3")          # batch 96 as in TAG Table 3
+    >>> graph = zoo.load("rnnlm", steps=2)        # FlexFlow sec. 8.3's 2-step variant
 """
 
 from __future__ import annotations
