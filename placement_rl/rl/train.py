@@ -130,7 +130,8 @@ def train(
                     if key != "iteration" and math.isfinite(value):
                         writer.add_scalar(key, value, it)
                 if progress is not None:
-                    extra = "  ".join(f"{k} {row[k]:.3f}" for k in metrics)
+                    # a loss the config turns off (TAG's value loss at coefficient 0) is not reported: not "nan"
+                    extra = "  ".join(f"{k} {row[k]:.3f}" for k in metrics if math.isfinite(row[k]))
                     progress(
                         f"[{cfg.name}] iter {it}/{cfg.run.iterations}  steps {row['env_steps']:.0f}  "
                         f"return {row['episode_return_mean']:.3f}  speedup {row['speedup_mean']:.2f}x "

@@ -162,3 +162,15 @@ def test_the_best_trial_is_the_best_at_any_iteration() -> None:
     assert _best_trial([steady, peaked], "episode_return_mean", "min") is peaked  # 0.1
     no_history = SimpleNamespace(metrics={"episode_return_mean": 0.6}, metrics_dataframe=None)
     assert _best_trial([steady, no_history], "episode_return_mean", "max") is no_history
+
+
+def test_every_agent_has_a_smoke_config_and_a_smoke_sweep_ships() -> None:
+    agents = {}
+    for name in ("ppo_tag_smoke", "tag_smoke", "trinity_smoke"):
+        cfg = load_train_config(ROOT / "tune_configs" / f"{name}.yaml")
+        assert cfg.run.iterations <= 4 and cfg.run.num_env_runners == 0, name
+        assert cfg.env["generator"]["model"] == "lenet", name
+        agents[cfg.agent] = name
+    assert set(agents) == {"ppo_tag", "tag", "trinity"}
+    sweep = load_sweep_config(ROOT / "tune_configs" / "smoke_sweep.yaml")
+    assert sweep.base.run.iterations <= 4 and sweep.options.cpus_per_trial == 1
