@@ -7,6 +7,7 @@ Usage::
     python benchmarks/search.py goal [--proposals 100000]   # 100k proposals, inception_v3, 16 GPUs
     python benchmarks/search.py headroom [--budget 10s]     # DP-to-bound headroom captured, flexflow vs new proposals
     python benchmarks/search.py exact [--proposals 6000]    # exhaustive optimum reached, seeds 0-9
+    python benchmarks/search.py hand [--budget 20s]         # MCMC from data parallelism vs a hand-built plan
 
 ``--models`` (delta, speedup) and ``--gpus`` (delta) narrow the tables; a tiny run:
 ``delta --models lenet --gpus 4 --proposals 5``, ``speedup --models lenet --budget 5`` (proposals).
@@ -14,8 +15,9 @@ Usage::
 and ``--bucket-bytes`` its gradient bucket (default 25 MiB; 0 all-reduces each tensor alone).
 
 ``speedup`` prints beside data parallelism (bucketed, the reference) the papers' per-tensor data
-parallelism and the compute lower bound: the whole iteration's compute on the fastest device
-divided by the device count (no plan is faster on this cluster).
+parallelism and the compute lower bound ``1 / sum_d (1 / T_d)``, ``T_d`` the whole iteration's
+compute on one device of ``d``'s type (:func:`placement_rl.methods.compute_lower_bound_s`; on one
+device type, that compute divided by the device count).
 
 Batch sizes follow FlexFlow (sec. 8): 64 samples per GPU (AlexNet 256). Device counts 4, 8 and 16
 are the first GPUs of flexflow-p100 (1, 2 and 4 nodes); 32 and 64 those of flexflow-k80. ``delta``
@@ -31,6 +33,14 @@ of the search loop. Everything runs on one core (NUMBA_NUM_THREADS=1).
 captured: ``(DP - found) / (DP - bound)``, DP the bucketed data parallelism. ``exact`` compares both
 with the exhaustive optimum on the coarsened LeNet and RNNLM on 4 P100s (the test suite's exact
 instances) over seeds 0-9.
+
+``hand`` runs MCMC from data parallelism alone (no other start candidate) on two instances where a
+hand-built plan is much faster than data parallelism, once per ``--proposals-kind`` (comma-separated,
+default ``flexflow,mixed,coordinated,adaptive``), and prints found / hand (1.00: the hand plan's
+makespan reached): (a) AlexNet, 128 samples per GPU, on 8 single-V100 machines over 10 Gb/s Ethernet,
+the hand plan its convolutions data parallel and its classifier (flatten onwards) on one GPU;
+(b) ResNet-50, 32 samples per GPU, on a machine of 4 NVLink V100s and 4 single-K80 machines over
+10 Gb/s, the hand plan data parallelism on the 4 V100s.
 """
 
 from __future__ import annotations
@@ -39,18 +49,20 @@ import argparse
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from placement_rl import zoo
+from placement_rl.graph import OpGraph
 from placement_rl.methods import compute_lower_bound_s
-from placement_rl.plan import data_parallel, data_parallel_per_tensor, expert, single_device
+from placement_rl.plan import Plan, data_parallel, data_parallel_per_tensor, expert
 from placement_rl.search import mcmc
 from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES
-from placement_rl.sim import CostModel
+from placement_rl.sim import CostModel, SimContext
 from placement_rl.sim.network import NETWORK_MODELS
 from placement_rl.sim.simulator import simulate
-from placement_rl.topology import load_preset
+from placement_rl.topology import DeviceTopology, load_preset
 
 MODELS = ("alexnet", "resnet101", "inception_v3", "rnntc", "rnnlm", "gnmt")
 COUNTS = ((4, "flexflow-p100"), (8, "flexflow-p100"), (16, "flexflow-p100"), (32, "flexflow-k80"), (64, "flexflow-k80"))
@@ -115,7 +127,7 @@ def speedup_table(budget: str, models: Sequence[str] = MODELS, cost: CostModel |
             graph = zoo.load(model, batch_size=_batch(model, topo.num_devices))
             dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
             per_tensor = simulate(graph, topo, data_parallel_per_tensor(graph, topo), cost).makespan_s
-            bound = simulate(graph, topo, single_device(graph, topo), cost).busy_s.sum() / topo.num_devices
+            bound = compute_lower_bound_s(SimContext(graph, topo, cost))
             ex = simulate(graph, topo, expert(graph, topo), cost).makespan_s
             found = mcmc(graph, topo, budget=budget, seed=0, initial=INITIAL_CANDIDATES, cost_model=cost)  # FlexFlow's
             extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES, cost_model=cost)
@@ -142,7 +154,7 @@ def goal(proposals: int, cost: CostModel | None = None) -> None:
 
 
 def _new_options(args: argparse.Namespace) -> dict[str, object]:
-    return {"proposals": args.proposals_kind, "adaptive": args.adaptive, "tempering": args.tempering}
+    return {"proposals": args.proposals_kind or "mixed", "adaptive": args.adaptive, "tempering": args.tempering}
 
 
 def _label(options: dict[str, object]) -> str:
@@ -174,8 +186,7 @@ def headroom_table(
         for model in models:
             graph = zoo.load(model, batch_size=_batch(model, len(devices)))
             dp = simulate(graph, topo, data_parallel(graph, topo, devices), cost).makespan_s
-            single = simulate(graph, topo, single_device(graph, topo), cost)
-            bound = compute_lower_bound_s(single, len(devices))
+            bound = compute_lower_bound_s(SimContext(graph, topo, cost), devices)
             old = mcmc(graph, topo, budget=budget, seed=seed, cost_model=cost, devices=devices)
             found = mcmc(graph, topo, budget=budget, seed=seed, cost_model=cost, devices=devices, **new)  # type: ignore[arg-type]
             cells = []
@@ -215,10 +226,65 @@ def exact_table(proposals: int, new: dict[str, object], seeds: Sequence[int] = t
             )
 
 
+def hand_instances() -> list[tuple[str, OpGraph, DeviceTopology, Plan]]:
+    """``hand``'s instances: ``(label, graph, topology, hand-built plan)`` (see the module docstring)."""
+    from placement_rl.plan import OpConfig, subset_data_parallel
+    from placement_rl.topology.builder import TopologyBuilder, Uplink, switched_machine
+    from placement_rl.topology.devices import gbit_to_bytes_per_s
+
+    b = TopologyBuilder()
+    eth: Uplink = (b.switch("eth-switch"), gbit_to_bytes_per_s(10), "ethernet")
+    for _ in range(8):
+        switched_machine(b, "V100-SXM2-16GB", 1, eth)
+    slow_links = b.build("8x1-V100-10g")
+    cnn = zoo.load("alexnet", batch_size=128 * 8)
+    head = next(i for i, op in enumerate(cnn.ops) if op.op_type == "flatten")
+    dp = data_parallel(cnn, slow_links)
+    one = OpConfig.make(slow_links.devices[0].name)
+    fc = Plan(cnn.name, {op.name: one if i >= head else dp[op.name] for i, op in enumerate(cnn.ops)}, name="hand")
+
+    b = TopologyBuilder()
+    eth = (b.switch("eth-switch"), gbit_to_bytes_per_s(10), "ethernet")
+    switched_machine(b, "V100-SXM2-16GB", 4, eth, nvlink_bytes_per_s=25e9)
+    for _ in range(4):
+        switched_machine(b, "K80", 1, eth)
+    mixed = b.build("4xV100+4xK80-10g")
+    resnet = zoo.load("resnet50", batch_size=32 * mixed.num_devices)
+    fast = subset_data_parallel(resnet, mixed)
+    return [
+        ("(a) alexnet, 8x1 V100, 10 Gb/s", cnn, slow_links, fc),
+        ("(b) resnet50, 4 V100 + 4 K80, 10 Gb/s", resnet, mixed, fast),
+    ]
+
+
+def hand_table(budget: str, kinds: Sequence[str], restart: int | None = None, cost: CostModel | None = None) -> None:
+    """MCMC from data parallelism alone vs the hand-built plans of :func:`hand_instances`."""
+    print(
+        f"MCMC from data parallelism alone, budget {budget}, seed 0, one chain"
+        + (f", restart {restart}" if restart else "")
+    )
+    print("| instance | DP ms | hand ms | DP / hand | proposals | found ms | found / hand | proposals made |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, graph, topo, hand in hand_instances():
+        dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
+        ms = simulate(graph, topo, hand, cost).makespan_s
+        for kind in kinds:
+            extra: dict[str, Any] = {"restart": restart} if restart else {}  # (searches before restart= ran too)
+            found = mcmc(
+                graph, topo, budget=budget, seed=0, initial=("data_parallel",), proposals=kind, cost_model=cost, **extra
+            )
+            got = found.result.makespan_s
+            print(
+                f"| {label} | {dp * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | {kind} | {got * 1e3:.1f} | "
+                f"{got / ms:.2f} | {found.proposals:,} |",
+                flush=True,
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["delta", "speedup", "goal", "headroom", "exact"])
+    parser.add_argument("what", choices=["delta", "speedup", "goal", "headroom", "exact", "hand"])
     parser.add_argument("--proposals", type=int, default=None)
     parser.add_argument("--budget", default="20s", help="speedup: MCMC budget, seconds ('20s') or proposals")
     parser.add_argument("--models", default=",".join(MODELS), help="delta, speedup: comma-separated zoo models")
@@ -228,9 +294,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--network", default="flow", choices=list(NETWORK_MODELS), help="the network model")
     parser.add_argument("--bucket-bytes", type=int, default=25 * 2**20, help="gradient bucket, bytes (0: per tensor)")
     parser.add_argument("--presets", default="flexflow-p100,flexflow-k80,tag-testbed", help="headroom: clusters")
-    parser.add_argument("--proposals-kind", default="mixed", help="headroom, exact: the new mode's proposals")
+    parser.add_argument(
+        "--proposals-kind",
+        default=None,
+        help="headroom, exact: the new mode's proposals (mixed); hand: comma-separated",
+    )
     parser.add_argument("--adaptive", type=float, default=None, help="headroom, exact: adaptive target rate")
     parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
+    parser.add_argument("--restart", type=int, default=None, help="hand: restart from the best after N idle proposals")
     parser.add_argument("--seeds", type=int, default=10, help="exact: seeds 0..N-1")
     args = parser.parse_args(argv)
     models = args.models.split(",")
@@ -241,6 +312,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         speedup_table(args.budget, models, cost)
     elif args.what == "headroom":
         headroom_table(args.budget, _new_options(args), models, args.presets.split(","), cost)
+    elif args.what == "hand":
+        hand_table(
+            args.budget, (args.proposals_kind or "flexflow,mixed,coordinated,adaptive").split(","), args.restart, cost
+        )
     elif args.what == "exact":
         exact_table(args.proposals or 6000, _new_options(args), tuple(range(args.seeds)))
     else:

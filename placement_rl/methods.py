@@ -23,7 +23,7 @@ name                          what it is
 ============================  ======================================================================
 
 Learned agents join as :class:`Method` objects built at the Ray edge
-(:func:`placement_rl.rl.agents.policy_method`); new methods register by name with
+(:func:`placement_rl.rl.policy.policy_method`); new methods register by name with
 :func:`register_method`, and :func:`compare_methods`, the CLI and the benchmarks look them up.
 
 :func:`compare_methods` runs the methods on one instance, judges every plan with the same
@@ -63,7 +63,7 @@ from placement_rl.plan import (
 )
 from placement_rl.sim import CostModel, SimContext, SimResult
 from placement_rl.sim.replicas import simulate_replica
-from placement_rl.topology import DeviceTopology
+from placement_rl.topology import Device, DeviceTopology
 
 _BASELINE_BUILDERS: dict[str, Callable[[OpGraph, DeviceTopology], Plan]] = {
     "data_parallel": data_parallel,
@@ -79,14 +79,60 @@ BASELINES: tuple[str, ...] = tuple(_BASELINE_BUILDERS)
 DP_REFERENCES: tuple[str, ...] = ("data_parallel", "data_parallel_per_tensor")
 
 
-def compute_lower_bound_s(single_device_result: SimResult, num_devices: int) -> float:
-    """The instance's compute lower bound: total single-device compute over the device count.
+def _compute_type(device: Device) -> tuple[object, ...]:
+    """What a device's compute time depends on: its type name and its compute figures (two devices
+    of one catalogue type built with other peaks count as two types)."""
+    return (device.device_type, device.peak_flops, device.memory_bandwidth_bytes_per_s, device.peak_flops_by_dtype)
+
+
+def compute_lower_bound_s(
+    context: SimContext,
+    devices: Sequence[str] | None = None,
+    *,
+    single_device_results: Mapping[str, SimResult] | None = None,
+) -> float:
+    """The instance's heterogeneity-aware compute lower bound ``1 / sum_d (1 / T_type(d))``.
+
+    ``T_type(d)`` is the simulated compute (busy) time of the whole graph on one device of ``d``'s
+    type: the plan of :func:`~placement_rl.plan.single_device` on the first listed device of each
+    distinct type, simulated once per type. It is the iteration time if every device computed all
+    the time on a perfectly divisible workload and nothing else cost anything. On a homogeneous
+    cluster it is ``T / n``, computed as exactly that (the earlier bound: total single-device compute
+    over the device count); on a mixed one each device counts at its own speed, not the fastest's.
 
     Args:
-        single_device_result: the simulation of the whole graph on the fastest device.
-        num_devices: the cluster's device count.
+        context: the simulation context of ``(graph, topology, cost model)``.
+        devices: the devices the plans may use (default: all of the topology's, in order).
+        single_device_results: simulations already made of :func:`single_device` on a device, by
+            device name (e.g. the fastest device's, which :func:`compare_methods` runs anyway);
+            reused for that device's type instead of simulating again.
+
+    Returns:
+        The bound in seconds, ``>= 0`` (``0`` for a graph without compute).
     """
-    return float(single_device_result.busy_s.sum()) / max(num_devices, 1)
+    topology = context.topology
+    names = [d.name for d in topology.devices] if devices is None else list(devices)
+    if not names:
+        raise ValueError("compute_lower_bound_s: no devices; expected at least one device name")
+    known = dict(single_device_results or {})
+    busy_s: dict[tuple[object, ...], float] = {}  # compute type -> T_type
+    count: dict[tuple[object, ...], int] = {}
+    for name in names:
+        key = _compute_type(topology.device(name))
+        count[key] = count.get(key, 0) + 1
+    for name, result in known.items():
+        busy_s.setdefault(_compute_type(topology.device(name)), float(result.busy_s.sum()))
+    for name in names:
+        key = _compute_type(topology.device(name))
+        if key not in busy_s:
+            result = context.simulate(single_device(context.graph, topology, name), validate=False)
+            busy_s[key] = float(result.busy_s.sum())
+    if any(t <= 0 for t in busy_s.values()):
+        return 0.0
+    # 1 / sum_d (1 / T_d) written as T_ref / sum_d (T_ref / T_d), T_ref the fastest type's time: on one
+    # type the sum is the device count exactly, so the bound is exactly T / n
+    t_ref = min(busy_s[k] for k in count)
+    return t_ref / sum(n * (t_ref / busy_s[k]) for k, n in count.items())
 
 
 def baseline_plan(name: str, graph: OpGraph, topology: DeviceTopology) -> Plan:
@@ -363,9 +409,10 @@ def compare_methods(
                 raise UnknownNameError(f"option of method {name!r}", key, method.options)
     ctx = SimContext(graph, topology, cost_model)
     # Compile the simulator's kernels outside the timed methods (the single-device run also gives the bound).
-    single = ctx.simulate(single_device(graph, topology), validate=False)
+    single_plan = single_device(graph, topology)
+    single = ctx.simulate(single_plan, validate=False)
     dp = ctx.simulate(data_parallel(graph, topology), validate=False)
-    lower_bound_s = compute_lower_bound_s(single, topology.num_devices)
+    lower_bound_s = compute_lower_bound_s(ctx, single_device_results={single_plan.metadata["device"]: single})
     references = {
         name: ctx.simulate(_as_found(_METHODS[name].run(Problem(graph, topology, ctx))).plan).makespan_s
         for name in DP_REFERENCES[1:]
@@ -462,7 +509,7 @@ def _check_int(options: Mapping[str, Any], key: str, default: int, high: int, wh
 
 
 def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
-    from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+    from placement_rl.search.mcmc import EXTENDED_CANDIDATES, check_restart
 
     if "budget" in options:
         check_budget(options["budget"])
@@ -480,6 +527,7 @@ def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: Dev
     ):
         raise ValueError(f"adaptive = {adaptive!r}; expected a target acceptance rate in (0, 1) or null")
     _check_int(options, "tempering", 1, MAX_TEMPERING, " (replicas per chain)")
+    check_restart(options.get("restart"))
     ratio = options.get("beta_ratio", 3.0)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and ratio > 1):
         raise ValueError(f"beta_ratio = {ratio!r}; expected a finite number > 1")
@@ -493,22 +541,25 @@ def _check_mcmc(options: Mapping[str, Any], graph: OpGraph | None, topology: Dev
 
 
 def _ft(problem: Problem) -> Found:
-    """FT for 1, 2, 4, ... and all devices; the frontier plan the simulator finds fastest and fitting.
-    When no frontier plan fits at any device count, the one whose worst device is least over its
+    """FT on its candidate device sets (the fastest 1, 2, 4, ... and all devices, the best whole
+    machines, each device type); the frontier plan the simulator finds fastest and fitting.
+    When no frontier plan fits on any set, the one whose worst device is least over its
     memory, marked so (its plan's ``metadata["fits"]`` is false and the row's note says it)."""
-    from placement_rl.progress import step_progress
+    from placement_rl.progress import Progress
     from placement_rl.search.ft import pick_over_device_counts
 
     max_configs = int(problem.options.get("max_configs", 8))
     counts = problem.options.get("device_counts")
-    with step_progress(problem.graph.num_ops, "FT", problem.progress) as report:
+    with Progress(problem.graph.num_ops, "FT", "op", enabled=problem.progress, leave=False) as bar:
         pick = pick_over_device_counts(
             problem.graph,
             problem.topology,
             counts,
             cost_model=problem.cost_model,
             max_configs=max_configs,
-            progress=report,
+            stage_meshes=int(problem.options.get("stage_meshes", 0)),
+            progress=bar.steps(),
+            describe=bar.describe,  # one phase per device set: "FT 8 devices (H100 x8; machine m0)"
         )
     if pick.fits:
         return Found(pick.point.plan)
@@ -556,13 +607,24 @@ register_method(
             "adaptive",
             "tempering",
             "beta_ratio",
+            "restart",
         ),  # fmt: skip
         _check_mcmc,
     )
 )
 
 
-MCTS_OPTIONS = ("budget", "max_groups", "device_grouping", "max_subsets", "c_puct", "leaf_batch", "reference")
+MCTS_OPTIONS = (
+    "budget",
+    "max_groups",
+    "device_grouping",
+    "max_subsets",
+    "c_puct",
+    "leaf_batch",
+    "reference",
+    "options",
+    "completion",
+)
 #: The largest ``max_groups``, ``max_subsets`` and ``leaf_batch`` an MCTS entry may ask for.
 MCTS_LIMITS = {"max_groups": 100_000, "max_subsets": 100_000, "leaf_batch": 4096}
 
@@ -595,7 +657,7 @@ def mcts_trace(baseline_s: float, found: Any) -> tuple[tuple[float, float], ...]
 
 
 def _check_mcts(options: Mapping[str, Any], graph: OpGraph | None, topology: DeviceTopology | None) -> None:
-    from placement_rl.search.tag import DEVICE_GROUPINGS, REFERENCES
+    from placement_rl.search.tag import COMPLETIONS, DEVICE_GROUPINGS, REFERENCES, option_set
 
     if "budget" in options:
         check_budget(options["budget"])
@@ -608,6 +670,10 @@ def _check_mcts(options: Mapping[str, Any], graph: OpGraph | None, topology: Dev
         raise ValueError(f"device_grouping = {options['device_grouping']!r}; expected one of {list(DEVICE_GROUPINGS)}")
     if options.get("reference", "data_parallel") not in REFERENCES:
         raise ValueError(f"reference = {options['reference']!r}; expected one of {list(REFERENCES)}")
+    if options.get("completion", "best") not in COMPLETIONS:
+        raise ValueError(f"completion = {options['completion']!r}; expected one of {list(COMPLETIONS)}")
+    if "options" in options:
+        option_set(options["options"])  # a named set or a list of option names
 
 
 register_method(
@@ -625,6 +691,9 @@ def _check_ft(options: Mapping[str, Any], graph: OpGraph | None, topology: Devic
     max_configs = options.get("max_configs", 8)
     if isinstance(max_configs, bool) or not isinstance(max_configs, int) or max_configs < 1:
         raise ValueError(f"max_configs = {max_configs!r}; expected an integer >= 1")
+    stage_meshes = options.get("stage_meshes", 0)
+    if isinstance(stage_meshes, bool) or not isinstance(stage_meshes, int) or stage_meshes < 0:
+        raise ValueError(f"stage_meshes = {stage_meshes!r}; expected a machine count >= 0 (0: one mesh per device set)")
     counts = options.get("device_counts")
     if counts is None:
         return
@@ -694,8 +763,8 @@ register_method(
     Method(
         "ft",
         _ft,
-        "TensorOpt's FT, the simulator's pick over device counts",
-        ("max_configs", "device_counts"),
+        "TensorOpt's FT, the simulator's pick over device sets",
+        ("max_configs", "device_counts", "stage_meshes"),
         _check_ft,
     )
 )

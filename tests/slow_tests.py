@@ -52,6 +52,8 @@ SLOW: dict[str, tuple[str, ...]] = {
     "tests/test_architecture.py::test_importing_the_core_loads_no_ray": (),  # 18 s: a fresh interpreter
     "tests/test_own_model.py::test_own_model_section_runs_as_written": (),  # 9 s: export, every method
     "tests/test_search.py::test_mcmc_improves_on_data_parallelism_and_reports_statistics": (),  # 21 s under flows
+    # resnet50 and alexnet imported, subset data parallelism judged by 7 resnet50 simulations, 4 short searches
+    "tests/test_benchmarks.py::test_search_hand": (),  # 2 s warm, 6 s with the imports
     "tests/test_compare.py::test_resume_after_the_runner_is_killed_midway": (),  # 12 s: a killed child process
     "tests/envs/test_conformance.py::test_check_env_on_registered_defaults": (
         "placement_rl/Placement-v0",  # 8 s
@@ -110,6 +112,14 @@ SLOW: dict[str, tuple[str, ...]] = {
     # fresh interpreters that import torch and trace the model
     "tests/test_fidelity.py::test_fidelity_runs_cases_on_local_workers": (),  # 28-31 s under load
     "tests/test_fidelity.py::test_fidelity_on_an_emulated_cluster": (),  # 20 s (root; skipped elsewhere)
+    # the docs' generated tables whose commands import Llama-7B (5-10 s), GPT-1.7B (7 plans, 10-20 s) or
+    # run benchmarks/sfb.py (14 s of CPU; 21 s under load); the topologies and vgg19 tables stay fast (1 s)
+    "tests/test_docs.py::test_generated_table_matches_its_command": (
+        "precision",
+        "tensor-parallel-output",
+        "pipeline",
+        "sfb",
+    ),
 }
 
 #: Tests of about a second each (under load) that the fast subset, ``-m "not slow"``, leaves out so that

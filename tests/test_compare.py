@@ -30,7 +30,7 @@ from placement_rl.experiments import (
 from placement_rl.methods import compare_methods, compute_lower_bound_s
 from placement_rl.paths import safe_name
 from placement_rl.plan import Plan, data_parallel, single_device
-from placement_rl.sim import simulate
+from placement_rl.sim import SimContext, simulate
 from placement_rl.topology import load_preset, resolve_topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,12 +305,42 @@ def test_plan_rows_are_compare_rows(tmp_path: Path, capsys: Any) -> None:
 def test_compute_lower_bound_and_headroom(zoo_graph: Callable[..., Any]) -> None:
     graph, topo = zoo_graph("alexnet"), load_preset("trinity")
     single = simulate(graph, topo, single_device(graph, topo))
-    bound = compute_lower_bound_s(single, topo.num_devices)
-    assert bound == pytest.approx(single.busy_s.sum() / 4)
+    bound = compute_lower_bound_s(SimContext(graph, topo))
+    assert bound == single.busy_s.sum() / 4  # one device type: the earlier bound, exactly
     [dp, one] = compare_methods(graph, topo, ["data_parallel", "single_device"])
-    assert dp.lower_bound_s == pytest.approx(bound) and dp.headroom_captured == 0.0
+    assert dp.lower_bound_s == bound and dp.headroom_captured == 0.0
     assert dp.makespan_s == simulate(graph, topo, data_parallel(graph, topo)).makespan_s
     assert one.headroom_captured == pytest.approx((dp.makespan_s - one.makespan_s) / (dp.makespan_s - bound))
+
+
+def _mixed_cluster() -> Any:
+    """Two V100s and three K80s (peaks 15.7 and 4.37 TFLOP/s) on two machines over 10 Gb/s."""
+    from placement_rl.topology.builder import TopologyBuilder, switched_machine
+    from placement_rl.topology.devices import gbit_to_bytes_per_s
+
+    b = TopologyBuilder()
+    uplink = (b.switch("eth"), gbit_to_bytes_per_s(10), "ethernet")
+    switched_machine(b, "V100-SXM2-16GB", 2, uplink)  # type: ignore[arg-type]
+    switched_machine(b, "K80", 3, uplink)  # type: ignore[arg-type]
+    return b.build("mixed-2v100-3k80")
+
+
+def test_compute_lower_bound_counts_each_device_at_its_own_speed(zoo_graph: Callable[..., Any]) -> None:
+    graph, topo = zoo_graph("lenet", batch_size=64), _mixed_cluster()
+    fast = simulate(graph, topo, single_device(graph, topo, "m0/gpu0")).busy_s.sum()
+    slow = simulate(graph, topo, single_device(graph, topo, "m1/gpu0")).busy_s.sum()
+    assert fast < slow
+    ctx = SimContext(graph, topo)
+    bound = compute_lower_bound_s(ctx)
+    assert bound == pytest.approx(1 / (2 / fast + 3 / slow), rel=1e-12)
+    assert bound > fast / 5  # the earlier bound counted all five as V100s
+    # a device subset counts only its devices; a subset of one type is T / n exactly
+    assert compute_lower_bound_s(ctx, ["m1/gpu0", "m1/gpu1", "m1/gpu2"]) == slow / 3
+    assert compute_lower_bound_s(ctx, ["m0/gpu1", "m1/gpu2"]) == pytest.approx(1 / (1 / fast + 1 / slow), rel=1e-12)
+    [dp] = compare_methods(graph, topo, ["data_parallel"])
+    assert dp.lower_bound_s == pytest.approx(bound, rel=1e-12)
+    with pytest.raises(ValueError, match="no devices"):
+        compute_lower_bound_s(ctx, [])
 
 
 def test_shipped_experiment_files_are_valid() -> None:

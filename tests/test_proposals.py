@@ -13,7 +13,10 @@ from placement_rl.plan import Plan, data_parallel
 from placement_rl.search import SearchSpace, mcmc
 from placement_rl.search.mcmc import swap_probability
 from placement_rl.search.proposals import (
+    ADAPT_FLOOR,
+    COORDINATED_KINDS,
     MIXES,
+    PROPOSAL_KINDS,
     Proposer,
     connected_group,
     parse_proposals,
@@ -21,8 +24,10 @@ from placement_rl.search.proposals import (
     with_replicas,
 )
 from placement_rl.sim import DeltaSimulator
-from placement_rl.sim.simulator import SimContext
-from placement_rl.topology import load_preset
+from placement_rl.sim.simulator import SimContext, simulate
+from placement_rl.topology import DeviceTopology, load_preset
+from placement_rl.topology.builder import TopologyBuilder, Uplink, switched_machine
+from placement_rl.topology.devices import gbit_to_bytes_per_s
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +148,14 @@ def test_proposal_names_are_checked(zoo_graph) -> None:  # type: ignore[no-untyp
     for bad in ("random", {"teleport": 1.0}, {"group": -1.0}, {"group": 0}):
         with pytest.raises(ValueError, match="propos"):
             parse_proposals(bad)  # type: ignore[arg-type]
+    # the new kinds and mixes are among the names an unknown one is told about
+    for bad in ("adaptve", {"stage": 1.0}):
+        with pytest.raises(ValueError) as error:
+            parse_proposals(bad)  # type: ignore[arg-type]
+        assert all(name in str(error.value) for name in COORDINATED_KINDS)
+        if isinstance(bad, str):
+            assert "'coordinated'" in str(error.value) and "'adaptive'" in str(error.value)
+    assert set(parse_proposals("adaptive")) == set(PROPOSAL_KINDS) == set(parse_proposals("coordinated"))
     graph, topo = zoo_graph("lenet"), load_preset("trinity")
     with pytest.raises(ValueError, match="proposals = 'random'; expected one of"):
         mcmc(graph, topo, budget=10, proposals="random")
@@ -150,10 +163,15 @@ def test_proposal_names_are_checked(zoo_graph) -> None:  # type: ignore[no-untyp
         mcmc(graph, topo, budget=10, adaptive=2)
     with pytest.raises(ValueError, match="tempering = 0"):
         mcmc(graph, topo, budget=10, tempering=0)
+    with pytest.raises(ValueError, match="restart = 0; expected a number of proposals"):
+        mcmc(graph, topo, budget=10, restart=0)
     method = get_method("mcmc")
     assert method.check is not None
     with pytest.raises(ValueError, match="proposals = 'random'"):
         method.check({"proposals": "random"}, graph, topo)
+    with pytest.raises(ValueError, match="restart = -5"):
+        method.check({"restart": -5}, graph, topo)
+    method.check({"proposals": "adaptive", "restart": 100}, graph, topo)
 
 
 def test_propose_many_matches_one_op_proposals_in_turn(zoo_graph) -> None:  # type: ignore[no-untyped-def]
@@ -230,3 +248,168 @@ def test_adaptive_temperature_moves_toward_the_target(zoo_graph) -> None:  # typ
     # FlexFlow's beta (few worse plans taken) but nearly all should be: the temperature rises
     hotter = mcmc(graph, topo, adaptive=0.99, **options)
     assert cooler.stats["final_heat"] > 1.0 > hotter.stats["final_heat"]
+
+
+# ------------------------------------------------------------------------------ coordinated moves
+def _mixed_cluster(fast: int = 2, slow: int = 2) -> DeviceTopology:
+    """Issue 29's (b) in small: one machine of NVLink V100s and single-K80 machines over 10 Gb/s."""
+    b = TopologyBuilder()
+    eth: Uplink = (b.switch("eth-switch"), gbit_to_bytes_per_s(10), "ethernet")
+    switched_machine(b, "V100-SXM2-16GB", fast, eth, nvlink_bytes_per_s=25e9)
+    for _ in range(slow):
+        switched_machine(b, "K80", 1, eth)
+    return b.build(f"{fast}xV100+{slow}xK80")
+
+
+def _draws(graph, topo, kind: str, plans, draws: int = 60):  # type: ignore[no-untyped-def]
+    """``(configs before, changes without no-ops)`` of ``draws`` proposals of ``kind`` from ``plans`` in turn,
+    each a valid plan."""
+    proposer = Proposer(graph, topo, SearchSpace(graph, topo), kind)
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(draws):
+        plan = plans[k % len(plans)]
+        configs = [plan[op.name] for op in graph.ops]
+        drawn, changes = proposer.draw(configs, rng)
+        assert drawn == kind
+        changes = {i: c for i, c in changes.items() if c != configs[i]}
+        Plan(graph.name, {**plan.configs, **{graph.ops[i].name: c for i, c in changes.items()}}).validate(graph, topo)
+        out.append((configs, changes))
+    return out
+
+
+def test_param_group_moves_every_op_sharing_the_parameters_together(instance) -> None:  # type: ignore[no-untyped-def]
+    graph, topo, space = instance  # rnnlm: each LSTM layer's 3 steps share one param_key
+    proposer = Proposer(graph, topo, space, "param_group")
+    shared = [g for g in proposer.param_groups if len(g) > 1]
+    assert shared and all(len({graph.ops[i].param_key for i in g}) == 1 for g in shared)
+    moved_shared = 0
+    for _, changes in _draws(graph, topo, "param_group", [data_parallel(graph, topo)], 80):
+        if not changes:
+            continue
+        group = proposer.shared[next(iter(changes))]
+        assert set(changes) <= set(group)  # one parameter group, and (below) all of it
+        if len(group) > 1:
+            moved_shared += 1
+            assert set(changes) == set(group)
+            assert len(set(changes.values())) == 1  # the steps are alike: one configuration for all
+    assert moved_shared >= 10
+
+
+def test_block_moves_a_layer_range_to_one_device_set(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("alexnet")  # no shared parameters: a block is exactly a range of ops
+    topo = _mixed_cluster()
+    ranges = 0
+    for _, changes in _draws(graph, topo, "block", [data_parallel(graph, topo)], 60):
+        if len(changes) < 2:
+            continue
+        # changes leave out the ops whose configuration stays: a sub-range's ops all lie in one range,
+        # and every moved op is on one device set (a prefix of the widest) with one strategy
+        widest = max((c.devices for c in changes.values()), key=len)
+        assert all(c.devices == widest[: len(c.devices)] for c in changes.values())
+        ranges += 1
+    assert ranges >= 20
+
+
+def test_stage_shift_moves_boundary_ops_to_the_neighbouring_stage(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.plan import pipeline
+    from placement_rl.plan.core import pipeline_stages
+
+    graph = zoo_graph("alexnet")
+    topo = _mixed_cluster()
+    start = pipeline(graph, topo, 2)
+    stages = pipeline_stages(graph, start)
+    assert len(stages) == 2
+    (left_devices, left), (right_devices, right) = ((s.devices, s.ops) for s in stages)
+    shifted = 0
+    for _, changes in _draws(graph, topo, "stage_shift", [start], 30):
+        assert changes
+        moved = sorted(changes)
+        if set(moved) <= set(left):  # the left stage's last ops join the right stage
+            assert moved == list(left[-len(moved) :])
+            assert all(set(c.devices) <= set(right_devices) for c in changes.values())
+        else:  # the right stage's first ops join the left one
+            assert moved == list(right[: len(moved)])
+            assert all(set(c.devices) <= set(left_devices) for c in changes.values())
+        shifted += 1
+    assert shifted == 30
+    # one stage (data parallelism): nothing to shift
+    assert not any(changes for _, changes in _draws(graph, topo, "stage_shift", [data_parallel(graph, topo)], 10))
+
+
+def test_device_subset_drops_or_adds_a_machine_or_a_device_type(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("lenet")
+    topo = _mixed_cluster()
+    machines = {d.machine for d in topo.devices}
+    groups = [{d.name for d in topo.devices if d.machine == m} for m in machines] + [
+        {d.name for d in topo.devices if d.device_type == t} for t in ("V100-SXM2-16GB", "K80")
+    ]
+    dp = data_parallel(graph, topo)
+    fast = data_parallel(graph, topo, [d.name for d in topo.devices if d.device_type != "K80"])
+    dropped_k80 = 0
+    for configs, changes in _draws(graph, topo, "device_subset", [dp, fast], 80):
+        if not changes:
+            continue
+        # one group dropped from (or added to) every changed op's devices
+        differences = {frozenset(set(configs[i].devices) ^ set(c.devices)) for i, c in changes.items()}
+        assert any(all(d <= g for d in differences) for g in groups)
+        after = {op.name: c for op, c in zip(graph.ops, configs, strict=True)}
+        after.update({graph.ops[i].name: c for i, c in changes.items()})
+        dropped_k80 += configs[0] == dp[graph.ops[0].name] and after == dict(fast.configs)
+    assert dropped_k80 >= 1  # data parallelism without the slow GPUs is one move away
+
+
+def test_adaptive_mix_follows_improvements_with_a_floor(instance) -> None:  # type: ignore[no-untyped-def]
+    graph, topo, space = instance
+    fixed = Proposer(graph, topo, space, "coordinated")
+    fixed.feedback("block", 0.05)
+    assert fixed.mix == pytest.approx(MIXES["coordinated"])  # a fixed mix does not adapt
+    proposer = Proposer(graph, topo, space, "adaptive")
+    assert proposer.mix == pytest.approx(MIXES["adaptive"])
+    for _ in range(200):
+        proposer.feedback("block", 0.02)  # 2% better each time
+        proposer.feedback("sync", 0.001)  # 0.1% better each time: a tenth of the credit
+        for kind in proposer.kinds:
+            if kind not in ("block", "sync"):
+                proposer.feedback(kind, 0.0)
+    mix = proposer.mix
+    assert sum(mix.values()) == pytest.approx(1.0)
+    assert max(mix, key=mix.__getitem__) == "block" and mix["block"] > 0.5
+    gained = {k: mix[k] / MIXES["adaptive"][k] for k in mix}  # weight over start weight
+    assert gained["block"] > gained["sync"] > gained["flexflow"]
+    start = MIXES["adaptive"]
+    assert all(mix[k] >= ADAPT_FLOOR * start[k] * (1 - 1e-9) for k in mix)  # no kind starves
+    # the chain draws from the adapted weights and reports them
+    found = mcmc(coarsen(graph, 6), topo, budget=150, seed=0, proposals="adaptive", initial=("data_parallel",))
+    final = dict(found.stats["final_mix"])
+    assert set(final) == set(start) and final != pytest.approx(start, abs=1e-4)
+
+
+def test_mcmc_from_data_parallelism_drops_the_slow_gpus(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    """Issue 29's (b) in small: LeNet on 2 NVLink V100s and 2 single-K80 machines over 10 Gb/s, where data
+    parallelism on the V100s is 1.37x faster than on all four. From data parallelism alone, 200 proposals
+    (seeded) of the coordinated mixes reach it; FlexFlow's one-op moves do not move at all."""
+    from placement_rl.plan import subset_data_parallel
+
+    graph = zoo_graph("lenet", batch_size=256)
+    topo = _mixed_cluster()
+    hand = simulate(graph, topo, subset_data_parallel(graph, topo)).makespan_s
+    assert sorted(subset_data_parallel(graph, topo).devices_used()) == ["m0/gpu0", "m0/gpu1"]
+    options = {"budget": 200, "seed": 0, "initial": ("data_parallel",)}
+    flexflow = mcmc(graph, topo, **options)
+    assert flexflow.result.makespan_s > 1.3 * hand
+    for proposals in ("coordinated", "adaptive"):
+        found = mcmc(graph, topo, proposals=proposals, **options)  # type: ignore[arg-type]
+        assert found.result.makespan_s <= hand * 1.001, proposals
+
+
+def test_restarts_return_to_the_best_plan(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = coarsen(zoo_graph("lenet"), 4)
+    topo = load_preset("trinity")
+    # hot (beta 0.5: most worse plans taken), so the chain wanders off the best plan and is called back
+    options = {"budget": 400, "seed": 0, "beta": 0.5, "initial": ("data_parallel",), "proposals": "soap"}
+    found = mcmc(graph, topo, restart=20, **options)  # type: ignore[arg-type]
+    assert found.stats["restarts"] > 0
+    assert found.cost_s <= found.initial_costs_s["data_parallel"]
+    assert found.plan == mcmc(graph, topo, restart=20, **options).plan  # type: ignore[arg-type]
+    assert "restarts" not in mcmc(graph, topo, **options).stats  # type: ignore[arg-type]

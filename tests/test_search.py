@@ -13,7 +13,14 @@ from placement_rl.plan import OpConfig, Plan, data_parallel, pipeline
 from placement_rl.plan.core import sample_shares
 from placement_rl.search import Budget, SearchSpace, exhaustive, mcmc
 from placement_rl.search.mcmc import plan_cost, run_chain
-from placement_rl.search.proposals import fits_micro_batches, micro_batch_options, zero_eligible
+from placement_rl.search.proposals import (
+    COORDINATED_KINDS,
+    PipelineFields,
+    Proposer,
+    fits_micro_batches,
+    micro_batch_options,
+    zero_eligible,
+)
 from placement_rl.sim import CostModel, DeltaSimulator
 from placement_rl.sim.pipeline import ScheduleDeadlock
 from placement_rl.sim.simulator import SimContext, simulate
@@ -105,9 +112,16 @@ def test_delta_simulation_equals_full_simulation(
     delta = DeltaSimulator(SimContext(graph, topo, cost), [dp[op.name] for op in graph.ops])
     assert delta.cost == plan_cost(simulate(graph, topo, dp, cost), 10.0)
     rng = np.random.default_rng(7)
+    # the coordinated moves (a parameter group, a layer range, a stage boundary, a device subset)
+    coordinated = Proposer(graph, topo, space, dict.fromkeys(COORDINATED_KINDS, 1.0))
     cuts = 0
     for step in range(proposals if network == "flow" else proposals // 2):
-        if step % 3 == 2:  # several ops at once: random ones, or a connected run of ops
+        if step % 5 == 4:
+            _, drawn = coordinated.draw(delta.configs, rng)
+            changes = {i: c for i, c in drawn.items() if c != delta.configs[i]}  # type: ignore[union-attr]
+            if not changes:
+                continue
+        elif step % 3 == 2:  # several ops at once: random ones, or a connected run of ops
             k = int(rng.integers(2, 6))
             start = int(rng.integers(graph.num_ops))
             indices = (
@@ -167,8 +181,9 @@ def test_delta_simulation_of_pipelined_plans_equals_full_simulation(
     delta = DeltaSimulator.for_plan(SimContext(graph, topo, cost), start)
     assert delta.cost == plan_cost(simulate(graph, topo, start, cost), 10.0)
     rng = np.random.default_rng(11)
+    coordinated = Proposer(graph, topo, space, dict.fromkeys(COORDINATED_KINDS, 1.0))
     counts = [m for m in (1, 2, 4, 8) if graph.batch_size and graph.batch_size % m == 0]
-    checked = deadlocks = rebuilt = cuts = 0
+    checked = deadlocks = rebuilt = cuts = coordinated_checked = 0
     for step in range(proposals):
         current = delta.plan()
         if step % 15 == 14:  # a plan-level change: another micro-batch count or schedule
@@ -184,6 +199,23 @@ def test_delta_simulation_of_pipelined_plans_equals_full_simulation(
                 continue
             assert delta.propose_plan(plan) == expected
             rebuilt += 1
+        elif step % 5 == 3:  # a coordinated move (a stage boundary shifted, a layer range moved, ...), not kept
+            fields = PipelineFields(delta.micro_batches, delta.schedule, delta.virtual_stages)
+            _, moved = coordinated.draw(delta.configs, rng, fields)
+            changes = {i: c for i, c in moved.items() if c != delta.configs[i]}  # type: ignore[union-attr]
+            if changes:
+                plan = current.with_configs({**current.configs, **{graph.ops[i].name: c for i, c in changes.items()}})
+                plan.validate(graph, topo)
+                try:
+                    expected = plan_cost(simulate(graph, topo, plan, cost, validate=False), 10.0)
+                except ScheduleDeadlock:
+                    with pytest.raises(ScheduleDeadlock):
+                        delta.propose_many(changes)
+                    continue
+                assert delta.propose_many(changes) == expected
+                delta.reject()
+                coordinated_checked += 1
+            continue
         else:
             indices = rng.choice(graph.num_ops, size=int(rng.integers(1, 4)), replace=False).tolist()
             drawn = {int(i): _with_v2_fields(graph.ops[i], space.random_config(int(i), rng), rng, delta.micro_batches)
@@ -215,7 +247,7 @@ def test_delta_simulation_of_pipelined_plans_equals_full_simulation(
     final = delta.plan()
     assert final.micro_batches == delta.micro_batches and final.schedule == delta.schedule
     assert delta.result().makespan_s == simulate(graph, topo, final, cost).makespan_s
-    assert checked > proposals // 2 and rebuilt > 0 and cuts > 0
+    assert checked > proposals // 2 and rebuilt > 0 and cuts > 0 and coordinated_checked > 0
     assert deadlocks > 0 or schedule == "gpipe"
 
 

@@ -228,7 +228,7 @@ def cost_parser() -> argparse.ArgumentParser:
         type=precision,
         default="fp32",
         help="training precision: fp32 (default), tf32, bf16-mixed or fp16-mixed; sets bytes per activation "
-        "and parameter element and the compute dtype's peak (README, 'Precision')",
+        "and parameter element and the compute dtype's peak (docs/concepts/cost-model.md, 'Precision')",
     )
     p.add_argument("--profile", default=None, help="profiled op times (placement-rl profile --out FILE)")
     p.add_argument(
@@ -251,7 +251,7 @@ def cost_parser() -> argparse.ArgumentParser:
         type=network_model_name,
         default="flow",
         help="how transfers share links: flow (max-min fair flows, default), circuit (a transfer holds its "
-        "whole route) or pairwise (a dedicated connection per device pair) (README, 'The simulator')",
+        "whole route) or pairwise (a dedicated connection per device pair) (docs/concepts/network.md)",
     )
     p.add_argument(
         "--bucket-bytes",
@@ -470,7 +470,8 @@ def gib(value: float | None) -> str:
 
 def method_rows_table(rows: list[Any]) -> None:
     """The comparison table of :class:`~placement_rl.methods.MethodResult` rows, then the instance's
-    compute lower bound (total single-device compute over the device count) next to data parallelism."""
+    compute lower bound (``1 / sum_d 1 / T_d``, ``T_d`` the whole graph's compute on one device of
+    ``d``'s type) next to data parallelism."""
 
     def per_tensor(r: Any) -> str:
         speedup = r.speedups.get("data_parallel_per_tensor")
@@ -514,7 +515,8 @@ def method_rows_table(rows: list[Any]) -> None:
     if rows and rows[0].lower_bound_s > 0:
         first = rows[0]
         print(
-            f"compute lower bound {first.lower_bound_s * 1e3:,.2f} ms (total single-device compute over the "
-            f"device count): data parallelism is {first.dp_makespan_s / first.lower_bound_s:.2f}x from it; "
+            f"compute lower bound {first.lower_bound_s * 1e3:,.2f} ms (1 / sum over devices of 1 / the whole "
+            f"graph's compute on one device of its type): data parallelism is "
+            f"{first.dp_makespan_s / first.lower_bound_s:.2f}x from it; "
             "headroom = the share of that distance a plan closed"
         )

@@ -18,9 +18,12 @@ tasks with :class:`placement_rl.rl.parallel.RayMap`); the best plan wins.
 Beyond FlexFlow (options of :func:`mcmc`, FlexFlow's behaviour by default): ``proposals`` adds
 moves a strategy needs (:mod:`placement_rl.search.proposals`: a neighbour's configuration, a
 connected group moved to one device group, a sync-mode or replica-count change, and the plans v2
-moves: another micro-batch count or pipeline schedule, recomputation, a ZeRO stage); ``adaptive``
-moves the temperature toward a target rate of accepted worse proposals; ``tempering`` runs several
-replicas per chain at geometrically spaced temperatures that swap states by the Metropolis rule.
+moves: another micro-batch count or pipeline schedule, recomputation, a ZeRO stage; the coordinated
+moves: a parameter group, a layer range, a stage boundary or a device subset at once; the
+``adaptive`` mix, whose weights follow what improves the chain); ``adaptive`` moves the temperature
+toward a target rate of accepted worse proposals; ``tempering`` runs several replicas per chain at
+geometrically spaced temperatures that swap states by the Metropolis rule; ``restart`` returns the
+replicas to the best plan so far when no better one was found for a while.
 The chain's state is a whole :class:`~placement_rl.plan.Plan`: the plan found carries its
 micro-batches, schedule and virtual stages. A proposal whose 1F1B order waits for itself
 (:class:`~placement_rl.sim.pipeline.ScheduleDeadlock`) costs ``inf``: it is rejected (and counted,
@@ -285,12 +288,13 @@ def run_chain(
     adaptive: float | None = None,
     tempering: int = 1,
     beta_ratio: float = 3.0,
+    restart: int | None = None,
     started_at: float | None = None,
     interruptible: bool = False,
 ) -> dict[str, Any]:
     """One Markov chain over its initial candidates, each given an equal share of ``budget``.
 
-    ``proposals``, ``adaptive``, ``tempering`` and ``beta_ratio`` are :func:`mcmc`'s. ``started_at``
+    ``proposals``, ``adaptive``, ``tempering``, ``beta_ratio`` and ``restart`` are :func:`mcmc`'s. ``started_at``
     is the search's ``time.time()`` at its start (recorded times count from it; default: this chain's start).
 
     With ``interruptible``, a ``KeyboardInterrupt`` (Ctrl-C) ends the chain early: it returns what it
@@ -320,6 +324,7 @@ def run_chain(
     swaps_tried = swaps_taken = 0
     cut_off = 0  # proposals whose simulation stopped above the rejection limit
     deadlocks = 0  # proposals whose schedule waits for itself (rejected)
+    restarts = 0  # returns of every replica to the best plan so far
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     interrupted = False
     try:
@@ -338,7 +343,7 @@ def run_chain(
             start = time.perf_counter()
             last_improvement = start
             steps = 0
-            last_improvement_step = 0
+            last_improvement_step = last_restart_step = 0
             while True:
                 now = time.perf_counter()
                 if share.seconds is not None:
@@ -346,6 +351,25 @@ def run_chain(
                         break
                 elif steps >= (share.proposals or 0) or steps - last_improvement_step > (share.proposals or 0) / 2:
                     break
+                if restart is not None and steps - max(last_improvement_step, last_restart_step) >= restart:
+                    last_restart_step = steps
+                    if any(c > best_cost for c in current):  # stuck away from the best: every replica back to it
+                        best_plan = Plan(
+                            graph.name,
+                            {op.name: c for op, c in zip(graph.ops, best_cfgs, strict=True)},
+                            micro_batches=best_pipeline.micro_batches,
+                            schedule=best_pipeline.schedule,
+                            virtual_stages=best_pipeline.virtual_stages,
+                        )
+                        sims = [
+                            DeltaSimulator.for_plan(ctx, best_plan, oom_penalty)
+                            if delta
+                            else _FullEvaluator(ctx, best_plan, oom_penalty)
+                            for _ in range(replicas)
+                        ]
+                        current = [sim.cost for sim in sims]
+                        heat = 1.0
+                        restarts += 1
                 r = steps % replicas
                 sim = sims[r]
                 fields = _fields(sim)
@@ -357,6 +381,7 @@ def run_chain(
                     plan_change, changes = None, {i: c for i, c in change.items() if c != sim.configs[i]}
                 steps += 1
                 proposals_made += 1
+                gain = 0.0  # relative improvement of the current cost (for an adaptive mix)
                 if changes or plan_change is not None:
                     scale = heat * betas[r]
                     if cutoff:
@@ -378,6 +403,8 @@ def run_chain(
                     deadlocks += deadlock
                     if take:
                         sim.accept()
+                        if 0 < proposed < current[r]:
+                            gain = (current[r] - proposed) / current[r]
                         current[r] = proposed
                         accepted += 1
                         accepted_by_kind[kind] += 1
@@ -393,6 +420,7 @@ def run_chain(
                         heat *= ADAPT_FACTOR if worse_taken / worse_tried > adaptive else 1 / ADAPT_FACTOR
                         heat = min(max(heat, ADAPT_LIMITS[0]), ADAPT_LIMITS[1])
                         worse_tried = worse_taken = 0
+                proposer.feedback(kind, gain)
                 if replicas > 1 and r == replicas - 1:  # one sweep done: try to swap a random adjacent pair
                     k = int(rng.integers(replicas - 1))
                     swaps_tried += 1
@@ -424,6 +452,10 @@ def run_chain(
         stats["accepted_by_kind"] = accepted_by_kind
     if adaptive is not None:
         stats["final_heat"] = heat
+    if proposer.adaptive:  # pairs, not a dict: chains' weights are not summed
+        stats["final_mix"] = tuple((k, round(w, 4)) for k, w in proposer.mix.items())
+    if restart is not None:
+        stats["restarts"] = restarts
     if replicas > 1:
         stats["swaps_tried"], stats["swaps_accepted"] = swaps_tried, swaps_taken
     return {
@@ -556,6 +588,7 @@ def mcmc(
     adaptive: float | None = None,
     tempering: int = 1,
     beta_ratio: float = 3.0,
+    restart: int | None = None,
     interruptible: bool = False,
     **space_options: Any,
 ) -> MCMCResult:
@@ -584,8 +617,11 @@ def mcmc(
         proposals: the proposal kinds (:mod:`placement_rl.search.proposals`): ``"flexflow"`` (the
             default, FlexFlow's one random op and configuration: the same plans as before for a seed
             and proposal budget), ``"neighbour"``, ``"group"``, ``"sync"``, ``"replicas"``,
-            ``"micro_batches"``, ``"schedule"``, ``"recompute"``, ``"zero"``, the mixes ``"mixed"``
-            (all of them), ``"soap"`` and ``"memory"``, or a ``{kind: weight}`` mapping.
+            ``"micro_batches"``, ``"schedule"``, ``"recompute"``, ``"zero"``, the coordinated moves
+            ``"param_group"``, ``"block"``, ``"stage_shift"``, ``"device_subset"``, the mixes ``"mixed"``,
+            ``"soap"``, ``"memory"``, ``"coordinated"`` (every kind) and ``"adaptive"`` (``coordinated``'s
+            kinds, weighted by how often and how much each improved the chain, each kept at a quarter of
+            its start weight at least), or a ``{kind: weight}`` mapping.
         adaptive: a target rate of accepted worse proposals (in ``(0, 1)``, e.g. ``0.1``): the
             temperature adapts toward it (every 50 worse proposals, beta times or over 1.5); ``None``
             (the default) keeps beta fixed.
@@ -594,6 +630,10 @@ def mcmc(
             adjacent pair swaps states by the Metropolis rule (:func:`swap_probability`); the
             proposal budget counts every replica's proposals.
         beta_ratio: the ratio between adjacent tempering replicas' betas (> 1).
+        restart: after this many proposals without a new best plan (counted from the last restart too),
+            every replica returns to the best plan so far and the adaptive temperature to beta
+            (``stats["restarts"]`` counts the returns that moved a replica); ``None`` (the default):
+            never. The candidate still ends by FlexFlow's rule (half its share without improvement).
         interruptible: Ctrl-C (``KeyboardInterrupt``) ends the search early and the best plan found so
             far is returned, marked ``interrupted`` (the chains after the interrupted one do not run);
             ``KeyboardInterrupt`` is raised only when no plan had been evaluated yet. Chains run by a
@@ -620,13 +660,14 @@ def mcmc(
         raise ValueError(f"tempering = {tempering!r}; expected an integer >= 1 (replicas per chain)")
     if isinstance(beta_ratio, bool) or not isinstance(beta_ratio, (int, float)) or not beta_ratio > 1:
         raise ValueError(f"beta_ratio = {beta_ratio!r}; expected a number > 1")
+    check_restart(restart)
     bad = [c for c in initial if c not in ALL_CANDIDATES]
     if bad or not initial:
         raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(ALL_CANDIDATES)}")
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
                "delta": delta, "cutoff": cutoff, "proposals": proposals, "adaptive": adaptive,
-               "tempering": tempering, "beta_ratio": beta_ratio, "started_at": time.time(),
+               "tempering": tempering, "beta_ratio": beta_ratio, "restart": restart, "started_at": time.time(),
                "interruptible": interruptible and task_map is None}  # fmt: skip
     args = [
         (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
@@ -644,6 +685,12 @@ def mcmc(
 
         outcomes = (task_map or _serial_until_interrupted)(_chain_task, args, report if progress else None)
     return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
+
+
+def check_restart(restart: object) -> None:
+    """Raise ``ValueError`` unless ``restart`` is ``None`` or a positive number of proposals."""
+    if restart is not None and (isinstance(restart, bool) or not isinstance(restart, int) or restart < 1):
+        raise ValueError(f"restart = {restart!r}; expected a number of proposals >= 1 or None")
 
 
 def _serial_until_interrupted(

@@ -50,6 +50,33 @@ A proposal is a mapping ``{op index: new configuration}`` of one or more ops (ev
     least two devices): for a random such op and the ops sharing its parameters, or (half of the
     time) for every such op of its stage.
 
+Coordinated moves (several ops at once, for plans no one-op move reaches downhill; each closes its
+ops under parameter sharing, so ops synchronizing one gradient never end up on different devices by it):
+
+``param_group``
+    Every op sharing a random op's parameters (``param_key``: an unrolled recurrent layer's steps;
+    one op where nothing is shared) gets one new configuration: half of the time a configuration of
+    the first op's SOAP set carried to the others (:func:`transfer_config`), else a target device set
+    and strategy as ``block``'s.
+``block``
+    A connected range of ops in graph (topological) order, a layer range (a prefix or a suffix of
+    the graph half of the time), goes to one device set (:meth:`Proposer.target`: all devices, one
+    machine's or one device type's, a machine view or one device) with one strategy: split along the
+    batch (data parallel), a fifth of the time on one device of it, some of the time split along a
+    parameter dimension.
+``stage_shift``
+    Where the plan is pipelined (two or more stages, :func:`~placement_rl.plan.core.pipeline_stages`),
+    1 to ``max_group`` ops at a random stage boundary move to the neighbouring stage: its last ops
+    to the next stage or its first ops to the previous one, taking the configuration of that stage's
+    op nearest the boundary that spans its devices (made valid for them, :func:`transfer_config`).
+    Nothing where the plan has one stage.
+``device_subset``
+    A machine or a device type is dropped from, or added to, the devices of every op (half of the
+    time) or of a ``block``'s ops: each op keeps its strategy (a batch split, a parameter split)
+    over its devices without (with) that group (:func:`resplit`); an op on one dropped device moves
+    to one of the block's remaining devices, an op on one device spreads over the added ones (a batch
+    split). Dropping the slow GPUs from data parallelism is one such move.
+
 The other kinds keep an op's ``recompute`` and, where still valid, its ``zero`` stage, and under
 several micro-batches propose only configurations the micro-batches allow (a sample degree that
 divides a micro-batch; under ``interleaved``, stages that still fit it).
@@ -58,7 +85,10 @@ divides a micro-batch; under ``interleaved``, stages that still fit it).
 ``neighbour`` and ``group`` 12% each, ``sync`` and ``replicas`` 8% each, ``micro_batches`` 6%,
 ``recompute`` and ``zero`` 5% each and ``schedule`` 4%; ``"soap"``, FlexFlow's half of the time,
 ``neighbour`` and ``group`` in the rest; ``"memory"``, the ``mixed`` moves with the memory moves
-(``micro_batches``, ``recompute``, ``zero``) twice as often), or maps kinds to weights. Without the
+(``micro_batches``, ``recompute``, ``zero``) twice as often; ``"coordinated"``, every kind, the
+coordinated moves 40% of the time; ``"adaptive"``, ``coordinated``'s kinds with weights that follow
+what improves the chain, and by how much (:data:`ADAPTIVE_MIXES`, :meth:`Proposer.feedback`)), or maps kinds
+to weights. Without the
 kinds of :data:`OUTSIDE_SPACE` the proposals stay inside the SOAP search space (a ``neighbour`` or
 ``group`` configuration outside it is left out of the proposal), so the plans found compare with
 :func:`~placement_rl.search.exhaustive`'s optimum over that space; the others leave it.
@@ -89,7 +119,13 @@ PROPOSAL_KINDS: tuple[str, ...] = (
     "schedule",
     "recompute",
     "zero",
+    "param_group",
+    "block",
+    "stage_shift",
+    "device_subset",
 )
+#: The coordinated kinds: moves of several ops at once to one device set or strategy.
+COORDINATED_KINDS: tuple[str, ...] = ("param_group", "block", "stage_shift", "device_subset")
 #: Named mixes of proposal kinds (weights, normalized when drawn).
 MIXES: dict[str, dict[str, float]] = {
     "mixed": {
@@ -115,7 +151,35 @@ MIXES: dict[str, dict[str, float]] = {
         "recompute": 0.1,
         "zero": 0.1,
     },
+    "coordinated": {
+        "flexflow": 0.25,
+        "neighbour": 0.08,
+        "group": 0.08,
+        "sync": 0.05,
+        "replicas": 0.03,
+        "micro_batches": 0.04,
+        "schedule": 0.02,
+        "recompute": 0.025,
+        "zero": 0.025,
+        "param_group": 0.1,
+        "block": 0.12,
+        "stage_shift": 0.08,
+        "device_subset": 0.1,
+    },
 }
+MIXES["adaptive"] = dict(MIXES["coordinated"])
+#: Mixes whose weights adapt during the search (:meth:`Proposer.feedback`), starting from their weights.
+ADAPTIVE_MIXES: tuple[str, ...] = ("adaptive",)
+#: The adaptive mix: each kind's score is a running mean of how much its proposals improved the chain's
+#: cost (accepted and lower; an improvement of ADAPT_GAIN, relative, or more counts 1, a smaller one in
+#: proportion, none 0), updated at each of its proposals by ADAPT_SMOOTHING of the difference...
+ADAPT_GAIN = 0.01
+ADAPT_SMOOTHING = 0.05
+#: ...starting here (optimistic: every kind is tried before its score falls to its own rate)...
+ADAPT_START_SCORE = 0.5
+#: ...and a kind's weight is ``FLOOR * its start weight + (1 - FLOOR) * its start weight x score,
+#: normalized``: no kind falls below this share of its start weight.
+ADAPT_FLOOR = 0.25
 #: Kinds whose plans leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas,
 #: micro-batches and schedules, recomputation, ZeRO).
 OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas", "micro_batches", "schedule", "recompute", "zero")
@@ -208,6 +272,11 @@ class Proposer:
         self.weights = parse_proposals(proposals)
         self.kinds = list(self.weights)
         self._p = np.array([self.weights[k] for k in self.kinds])
+        #: whether the mix adapts to what improves the chain (an :data:`ADAPTIVE_MIXES` name)
+        self.adaptive = isinstance(proposals, str) and proposals in ADAPTIVE_MIXES
+        self._prior = self._p.copy()
+        self._score = np.full(len(self.kinds), ADAPT_START_SCORE)
+        self._index = {k: j for j, k in enumerate(self.kinds)}
         self.max_group = max_group
         self.max_micro_batches = max_micro_batches
         self.n = graph.num_ops
@@ -225,6 +294,19 @@ class Proposer:
         devices = list(space.devices)
         #: the named device groups a ``group`` proposal moves ops to half of the time (all, per machine, per type)
         self.device_groups: list[tuple[str, ...]] = device_groups(topology, devices)
+        #: the parameter groups a ``param_group`` proposal moves (ops sharing a ``param_key``; an op with
+        #: its own parameters alone)
+        self.param_groups: list[tuple[int, ...]] = list(
+            dict.fromkeys(self.shared[i] for i, op in enumerate(graph.ops) if op.param_bytes > 0 or op.param_key)
+        )
+        #: the groups a ``device_subset`` proposal drops or adds: per machine, then per device type
+        self.subset_axes: list[list[tuple[str, ...]]] = []
+        for key in ("machine", "device_type"):
+            by: dict[str, list[str]] = {}
+            for name in devices:
+                by.setdefault(getattr(topology.device(name), key), []).append(name)
+            self.subset_axes.append([tuple(g) for g in by.values()])
+        self._position = {d: k for k, d in enumerate(devices)}
         self.counts = dict.fromkeys(self.kinds, 0)
         #: whether every proposal stays in the search space (no kind of :data:`OUTSIDE_SPACE`)
         self.in_space = not any(k in OUTSIDE_SPACE for k in self.kinds)
@@ -254,8 +336,19 @@ class Proposer:
         if kind == "flexflow":
             i = int(rng.integers(self.n))
             changes = {i: self.space.random_config(i, rng)}
-        elif kind in ("neighbour", "group"):
-            changes = self.neighbour(configs, rng) if kind == "neighbour" else self.group(rng)
+        elif kind in ("neighbour", "group", *COORDINATED_KINDS):
+            if kind == "neighbour":
+                changes = self.neighbour(configs, rng)
+            elif kind == "group":
+                changes = self.group(rng)
+            elif kind == "param_group":
+                changes = self.param_group(rng)
+            elif kind == "block":
+                changes = self.block(rng)
+            elif kind == "stage_shift":
+                changes = self.stage_shift(configs, rng)
+            else:
+                changes = self.device_subset(configs, rng)
             if self.in_space:
                 changes = {i: c for i, c in changes.items() if self.space.contains(i, c)}
         elif kind == "sync":
@@ -269,6 +362,27 @@ class Proposer:
         if kind not in ("recompute", "zero"):  # placement moves keep the op's memory options
             changes = {i: keep_memory_options(self.graph.ops[i], configs[i], c) for i, c in changes.items()}
         return kind, self.allowed(configs, changes, pipeline)
+
+    @property
+    def mix(self) -> dict[str, float]:
+        """The current weight of each kind (the start weights unless the mix adapts)."""
+        return {k: float(w) for k, w in zip(self.kinds, self._p, strict=True)}
+
+    def feedback(self, kind: str, gain: float) -> None:
+        """Tell an adaptive mix how much a proposal of ``kind`` improved the chain's cost: ``gain`` is
+        ``(cost before - cost after) / cost before`` when it was accepted and lower, else 0 (also for a
+        proposal that changed nothing). The kind's score moves :data:`ADAPT_SMOOTHING` of the way toward
+        ``min(1, gain / ADAPT_GAIN)`` (an improvement of 1% or more counts fully), and the weights become
+        ``ADAPT_FLOOR * start + (1 - ADAPT_FLOOR) * start x score`` (normalized). No-op for a fixed mix."""
+        if not self.adaptive:
+            return
+        j = self._index[kind]
+        self._score[j] += ADAPT_SMOOTHING * (min(1.0, max(gain, 0.0) / ADAPT_GAIN) - self._score[j])
+        earned = self._prior * self._score
+        total = float(earned.sum())
+        share = earned / total if total > 0 else self._prior
+        self._p = ADAPT_FLOOR * self._prior + (1 - ADAPT_FLOOR) * share
+        self._p /= self._p.sum()
 
     def allowed(self, configs: Sequence[OpConfig], changes: Changes, pipeline: PipelineFields) -> Changes:
         """``changes`` without the configurations the plan's micro-batches do not allow; none at all when
@@ -397,8 +511,117 @@ class Proposer:
             if self.graph.ops[j].param_bytes > 0 and zero_eligible(self.graph.ops[j], configs[j])
         }
 
+    # ---------------------------------------------------------------- coordinated kinds
+    def closed(self, members: Sequence[int]) -> list[int]:
+        """``members`` with every op sharing parameters with one of them (graph order)."""
+        return sorted({j for i in members for j in self.shared[i]})
+
+    def target(self, rng: np.random.Generator) -> tuple[tuple[str, ...], str]:
+        """A device set and a strategy for a coordinated move: ``(devices, kind)``, ``kind`` ``"sample"``
+        (a batch split, data parallel) or ``"parameter"`` (a parameter split). The devices: half of the
+        time a named group (all devices, one machine's, one device type's), else a machine view of a
+        random size; a fifth of the time one device of it (``kind`` then does not matter)."""
+        if rng.random() < 0.5:
+            devices = self.device_groups[int(rng.integers(len(self.device_groups)))]
+        else:
+            views = self.space.views(int(rng.integers(1, self.space.num_devices + 1)))
+            devices = views[int(rng.integers(len(views)))]
+        u = rng.random()
+        if u < 0.2:
+            return (devices[int(rng.integers(len(devices)))],), "sample"
+        return devices, "parameter" if len(devices) > 1 and u > 0.85 else "sample"
+
+    def span(self, rng: np.random.Generator) -> list[int]:
+        """A range of consecutive ops in graph (topological) order: a prefix or a suffix of the graph a
+        quarter of the time each, else any range; closed under parameter sharing (:meth:`closed`)."""
+        n, u = self.n, rng.random()
+        if u < 0.25:
+            lo, hi = 0, int(rng.integers(1, n + 1))
+        elif u < 0.5:
+            lo, hi = int(rng.integers(n)), n
+        else:
+            lo = int(rng.integers(n))
+            hi = int(rng.integers(lo + 1, n + 1))
+        return self.closed(range(lo, hi))
+
+    def param_group(self, rng: np.random.Generator) -> Changes:
+        """Every op sharing a random op's parameters gets one new configuration."""
+        if not self.param_groups:
+            return {}
+        members = self.param_groups[int(rng.integers(len(self.param_groups)))]
+        ops = self.graph.ops
+        if rng.random() < 0.5:
+            first = members[0]
+            cfg = self.space.random_config(first, rng)
+            return {i: transfer_config(ops[i], cfg, self.space.degree_options(i)) for i in members}
+        devices, kind = self.target(rng)
+        return {i: split_config(ops[i], devices, kind) for i in members}
+
+    def block(self, rng: np.random.Generator) -> Changes:
+        """A layer range (:meth:`span`) to one device set and strategy (:meth:`target`)."""
+        members = self.span(rng)
+        devices, kind = self.target(rng)
+        return {i: split_config(self.graph.ops[i], devices, kind) for i in members}
+
+    def stage_shift(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """Ops at a random stage boundary move to the neighbouring stage (nothing with one stage)."""
+        stages = _stages(self.graph, configs)
+        if len(stages) < 2:
+            return {}
+        k = int(rng.integers(len(stages) - 1))
+        (_, left), (_, right) = stages[k], stages[k + 1]
+        forward = rng.random() < 0.5  # the left stage's last ops join the right stage, or the reverse
+        source, dest = (left, right) if forward else (right, left)
+        count = int(rng.integers(1, min(self.max_group, len(source)) + 1))
+        moved = source[-count:] if forward else source[:count]
+        # the destination's op nearest the boundary that runs on all of its devices
+        spread = max(len(set(configs[j].devices)) for j in dest)
+        near = [j for j in dest if len(set(configs[j].devices)) == spread]
+        model = configs[near[0] if forward else near[-1]]
+        ops = self.graph.ops
+        return {i: transfer_config(ops[i], model, self.space.degree_options(i)) for i in self.closed(moved)}
+
+    def device_subset(self, configs: Sequence[OpConfig], rng: np.random.Generator) -> Changes:
+        """A machine or a device type dropped from (or added to) every op's or a block's devices."""
+        members = list(range(self.n)) if rng.random() < 0.5 else self.span(rng)
+        axes = [a for a in self.subset_axes if len(a) > 1]
+        if not axes:
+            return {}
+        groups = axes[int(rng.integers(len(axes)))]
+        used = {d for i in members for d in configs[i].devices}
+        drops = [g for g in groups if used & set(g) and used - set(g)]
+        adds = [g for g in groups if set(g) - used]
+        if not drops and not adds:
+            return {}
+        drop = bool(drops) and (not adds or rng.random() < 0.5)
+        options = drops if drop else adds
+        group = set(options[int(rng.integers(len(options)))])
+        rest = used - group
+        changes: Changes = {}
+        for i in members:
+            cfg = configs[i]
+            own = set(cfg.devices)
+            devices = (own - group or rest) if drop else own | group
+            if devices != own:
+                ordered = sorted(devices, key=lambda d: self._position.get(d, len(self._position)))
+                if drop and len(own) == 1:  # an op on one dropped device: to one of the devices left
+                    ordered = ordered[:1]
+                changes[i] = resplit(self.graph.ops[i], cfg, ordered)
+        return changes
+
 
 # ------------------------------------------------------------------------------ pure helpers
+def resplit(op: Op, cfg: OpConfig, devices: Sequence[str]) -> OpConfig:
+    """``cfg``'s strategy over other ``devices``: split along the parameter dimension when ``cfg`` splits
+    ``op`` only along parameter dimensions, else along the batch (:func:`split_config`: replicated
+    where ``op`` has no such dimension; one device alone); its sync mode kept where valid."""
+    kinds = {d.name: d.kind for d in op.parallel_dims}
+    split = {kinds.get(name) for name, k in cfg.degrees if k > 1}
+    kind = "parameter" if split and "sample" not in split and "parameter" in split else "sample"
+    new = split_config(op, devices, kind)
+    return _with_valid_sync(op, OpConfig(new.devices, new.degrees, cfg.sync, cfg.ps_device))
+
+
 def connected_group(neighbours: Sequence[Sequence[int]], seed: int, size: int, rng: np.random.Generator) -> list[int]:
     """Up to ``size`` ops connected to ``seed``, grown breadth-first with each frontier shuffled."""
     members = {seed: None}
