@@ -14,7 +14,7 @@ and ``subset_data_parallel`` take no budget and no start: they are constructors 
 their own space, and the planted plans of some kinds lie in those spaces (``fits_only_split`` and
 ``pipeline_deep`` in ``megatron``'s, ``zero_fit`` in ``zero``'s, ``mixed_gpus`` and ``straggler`` in
 ``subset_data_parallel``'s). ``--policy`` adds a trained agent (a checkpoint folder, loaded through the
-Ray edge, :func:`placement_rl.rl.agents.policy_method`), planning zero-shot.
+Ray edge, :func:`placement_rl.rl.policy.policy_method`), planning zero-shot.
 
 The table has one row per instance: the planted plan's and the bound's iteration time (ms), then for
 every baseline and method its speed relative to the planted plan, ``planted_makespan / makespan``
@@ -54,9 +54,13 @@ def default_methods() -> list[str]:
     return [m for m in method_names() if m not in BASELINES and m not in NOT_BY_DEFAULT]
 
 
-def method_options(method: Method, budget: str) -> dict[str, Any]:
-    """The options that run ``method`` from data parallelism alone with ``budget`` (only those it takes)."""
+def method_options(method: Method, budget: str, mcmc_proposals: str = "coordinated") -> dict[str, Any]:
+    """The options that run ``method`` from data parallelism alone with ``budget`` (only those it takes);
+    MCMC proposes from the ``mcmc_proposals`` mix (default ``coordinated``: FlexFlow's moves and the
+    coordinated ones)."""
     options: dict[str, Any] = {}
+    if method.name == "mcmc":
+        options["proposals"] = mcmc_proposals
     if "budget" in method.options:
         options["budget"] = budget
     if "initial" in method.options:
@@ -117,6 +121,7 @@ def run(
     instances: Sequence[PlantedInstance],
     methods: Sequence[Method],
     budget: str,
+    mcmc_proposals: str = "coordinated",
 ) -> list[Row]:
     """Every baseline and method on every instance (progress on stderr)."""
     rows: list[Row] = []
@@ -125,7 +130,7 @@ def run(
         for b, makespan_s in instance.baseline_makespans_s.items():
             row.cells[b] = Cell(makespan_s, b in instance.baseline_oom)
         for method in methods:
-            options = method_options(method, budget)
+            options = method_options(method, budget, mcmc_proposals)
             _progress(f"{instance.name}: {method.name} {options} ...")
             start = time.perf_counter()
             cell = run_method(instance, method, options)
@@ -213,6 +218,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--instances", default=None, help=f"comma-separated kinds (default: all of {list(KINDS)})")
     parser.add_argument("--variant", type=int, default=0, help="0: the designed instances; N: held-out variant N")
     parser.add_argument("--policy", action="append", default=[], help="a trained agent's checkpoint (repeatable)")
+    parser.add_argument(
+        "--mcmc-proposals",
+        default="coordinated",
+        help="MCMC's proposal mix (default coordinated; flexflow: FlexFlow's moves only)",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = parser.parse_args(argv)
     try:
@@ -225,14 +235,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     methods = [get_method(n) for n in names]
     if args.policy:
         # the Ray edge, imported only when an agent is asked for (by name: the core's type check stays off it)
-        agents = importlib.import_module("placement_rl.rl.agents")
-        methods += [agents.policy_method(path) for path in args.policy]
+        policy = importlib.import_module("placement_rl.rl.policy")
+        methods += [policy.policy_method(path) for path in args.policy]
     kinds = None if args.instances is None else _names(args.instances, list(KINDS), "instances", parser)
     _progress(f"building {len(kinds or KINDS)} instance(s), variant {args.variant} ...")
     start = time.perf_counter()
     instances = build_suite(kinds, variant=args.variant)
     _progress(f"built in {time.perf_counter() - start:.1f} s")
-    rows = run(instances, methods, args.budget)
+    rows = run(instances, methods, args.budget, args.mcmc_proposals)
     if args.json:
         print(json.dumps(rows_json(rows), indent=1))
     else:

@@ -144,10 +144,12 @@ def _benchmark() -> ModuleType:
 def test_benchmark_starts_searches_from_data_parallelism_alone() -> None:
     bench = _benchmark()
     assert bench.method_options(get_method("mcmc"), "5s") == {
+        "proposals": "coordinated",
         "budget": "5s",
         "initial": ["data_parallel"],
         "seed": 0,
     }
+    assert bench.method_options(get_method("mcmc"), "5s", "flexflow")["proposals"] == "flexflow"
     assert bench.method_options(get_method("mcts"), "5s")["budget"] == "5s"
     assert bench.method_options(get_method("zero"), "5s") == {}
     assert not set(bench.default_methods()) & set(BASELINES)
