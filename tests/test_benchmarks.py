@@ -7,7 +7,6 @@ runs through its command line, since it starts Ray. Runs over about 5 s are mark
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -16,16 +15,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scripts import load_script
 
 Run = Callable[..., str]
 
 
 def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"benchmark_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path)
 
 
 @pytest.fixture()

@@ -10,7 +10,6 @@ Every docs page's commands are parsed (and the quick ones run) by tests/test_rea
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -26,11 +26,7 @@ NOT_PAGES = ("anytime/results.md",)
 
 
 def _load_tables() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "benchmarks" / "docs_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/docs_tables.py", "docs_tables")
 
 
 TABLES = _load_tables()

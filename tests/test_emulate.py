@@ -7,7 +7,6 @@ with the reason. They start one gloo process per device (each imports torch), so
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import shutil
@@ -327,10 +326,9 @@ def test_cleanup_removes_leftovers_of_dead_runs_only() -> None:
 @pytest.mark.slow
 @needs_netns
 def test_the_benchmark_prints_the_comparison(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("benchmark_network", repo_root / "benchmarks" / "network.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from scripts import load_script
+
+    module = load_script("benchmarks/network.py")
     argv = "--topologies 2x1 --patterns p2p_inter --repeats 1 --warmup 0 --message-mib 0.25".split()
     module.main(argv)
     out = capsys.readouterr().out

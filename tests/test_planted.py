@@ -5,7 +5,6 @@ names and bad planted plans are clear errors. The benchmark (benchmarks/planted.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import math
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from scripts import load_script
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
@@ -134,11 +134,7 @@ def test_planted_plan_not_better_than_a_baseline_is_an_error_with_the_figures() 
 
 # ------------------------------------------------------------------------------------ the benchmark
 def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmark_planted", ROOT / "benchmarks" / "planted.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/planted.py")
 
 
 def test_benchmark_starts_searches_from_data_parallelism_alone() -> None:

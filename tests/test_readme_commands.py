@@ -9,7 +9,6 @@ Read from the pages at test time, so a command that changes breaks this test unt
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import shlex
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from placement_rl.cli import build_parser, main
 
@@ -124,10 +124,7 @@ def test_every_benchmark_command_parses(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(by_script) >= 12, sorted(by_script)
     bad = []
     for script, argvs in sorted(by_script.items()):
-        spec = importlib.util.spec_from_file_location(f"docs_benchmark_{Path(script).stem}", ROOT / script)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_script(script, f"docs_benchmark_{Path(script).stem}")
         for argv in sorted(argvs):
             try:
                 module.main(list(argv))
