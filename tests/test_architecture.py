@@ -174,3 +174,21 @@ def test_no_import_circles() -> None:
     for module in sorted(edges):
         if module not in state:
             walk(module)
+
+
+def test_every_package_is_installed() -> None:
+    """A package missing from pyproject.toml's list is absent from a non-editable install (CI's)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "placement_rl." + ".".join(p.parent.relative_to(ROOT / "placement_rl").parts)
+        if p.parent != ROOT / "placement_rl"
+        else "placement_rl"
+        for p in (ROOT / "placement_rl").rglob("__init__.py")
+    }
+    for pkg in ("envs", "policies"):
+        found |= {
+            ".".join(("placement_rl", *p.parent.relative_to(ROOT).parts)) for p in (ROOT / pkg).rglob("__init__.py")
+        }
+    assert found - listed == set(), f"packages missing from pyproject.toml [tool.setuptools] packages: {found - listed}"
