@@ -505,7 +505,7 @@ def _train_config(**changes: Any) -> dict[str, Any]:
 
 
 #: A damaged checkpoint: ``train_config.json`` of the run (text, ``None``: absent, ``"GOOD"``: a valid
-#: one), ``policy.json`` and ``policy.pt`` of ``checkpoint_final`` (``"DIR"``: a folder there).
+#: one), ``policy.json`` and ``policy.npz`` of ``checkpoint_final`` (``"DIR"``: a folder there).
 CHECKPOINTS: dict[str, tuple[Any, Any, Any]] = {
     "no-train-config": (None, None, None),
     "garbled-train-config": ("{not json", None, None),
@@ -540,7 +540,7 @@ def _make_checkpoint(root: Path, spec: tuple[Any, Any, Any]) -> str:
     elif config is not None:
         doc = {"GOOD": _train_config(), "BAD": _train_config(ppo__lr=-1)}.get(config)
         config_path.write_text(json.dumps(doc) if doc is not None else config)
-    for name, content in (("policy.json", info), ("policy.pt", weights)):
+    for name, content in (("policy.json", info), ("policy.npz", weights)):
         if content == "DIR":
             (folder / name).mkdir()
         elif isinstance(content, bytes):

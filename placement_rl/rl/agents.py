@@ -7,13 +7,14 @@ algorithm from a :class:`~placement_rl.rl.config.TrainConfig`, how to build its 
 and how to make one plan with it. A run directory records its agent's name in
 ``train_config.json``, so a checkpoint finds its agent by itself.
 
-**Trained policies are loaded from a safe export, never from RLlib's pickles.** Every checkpoint
-the trainer writes holds, beside RLlib's own files, ``policy.pt`` (the module's weights: a state
-dict of tensors, read with ``torch.load(..., weights_only=True)``, which runs no code) and
-``policy.json`` (the agent's name and the module's config). :func:`placement_rl.rl.policy.load_policy` (``evaluate``,
-``plan --checkpoint``, comparisons) reads only those two files and the run's
-``train_config.json``; RLlib's pickled state (``class_and_ctor_args.pkl``, ...) is read only by
-``placement-rl train --resume``, and only from a folder the user trusts.
+**Trained policies are loaded from a safe export, never from a pickle.** Every checkpoint the
+trainer writes holds, beside RLlib's own files, ``policy.npz`` (the module's weights: numpy arrays
+in a zip, read with ``numpy.load(..., allow_pickle=False)``, which refuses any object and runs no
+code) and ``policy.json`` (the agent's name and the module's config).
+:func:`placement_rl.rl.policy.load_policy` (``evaluate``, ``plan --checkpoint``, comparisons)
+reads only those two files and the run's ``train_config.json``; RLlib's pickled state
+(``class_and_ctor_args.pkl``, ...) is read only by ``placement-rl train --resume``, and only from a
+folder the user trusts.
 
 Built-in agents are imported on first use (:data:`BUILTIN_AGENTS`); another agent registers with
 :func:`register_agent` when its module is imported.
@@ -41,7 +42,9 @@ BUILTIN_AGENTS: dict[str, str] = {
 #: The file of a run directory that records its resolved training config (and so its agent).
 CONFIG_FILE = "train_config.json"
 #: The safe policy export inside every checkpoint folder: weights (tensors only) and their description.
-POLICY_WEIGHTS, POLICY_INFO = "policy.pt", "policy.json"
+POLICY_WEIGHTS, POLICY_INFO = "policy.npz", "policy.json"
+#: The weights file of exports written before they were pickle-free (refused, with what to do).
+OLD_POLICY_WEIGHTS = "policy.pt"
 POLICY_FORMAT = "placement_rl.policy"
 #: The padded sizes :func:`placement_rl.rl.policy.policy_env` may raise (:attr:`Agent.padded_env`), in
 #: the order it sets them.

@@ -1,4 +1,4 @@
-"""Trained policies: the safe export a checkpoint holds (``policy.pt`` weights and ``policy.json``),
+"""Trained policies: the safe export a checkpoint holds (``policy.npz`` weights and ``policy.json``),
 loading it back without reading a pickle (:func:`load_policy`), and planning with it
 (:func:`policy_env`, :func:`policy_plan`, :func:`policy_method`).
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from placement_rl.rl.agents import (
     CONFIG_FILE,
+    OLD_POLICY_WEIGHTS,
     PADDED_SIZES,
     POLICY_FORMAT,
     POLICY_INFO,
@@ -55,17 +56,16 @@ def run_config_path(checkpoint: str | Path) -> Path:
 
 
 def export_policy(module: Any, config: TrainConfig, checkpoint: str | Path) -> Path:
-    """Write the safe export of ``module`` into the checkpoint folder: ``policy.pt`` (its state dict,
-    tensors only) and ``policy.json``. Returns the folder."""
-    import torch
-
+    """Write the safe export of ``module`` into the checkpoint folder: ``policy.npz`` (its state dict as
+    numpy arrays, no pickle) and ``policy.json``. Returns the folder."""
     from placement_rl.io import write_json
 
     folder = Path(checkpoint)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
+    state = {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
     tmp = folder / (POLICY_WEIGHTS + ".tmp")
-    torch.save(state, tmp)
+    with open(tmp, "wb") as f:
+        np.savez(f, **state)
     tmp.replace(folder / POLICY_WEIGHTS)
     write_json(
         folder / POLICY_INFO,
@@ -82,13 +82,13 @@ def export_policy(module: Any, config: TrainConfig, checkpoint: str | Path) -> P
 
 def load_policy(checkpoint: str | Path) -> Policy:
     """The trained policy of a checkpoint folder (``checkpoint_*`` of a run directory), from its safe
-    export (``policy.pt`` + ``policy.json``): no pickle is read, so a crafted folder runs no code.
+    export (``policy.npz`` + ``policy.json``): no pickle is read, so a crafted folder runs no code.
 
     Raises:
         FileNotFoundError: when the folder, its run's ``train_config.json`` or the export is missing.
         ValueError: when the export does not match the run's agent or module.
     """
-    import pickle
+    import zipfile
 
     import torch
 
@@ -99,6 +99,11 @@ def load_policy(checkpoint: str | Path) -> Policy:
     path = run_config_path(folder)
     config = TrainConfig.from_dict(read_json(path), where=str(path))
     weights, info = folder / POLICY_WEIGHTS, folder / POLICY_INFO
+    if not weights.exists() and (folder / OLD_POLICY_WEIGHTS).is_file():
+        raise FileNotFoundError(
+            f"{str(folder)!r} holds {OLD_POLICY_WEIGHTS}, the weights format of earlier versions, which is a pickle "
+            f"and is no longer read; train the policy again (placement-rl train) to get {POLICY_WEIGHTS}"
+        )
     if not (weights.is_file() and info.is_file()):
         raise FileNotFoundError(
             f"{str(folder)!r} has no policy export ({POLICY_WEIGHTS} and {POLICY_INFO}); policies are loaded only "
@@ -111,10 +116,20 @@ def load_policy(checkpoint: str | Path) -> Policy:
     agent = get_agent(config.agent)
     module = agent.build_module(config)
     try:
-        state = torch.load(weights, map_location="cpu", weights_only=True)
+        with np.load(weights, allow_pickle=False) as arrays:
+            state = {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files}
         module.load_state_dict(state)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, KeyError, TypeError) as exc:
-        # weights_only=True refuses every global but tensors and containers: a crafted file stops here.
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+    ) as exc:
+        # allow_pickle=False refuses every object array: a crafted file stops here, and nothing runs.
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{weights}: not a state dict of the {agent.name} module of this run ({first})") from None
     module.eval()

@@ -45,7 +45,7 @@ def test_training_runs_and_writes_its_outputs(ppo_tag_run: Path) -> None:
     # The entropy is at most that of the uniform policy over the 28 actions of the first state.
     assert all(0 < r["entropy"] <= np.log(28) + 1e-3 for r in rows)
     for name in ("checkpoint_000002", "checkpoint_000004", "checkpoint_final"):
-        assert (ppo_tag_run / name / "policy.pt").is_file(), name
+        assert (ppo_tag_run / name / "policy.npz").is_file(), name
     saved = TrainConfig.from_dict(json.loads((ppo_tag_run / "train_config.json").read_text()))
     assert saved.agent == "ppo_tag" and saved.env["mode"] == "sequential" and saved.env["action_space"] == "tag"
     assert saved.act.samples == 4

@@ -67,7 +67,7 @@ def test_self_play_lowers_the_cross_entropy(tag_run: Path) -> None:
 def test_training_writes_checkpoints_curve_and_config(tag_run: Path) -> None:
     for name in ("checkpoint_000002", "checkpoint_000004", "checkpoint_final"):
         assert (tag_run / name / "rllib_checkpoint.json").is_file(), name
-        assert (tag_run / name / "policy.pt").is_file(), name
+        assert (tag_run / name / "policy.npz").is_file(), name
     assert (tag_run / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = TrainConfig.from_dict(json.loads((tag_run / "train_config.json").read_text()))
     assert saved.agent == "tag" and saved.env["action_space"] == "tag" and saved.mcts.min_visits == 4

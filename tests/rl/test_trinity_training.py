@@ -181,7 +181,8 @@ class _Payload:
 
 
 def test_a_crafted_checkpoint_runs_no_code(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """RLlib's pickles are never read to load a policy; a pickle in place of the weights is refused."""
+    """RLlib's pickles are never read to load a policy; a pickle in place of the weights, an object
+    array inside them, or an export of the earlier pickled format is refused."""
     import pickle
     import shutil
 
@@ -193,11 +194,19 @@ def test_a_crafted_checkpoint_runs_no_code(tiny_run: Path, tmp_path: Path, capsy
     shutil.copy(tiny_run / "train_config.json", crafted / "train_config.json")
     for path in (crafted / "checkpoint_final").rglob("*.pkl"):  # every RLlib pickle becomes a payload
         path.write_bytes(pickle.dumps(_Payload(sentinel)))
-    torch.save({"weight": _Payload(sentinel)}, crafted / "checkpoint_final" / "policy.pt")
+    weights = crafted / "checkpoint_final" / "policy.npz"
     argv = ["evaluate", "--checkpoint", str(crafted / "checkpoint_final"), "--topologies", "trinity"]
-    assert main([*argv, "--mcmc-budget", "none"]) == 2
-    assert "not a state dict" in capsys.readouterr().err
-    (crafted / "checkpoint_final" / "policy.pt").unlink()
+    for payload in (
+        lambda: torch.save({"weight": _Payload(sentinel)}, weights),  # a pickle named as the export
+        lambda: np.savez(weights, weight=np.array([_Payload(sentinel)], dtype=object)),  # an object array
+    ):
+        payload()
+        assert main([*argv, "--mcmc-budget", "none"]) == 2
+        assert "not a state dict" in capsys.readouterr().err
+    weights.unlink()
     assert main([*argv, "--mcmc-budget", "none"]) == 2
     assert "has no policy export" in capsys.readouterr().err
+    torch.save({"weight": _Payload(sentinel)}, crafted / "checkpoint_final" / "policy.pt")  # the earlier format
+    assert main([*argv, "--mcmc-budget", "none"]) == 2
+    assert "no longer read" in capsys.readouterr().err
     assert not sentinel.exists()  # no payload ran
