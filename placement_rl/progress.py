@@ -2,12 +2,12 @@
 through :class:`Progress`, a thin layer over ``tqdm`` that is a no-op when disabled.
 
 Work measured in units (ops, proposals, cells) moves the bar with :meth:`Progress.update_to`; work
-with a time budget shows the seconds spent (``seconds=True``) and the units done in the postfix.
+with a time budget (``seconds=True``) moves it by the seconds of budget spent, as the work counts them
+(a search's preparation is not budget), with the units done in the postfix.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +21,8 @@ class Progress:
         desc: the bar's label.
         unit: what one unit is (``"op"``, ``"proposal"``).
         enabled: ``False`` makes every method a no-op (no tqdm import).
-        seconds: the bar shows wall-clock time against ``total`` seconds.
+        seconds: the bar shows seconds of a budget against ``total`` seconds; :meth:`update_to` is given
+            the seconds spent, as the work counts them.
         leave: keep the finished bar on screen.
     """
 
@@ -37,7 +38,6 @@ class Progress:
     ) -> None:
         self.enabled = enabled
         self.seconds = seconds
-        self._start = time.perf_counter()
         self._bar: Any = None
         if not enabled:
             return
@@ -49,21 +49,20 @@ class Progress:
                 desc=desc,
                 dynamic_ncols=True,
                 leave=leave,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
+                bar_format="{l_bar}{bar}| {n:.1f}/{total:g} s{postfix}",
             )
         else:
             self._bar = tqdm(total=total, unit=unit, desc=desc, dynamic_ncols=True, leave=leave)
 
     def update_to(self, done: float, total: float | None = None, **postfix: Any) -> None:
-        """Move the bar to ``done`` units (ignored for time bars, which follow the clock)."""
+        """Move the bar to ``done`` units (seconds of the budget for a time bar, at most its total)."""
         bar = self._bar
         if bar is None:
             return
         if total is not None:
             bar.total = total
-        if self.seconds:
-            elapsed = time.perf_counter() - self._start
-            done = min(elapsed, bar.total) if bar.total is not None else elapsed
+        if self.seconds and bar.total is not None:
+            done = min(done, bar.total)
         bar.update(done - bar.n)
         if postfix:
             bar.set_postfix(**postfix)

@@ -250,6 +250,8 @@ _QUICK_EXCLUDED: dict[str, tuple[str, ...]] = {
     "tests/test_proposals.py::test_tempering_swaps_follow_the_metropolis_rule": (),  # 0.4 s
     "tests/test_search.py::test_delta_simulation_equals_full_simulation": (),  # 2.5 s
     "tests/test_search.py::test_delta_simulation_of_pipelined_plans_equals_full_simulation": (),  # 0.5 s
+    "tests/test_search.py::test_a_seconds_budget_counts_only_search_time_and_the_bar_follows_it": (),  # 1 s
+    "tests/test_cli.py::test_plan_says_what_it_is_loading_before_the_first_slow_step": (),  # 2.4 s: the Gantt PNG
     "tests/test_search_v2.py::test_full_and_delta_evaluation_and_cutoff_give_the_same_chain": (),  # 0.6 s
     "tests/test_search_v2.py::test_mcmc_fits_with_recomputation_where_data_parallelism_does_not": (),  # 0.4 s
     "tests/test_search_v2.py::test_mcmc_pipelines_a_layerwise_start_over_slow_links": (),  # 0.6 s

@@ -121,6 +121,13 @@ def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  
     assert result.makespan_s == pytest.approx(best["makespan_s"])
 
 
+def test_plan_says_what_it_is_loading_before_the_first_slow_step(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    argv = ["plan", "--model", "lenet", "--topology", "trinity", "--methods", "dp", "--out-dir", str(tmp_path)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("planning lenet on trinity: loading lenet and the simulator ...\n")
+
+
 def test_plan_reports_oom_instead_of_crashing(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     argv = [
         "plan",

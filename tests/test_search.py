@@ -323,6 +323,41 @@ def test_mcmc_improves_on_data_parallelism_and_reports_statistics(zoo_graph) -> 
     assert mcmc(graph, topo, budget=300, seed=1).plan == result.plan
 
 
+def test_a_seconds_budget_counts_only_search_time_and_the_bar_follows_it(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("lenet")
+    topo = load_preset("trinity")
+    reports: list[tuple[int, float, float]] = []
+    out = run_chain(
+        graph,
+        topo,
+        Budget.parse("0.3s"),
+        seed=0,
+        candidates=["data_parallel", "random"],
+        beta=1.0,
+        oom_penalty=10.0,
+        space_options={},
+        report=lambda *value: reports.append(value),
+    )
+    assert reports[0][0] == 0 and reports[0][2] == 0.0  # said when the first candidate's search begins
+    assert reports[-1] == (out["proposals"], out["cost_s"], out["search_s"])
+    assert all(a[2] <= b[2] for a, b in zip(reports, reports[1:], strict=False))
+    assert out["search_s"] > 0
+    found = mcmc(graph, topo, budget="0.2s", chains=2, seed=0)
+    # chains one after another: their search time is inside the wall time, with the preparation
+    assert 0 < found.search_s < found.elapsed_s and found.summary()["search_s"] == found.search_s
+    assert found.proposals_per_s == pytest.approx(found.proposals / found.search_s)
+
+
+def test_a_seconds_bar_moves_by_the_seconds_it_is_given() -> None:
+    from placement_rl.progress import Progress
+
+    with Progress(3.0, "search", enabled=True, seconds=True, leave=False) as bar:
+        bar.update_to(1.5, proposals=10)
+        assert bar._bar.n == 1.5
+        bar.update_to(7.0)  # past the budget: the bar stops at its total
+        assert bar._bar.n == 3.0
+
+
 def test_bad_search_arguments(zoo_graph) -> None:  # type: ignore[no-untyped-def]
     graph = zoo_graph("lenet")
     topo = load_preset("trinity")

@@ -307,6 +307,13 @@ def bucket_bytes(text: str) -> int:
 
 
 # ------------------------------------------------------------------------------------- loaders
+def starting(args: argparse.Namespace, what: str) -> None:
+    """Say on stderr what a command is about to do before its first slow step (importing the
+    simulator and PyTorch, tracing a model: seconds before any bar); nothing with ``--json``."""
+    if not getattr(args, "json", False):
+        print(f"{what}: loading {args.model} and the simulator ...", file=sys.stderr, flush=True)
+
+
 def load_graph(spec: str, batch_size: int | None = None, seq_len: int | None = None) -> Any:
     """A model string (:mod:`placement_rl.models`): zoo name, graph JSON, ``hf:...`` or ``package.module:factory``."""
     from placement_rl.models import load_model

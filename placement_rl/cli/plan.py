@@ -26,6 +26,7 @@ from placement_rl.cli.common import (
     print_table,
     proposal_kinds,
     schedule_name,
+    starting,
     write_plan_outputs,
     zero_stage,
 )
@@ -68,6 +69,7 @@ def plan_experiment(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
+    starting(args, f"planning {args.model} on {args.topology}")
     from placement_rl.experiments import measure_cells, prepare, resolve_registered
     from placement_rl.methods import best_result
 

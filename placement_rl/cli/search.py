@@ -116,9 +116,13 @@ def cmd_search(args: argparse.Namespace) -> int | None:
     oom = ", ".join(r.oom_devices) if r.oom else "no"
     peak_gib = r.peak_memory_bytes.max() / 2**30
     print(f"  peak memory {peak_gib:.2f} GiB, OOM: {oom}, communication {r.comm_bytes / 1e9:.3f} GB")
+    if found.chains == 1:
+        spent = f"{found.search_s:.1f} s of search (+{max(0.0, found.elapsed_s - found.search_s):.1f} s preparing)"
+    else:
+        spent = f"{found.search_s:.1f} chain-seconds of search ({found.elapsed_s:.1f} s in all)"
     print(
-        f"  {found.proposals:,} proposals in {found.elapsed_s:.1f} s ({found.proposals_per_s:,.0f}/s) over "
-        f"{found.chains} chain(s), acceptance {found.acceptance_rate:.1%}"
+        f"  {found.proposals:,} proposals in {spent}, {found.proposals_per_s:,.0f}/s, over {found.chains} "
+        f"chain(s), acceptance {found.acceptance_rate:.1%}"
     )
     print("  initial candidates: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found.initial_costs_s.items()))
     if out:

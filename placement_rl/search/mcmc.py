@@ -184,7 +184,8 @@ class MCMCResult:
         best_costs_s: ``(proposals,)`` best cost so far after each proposal (the best chain's).
         proposals: proposals made, all chains together.
         accepted: proposals accepted, all chains together.
-        elapsed_s: wall-clock time of the search.
+        elapsed_s: wall-clock time of the search, preparation included (simulating the initial plans,
+            and compiling the simulator's kernels on a fresh install).
         chains: number of chains.
         times_s: ``(proposals,)`` seconds since the search began after each proposal (the best chain's).
         stats: further statistics: proposals and acceptances by kind (with ``proposals`` other than
@@ -192,6 +193,8 @@ class MCMCResult:
             proposals cut off (``cut_off``) and those whose schedule waits for itself (``deadlocks``).
         interrupted: the search was stopped by Ctrl-C (``KeyboardInterrupt``) before its budget was
             spent; ``plan`` is the best found until then, the chains after the interrupted one did not run.
+        search_s: seconds spent proposing, all chains together: what a seconds budget counts (the
+            initial plans' simulations are not in it).
     """
 
     plan: Plan
@@ -207,6 +210,7 @@ class MCMCResult:
     times_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     stats: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    search_s: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -214,7 +218,9 @@ class MCMCResult:
 
     @property
     def proposals_per_s(self) -> float:
-        return self.proposals / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Proposals per second of search (per chain-second when chains ran side by side)."""
+        seconds = self.search_s if self.search_s > 0 else self.elapsed_s
+        return self.proposals / seconds if seconds > 0 else 0.0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -227,6 +233,7 @@ class MCMCResult:
             "acceptance_rate": self.acceptance_rate,
             "proposals_per_s": self.proposals_per_s,
             "elapsed_s": self.elapsed_s,
+            "search_s": self.search_s,
             "chains": self.chains,
             "interrupted": self.interrupted,
             **self.stats,
@@ -261,7 +268,7 @@ def initial_plan(
     raise ValueError(f"initial candidate {name!r}; expected one of {list(ALL_CANDIDATES)}")
 
 
-Reporter = Callable[[int, float], None]
+Reporter = Callable[[int, float, float], None]
 
 #: Adaptive temperature: every ADAPT_WINDOW worse proposals the temperature multiplier moves by
 #: ADAPT_FACTOR toward the target rate of accepted worse proposals, within ADAPT_LIMITS.
@@ -300,6 +307,9 @@ def run_chain(
     With ``interruptible``, a ``KeyboardInterrupt`` (Ctrl-C) ends the chain early: it returns what it
     has, marked ``interrupted`` (no configurations when it came before the first candidate was evaluated).
 
+    ``report(proposals, best_cost_s, search_s)`` is called when the first candidate's search begins,
+    then about every 0.5 s and at the end; ``search_s`` counts only the seconds spent proposing.
+
     Returns plain data (picklable, for Ray): the best op configurations, costs, counters, traces.
     """
     rng = np.random.default_rng(seed)
@@ -318,6 +328,8 @@ def run_chain(
     chain_start = time.perf_counter()
     offset = max(0.0, time.time() - started_at) if started_at is not None else 0.0
     last_report = chain_start
+    searched_s = 0.0  # seconds spent proposing, over the candidates finished so far
+    searching_since: float | None = None  # when the current candidate's proposals began
     replicas = max(1, tempering)
     heat = 1.0  # adaptive temperature: multiplies every replica's beta
     worse_tried = worse_taken = 0
@@ -340,9 +352,11 @@ def run_chain(
             betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
             if current[0] < best_cost:
                 best_cost, best_cfgs, best_pipeline = current[0], list(sims[0].configs), _fields(sims[0])
-            start = time.perf_counter()
+            start = searching_since = time.perf_counter()
             last_improvement = start
             steps = 0
+            if report is not None and name == candidates[0]:
+                report(proposals_made, best_cost, searched_s)
             last_improvement_step = last_restart_step = 0
             while True:
                 now = time.perf_counter()
@@ -434,16 +448,20 @@ def run_chain(
                 best_trace.append(best_cost)
                 times.append(offset + time.perf_counter() - chain_start)
                 if report is not None and now - last_report > 0.5:
-                    report(proposals_made, best_cost)
+                    report(proposals_made, best_cost, searched_s + now - start)
                     last_report = now
+            searched_s += time.perf_counter() - start
+            searching_since = None
     except KeyboardInterrupt:  # Ctrl-C: stop here and hand back the best plan so far
         if not interruptible:
             raise
         interrupted = True
+        if searching_since is not None:
+            searched_s += time.perf_counter() - searching_since
         steps_traced = min(len(costs), len(best_trace), len(times))  # the interrupt may fall between appends
         del costs[steps_traced:], best_trace[steps_traced:], times[steps_traced:]
     if report is not None:
-        report(proposals_made, best_cost)
+        report(proposals_made, best_cost, searched_s)
     stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
     if deadlocks:
         stats["deadlocks"] = deadlocks
@@ -468,6 +486,7 @@ def run_chain(
         "times_s": np.array(times),
         "proposals": proposals_made,
         "accepted": accepted,
+        "search_s": searched_s,
         "stats": stats,
         "interrupted": interrupted,
     }
@@ -675,13 +694,21 @@ def mcmc(
     start = time.perf_counter()
     total = budget.proposals * chains if budget.proposals is not None else budget.seconds
     label = "mcmc" if chains == 1 else f"mcmc x{chains}"
-    with Progress(total, label, "proposal", enabled=progress, seconds=budget.seconds is not None) as bar:
-        latest: dict[int, tuple[int, float]] = {}
+    timed = budget.seconds is not None
+    if timed:
+        total *= chains  # chain-seconds: chains side by side or one after another
+    with Progress(total, f"{label}: simulating the initial plans", "proposal", enabled=progress, seconds=timed) as bar:
+        latest: dict[int, tuple[int, float, float]] = {}
 
-        def report(chain: int, value: tuple[int, float]) -> None:
+        def report(chain: int, value: tuple[int, float, float]) -> None:
+            if not latest:
+                bar.describe(label)
             latest[chain] = value
-            done = sum(p for p, _ in latest.values())
-            bar.update_to(done, proposals=done, best_ms=f"{min(b for _, b in latest.values()) * 1e3:.3f}")
+            done = sum(p for p, _, _ in latest.values())
+            searched_s = sum(s for _, _, s in latest.values())
+            best_s = min(b for _, b, _ in latest.values())
+            shown = {"proposals": done} if not math.isfinite(best_s) else {"proposals": done, "best_ms": f"{best_s * 1e3:.3f}"}
+            bar.update_to(searched_s if timed else done, **shown)
 
         outcomes = (task_map or _serial_until_interrupted)(_chain_task, args, report if progress else None)
     return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
@@ -722,10 +749,10 @@ def _chain_task(
     seed: int,
     candidates: list[str],
     options: dict[str, Any],
-    report: Callable[[tuple[int, float]], None] | None = None,
+    report: Callable[[tuple[int, float, float]], None] | None = None,
 ) -> dict[str, Any]:
     """One chain as a task of a :class:`~placement_rl.parallel.TaskMap` (module level, so Ray can ship it)."""
-    relay = None if report is None else (lambda proposals, best_cost_s: report((proposals, best_cost_s)))
+    relay = None if report is None else (lambda *value: report(value))
     return run_chain(graph, topology, budget, seed=seed, candidates=candidates, report=relay, **options)
 
 
@@ -775,6 +802,7 @@ def finish(
         accepted=sum(o["accepted"] for o in outcomes),
         elapsed_s=elapsed_s,
         chains=len(outcomes),
+        search_s=sum(o.get("search_s", 0.0) for o in outcomes),
         stats=_merge_stats([o.get("stats", {}) for o in outcomes]),
         interrupted=interrupted,
     )

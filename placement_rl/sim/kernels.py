@@ -42,7 +42,7 @@ def cold_kernels() -> list[str]:
 
 
 @contextmanager
-def compile_notice(stream: TextIO | None = None, after_s: float = 3.0) -> Iterator[None]:
+def compile_notice(stream: TextIO | None = None, after_s: float = 1.0) -> Iterator[None]:
     """Around the first simulation of a process: if kernels are compiling, say so, then how long it took.
 
     The notice is printed only if some kernel had no cache and the work is still running after
