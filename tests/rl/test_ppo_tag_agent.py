@@ -29,11 +29,9 @@ def _rows(run: Path) -> list[dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def ppo_tag_run(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished 4-iteration run of the shipped smoke config through ``placement-rl train``."""
-    folder = tmp_path_factory.mktemp("ppo_tag")
-    assert main(["train", str(SMOKE), "--out-dir", str(folder / "run")]) == 0
-    return folder / "run"
+def ppo_tag_run(smoke_dir: Path) -> Path:
+    """A finished 4-iteration run of the shipped smoke config: the agents page's smoke command, as written."""
+    return smoke_dir / "out" / "ppo-tag-smoke"
 
 
 def test_training_runs_and_writes_its_outputs(ppo_tag_run: Path) -> None:
