@@ -707,7 +707,11 @@ def mcmc(
             done = sum(p for p, _, _ in latest.values())
             searched_s = sum(s for _, _, s in latest.values())
             best_s = min(b for _, b, _ in latest.values())
-            shown = {"proposals": done} if not math.isfinite(best_s) else {"proposals": done, "best_ms": f"{best_s * 1e3:.3f}"}
+            shown = (
+                {"proposals": done}
+                if not math.isfinite(best_s)
+                else {"proposals": done, "best_ms": f"{best_s * 1e3:.3f}"}
+            )
             bar.update_to(searched_s if timed else done, **shown)
 
         outcomes = (task_map or _serial_until_interrupted)(_chain_task, args, report if progress else None)
