@@ -14,7 +14,7 @@ name                          what it is
 ``subset_data_parallel``      the fastest data parallelism over one machine, one device type, or all
 ``mcmc``                      FlexFlow's MCMC with delta simulation (:func:`placement_rl.search.mcmc`)
 ``mcts``                      TAG's tree search with a uniform prior (pure MCTS, :mod:`placement_rl.search.mcts`)
-``ft``                        TensorOpt's FT over 1, 2, 4, ... devices, the simulator's pick
+``ft``                        TensorOpt's FT over its device sets, the simulator's pick
 ``exhaustive``                branch and bound over the whole SOAP space (small spaces only)
 ``megatron``                  Megatron-LM's tensor, pipeline and data parallelism (distributed
                               optimizer, recomputation where needed), degrees chosen by simulating

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -413,3 +414,11 @@ def test_restarts_return_to_the_best_plan(zoo_graph) -> None:  # type: ignore[no
     assert found.cost_s <= found.initial_costs_s["data_parallel"]
     assert found.plan == mcmc(graph, topo, restart=20, **options).plan  # type: ignore[arg-type]
     assert "restarts" not in mcmc(graph, topo, **options).stats  # type: ignore[arg-type]
+
+
+def test_the_command_lines_help_names_every_proposal_kind_and_mix() -> None:
+    from placement_rl.cli.common import PROPOSALS_HELP
+    from placement_rl.search.proposals import MIXES, PROPOSAL_KINDS
+
+    named = set(re.findall(r"[a-z_]+", PROPOSALS_HELP))
+    assert set(PROPOSAL_KINDS) | set(MIXES) <= named

@@ -102,6 +102,17 @@ def budget(text: str) -> Any:
     return value
 
 
+#: The help of ``--proposals`` / ``--mcmc-proposals`` (names kept in step with
+#: :data:`placement_rl.search.proposals.PROPOSAL_KINDS` and ``MIXES`` by a test; not imported, so
+#: ``--help`` stays fast).
+PROPOSALS_HELP = (
+    "MCMC's proposal kinds: flexflow (FlexFlow's one-op move, the default); neighbour, group, sync, replicas, "
+    "micro_batches, schedule, recompute, zero; the coordinated param_group, block, stage_shift, device_subset; "
+    "a mix: mixed, soap, memory, coordinated, adaptive (weights follow what improves); or weights like "
+    "'flexflow=2,block=1'"
+)
+
+
 def proposal_kinds(text: str) -> Any:
     """MCMC proposal kinds: a kind or mix name (``mixed``), or weights ``flexflow=2,group=1``."""
     from placement_rl.search.proposals import parse_proposals

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from placement_rl.cli.common import (
+    PROPOSALS_HELP,
     budget,
     chain_map,
     check_profile,
@@ -236,7 +237,7 @@ def add_commands(sub: Any) -> None:
         "--mcmc-proposals",
         type=proposal_kinds,
         default="flexflow",
-        help="MCMC proposal kinds: flexflow (FlexFlow's, the default), neighbour, group, sync, replicas or mixed",
+        help=PROPOSALS_HELP,
     )
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
     p.add_argument("--out-dir", type=path, default=None, help="where the best plan, its Gantt PNG and trace go")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from placement_rl.cli.common import (
+    PROPOSALS_HELP,
     budget,
     byte_size,
     chain_map,
@@ -75,6 +76,7 @@ def cmd_search(args: argparse.Namespace) -> int | None:
         proposals=args.proposals,
         adaptive=args.adaptive,
         tempering=args.tempering,
+        restart=args.restart,
         interruptible=True,
     )
     out = args.out
@@ -371,7 +373,13 @@ def add_commands(sub: Any) -> None:
         "--proposals",
         type=proposal_kinds,
         default="flexflow",
-        help="proposal kinds: flexflow (FlexFlow's, the default), neighbour, group, sync, replicas or mixed",
+        help=PROPOSALS_HELP,
+    )
+    p.add_argument(
+        "--restart",
+        type=positive_int,
+        default=None,
+        help="return every replica to the best plan after this many proposals without progress (default: never)",
     )
     p.add_argument(
         "--adaptive",

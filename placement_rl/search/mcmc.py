@@ -692,11 +692,10 @@ def mcmc(
         (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
     ]
     start = time.perf_counter()
-    total = budget.proposals * chains if budget.proposals is not None else budget.seconds
+    # proposals, or chain-seconds of search (chains side by side or one after another)
+    total = (budget.proposals if budget.proposals is not None else budget.seconds or 0.0) * chains
     label = "mcmc" if chains == 1 else f"mcmc x{chains}"
     timed = budget.seconds is not None
-    if timed:
-        total *= chains  # chain-seconds: chains side by side or one after another
     with Progress(total, f"{label}: simulating the initial plans", "proposal", enabled=progress, seconds=timed) as bar:
         latest: dict[int, tuple[int, float, float]] = {}
 
