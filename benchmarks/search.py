@@ -115,7 +115,10 @@ def delta_table(
             )
 
 
-def speedup_table(budget: str, models: Sequence[str] = MODELS, cost: CostModel | None = None) -> None:
+def speedup_table(
+    budget: str, models: Sequence[str] = MODELS, cost: CostModel | None = None, proposals: str = "flexflow"
+) -> None:
+    print(f"MCMC: proposals {proposals}; budget {budget} per search, seed 0, one chain")
     print(
         f"| model | cluster | DP ms | DP per tensor ms | bound ms | expert ms | MCMC ms ({budget}) | vs DP "
         f"| vs expert | proposals | MCMC + subset-DP start ms | vs DP |"
@@ -129,8 +132,9 @@ def speedup_table(budget: str, models: Sequence[str] = MODELS, cost: CostModel |
             per_tensor = simulate(graph, topo, data_parallel_per_tensor(graph, topo), cost).makespan_s
             bound = compute_lower_bound_s(SimContext(graph, topo, cost))
             ex = simulate(graph, topo, expert(graph, topo), cost).makespan_s
-            found = mcmc(graph, topo, budget=budget, seed=0, initial=INITIAL_CANDIDATES, cost_model=cost)  # FlexFlow's
-            extended = mcmc(graph, topo, budget=budget, seed=0, initial=EXTENDED_CANDIDATES, cost_model=cost)
+            options = {"budget": budget, "seed": 0, "cost_model": cost, "proposals": proposals}
+            found = mcmc(graph, topo, initial=INITIAL_CANDIDATES, **options)  # type: ignore[arg-type]  # FlexFlow's
+            extended = mcmc(graph, topo, initial=EXTENDED_CANDIDATES, **options)  # type: ignore[arg-type]
             ms, xs = found.result.makespan_s, extended.result.makespan_s
             print(
                 f"| {model} | {preset} | {dp * 1e3:.1f} | {per_tensor * 1e3:.1f} | {bound * 1e3:.1f} | "
@@ -297,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--proposals-kind",
         default=None,
-        help="headroom, exact: the new mode's proposals (mixed); hand: comma-separated",
+        help="headroom, exact: the new mode's proposals (mixed); speedup: MCMC's (flexflow); hand: comma-separated",
     )
     parser.add_argument("--adaptive", type=float, default=None, help="headroom, exact: adaptive target rate")
     parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
@@ -309,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.what == "delta":
         delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")], cost)
     elif args.what == "speedup":
-        speedup_table(args.budget, models, cost)
+        speedup_table(args.budget, models, cost, args.proposals_kind or "flexflow")
     elif args.what == "headroom":
         headroom_table(args.budget, _new_options(args), models, args.presets.split(","), cost)
     elif args.what == "hand":

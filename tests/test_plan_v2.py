@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from placement_rl import plan as plans
@@ -401,6 +402,8 @@ def test_pipeline_leaves_no_stage_empty(trinity) -> None:  # type: ignore[no-unt
         ({"stages": [["m0/gpu0"], ["m0/gpu1"]], "data_parallel": 2}, ValueError, "but stage 0 lists 1 device"),
         ({"schedule": "zigzag"}, ValueError, r"schedule 'zigzag'; expected one of \['gpipe', '1f1b', 'interleaved'\]"),
         ({"micro_batches": 0}, ValueError, "micro_batches = 0; expected an integer from 1"),
+        ({"stages": 2, "cuts": [0]}, ValueError, r"cuts = \[0\]; expected 1 increasing op indices in \(0, "),
+        ({"stages": 3, "cuts": [5]}, ValueError, r"cuts = \[5\]; expected 2 increasing op indices"),
         ({"micro_batches": 3}, ValueError, "3 micro-batches do not divide op 'tokens''s sample dimension of size 8"),
         ({"virtual_stages": 2}, ValueError, "virtual_stages = 2 with schedule '1f1b'; virtual stages need"),
         (
@@ -418,6 +421,23 @@ def test_pipeline_leaves_no_stage_empty(trinity) -> None:  # type: ignore[no-unt
 def test_pipeline_refuses_bad_input(kwargs: dict[str, Any], error: type, message: str, gpt, trinity) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=message):
         plans.pipeline(gpt, trinity, **kwargs)
+
+
+def test_pipeline_cut_where_the_fewest_tensors_cross(gpt, trinity) -> None:  # type: ignore[no-untyped-def]
+    cuts = plans.light_cuts(gpt, 4)
+    assert cuts[0] == 0 and cuts[-1] == gpt.num_ops and cuts == sorted(set(cuts))
+    plan = plans.pipeline(gpt, trinity, micro_batches=4, cuts=cuts[1:-1])
+    plan.validate(gpt, trinity)
+    assert plan.metadata["chunk_ops"] == [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
+
+    # a cut crosses no more tensors than the balanced cut of the same stages
+    def crossing(c: int) -> int:
+        return sum(1 for t in gpt.tensors if gpt.index(t.src) < c <= gpt.index(t.dst))
+
+    balanced = np.cumsum([0, *plans.pipeline(gpt, trinity, micro_batches=4).metadata["chunk_ops"]])
+    assert sum(crossing(c) for c in cuts[1:-1]) <= sum(crossing(int(c)) for c in balanced[1:-1])
+    with pytest.raises(ValueError, match="chunks = 0; expected 1 to"):
+        plans.light_cuts(gpt, 0)
 
 
 def test_pipeline_refuses_more_chunks_than_ops(trinity) -> None:  # type: ignore[no-untyped-def]

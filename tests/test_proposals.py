@@ -360,13 +360,42 @@ def test_device_subset_drops_or_adds_a_machine_or_a_device_type(zoo_graph) -> No
     assert dropped_k80 >= 1  # data parallelism without the slow GPUs is one move away
 
 
+def test_restage_proposes_a_pipeline_over_machines(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    from placement_rl.plan.core import pipeline_stages
+
+    graph = zoo_graph("alexnet")
+    topo = _mixed_cluster(fast=2, slow=3)  # 4 machines
+    machines = {d.name: d.machine for d in topo.devices}
+    proposer = Proposer(graph, topo, SearchSpace(graph, topo), "restage")
+    rng = np.random.default_rng(0)
+    dp = data_parallel(graph, topo)
+    configs = [dp[op.name] for op in graph.ops]
+    seen_stages, with_zero = set(), 0
+    for _ in range(40):
+        kind, plan = proposer.draw(configs, rng)
+        assert kind == "restage" and isinstance(plan, Plan)
+        plan.validate(graph, topo)
+        stages = pipeline_stages(graph, plan)
+        # one stage per chosen machine, each on all of that machine's devices, in listing order
+        assert len(stages) >= 2 and all(len({machines[d] for d in s.devices}) == 1 for s in stages)
+        owners = [machines[s.devices[0]] for s in stages]
+        assert owners == sorted(owners, key=[d.machine for d in topo.devices].index)
+        assert len(stages) <= plan.micro_batches <= 4 * len(stages) and plan.schedule == "1f1b"
+        seen_stages.add(len(stages))
+        with_zero += any(c.zero for c in plan.configs.values())
+    assert seen_stages == {2, 3, 4} and 5 <= with_zero <= 35
+    # one machine: nothing to restage
+    one = _mixed_cluster(fast=2, slow=0)
+    assert Proposer(graph, one, SearchSpace(graph, one), "restage").draw(configs[:], rng)[1] == {}
+
+
 def test_adaptive_mix_follows_improvements_with_a_floor(instance) -> None:  # type: ignore[no-untyped-def]
     graph, topo, space = instance
     fixed = Proposer(graph, topo, space, "coordinated")
     fixed.feedback("block", 0.05)
-    assert fixed.mix == pytest.approx(MIXES["coordinated"])  # a fixed mix does not adapt
+    assert fixed.mix == pytest.approx(parse_proposals("coordinated"))  # a fixed mix does not adapt
     proposer = Proposer(graph, topo, space, "adaptive")
-    assert proposer.mix == pytest.approx(MIXES["adaptive"])
+    assert proposer.mix == pytest.approx(parse_proposals("adaptive"))
     for _ in range(200):
         proposer.feedback("block", 0.02)  # 2% better each time
         proposer.feedback("sync", 0.001)  # 0.1% better each time: a tenth of the credit
@@ -376,9 +405,9 @@ def test_adaptive_mix_follows_improvements_with_a_floor(instance) -> None:  # ty
     mix = proposer.mix
     assert sum(mix.values()) == pytest.approx(1.0)
     assert max(mix, key=mix.__getitem__) == "block" and mix["block"] > 0.5
-    gained = {k: mix[k] / MIXES["adaptive"][k] for k in mix}  # weight over start weight
+    gained = {k: mix[k] / parse_proposals("adaptive")[k] for k in mix}  # weight over start weight
     assert gained["block"] > gained["sync"] > gained["flexflow"]
-    start = MIXES["adaptive"]
+    start = parse_proposals("adaptive")
     assert all(mix[k] >= ADAPT_FLOOR * start[k] * (1 - 1e-9) for k in mix)  # no kind starves
     # the chain draws from the adapted weights and reports them
     found = mcmc(coarsen(graph, 6), topo, budget=150, seed=0, proposals="adaptive", initial=("data_parallel",))

@@ -200,8 +200,9 @@ def test_the_new_kinds_are_named_and_mixed() -> None:
     for kind in ("micro_batches", "schedule", "recompute", "zero"):
         assert kind in PROPOSAL_KINDS and parse_proposals(kind) == {kind: 1.0}
     mixed = parse_proposals("mixed")
-    # every kind but the coordinated moves (the "coordinated" and "adaptive" mixes have those too)
-    assert sum(mixed.values()) == pytest.approx(1.0) and set(mixed) == set(PROPOSAL_KINDS) - set(COORDINATED_KINDS)
+    # every kind but the coordinated moves and restage (the "coordinated" and "adaptive" mixes have those too)
+    assert sum(mixed.values()) == pytest.approx(1.0)
+    assert set(mixed) == set(PROPOSAL_KINDS) - set(COORDINATED_KINDS) - {"restage"}
     assert set(parse_proposals("coordinated")) == set(PROPOSAL_KINDS)
     # the five original kinds keep their proportions (FlexFlow's as much as the four others)
     assert mixed["flexflow"] == pytest.approx(sum(mixed[k] for k in ("neighbour", "group", "sync", "replicas")))

@@ -108,6 +108,7 @@ def budget(text: str) -> Any:
 PROPOSALS_HELP = (
     "MCMC's proposal kinds: flexflow (FlexFlow's one-op move, the default); neighbour, group, sync, replicas, "
     "micro_batches, schedule, recompute, zero; the coordinated param_group, block, stage_shift, device_subset; "
+    "restage (the whole plan as a pipeline over machines); "
     "a mix: mixed, soap, memory, coordinated, adaptive (weights follow what improves); or weights like "
     "'flexflow=2,block=1'"
 )

@@ -289,6 +289,7 @@ def pipeline(
     virtual_stages: int = 1,
     devices: Sequence[str] | None = None,
     data_parallel: int = 1,
+    cuts: Sequence[int] | None = None,
 ) -> Plan:
     """Pipeline parallelism: ops in topological order cut into contiguous stages, each stage on a
     group of devices, an iteration's batch run as ``micro_batches`` micro-batches under ``schedule``.
@@ -319,6 +320,8 @@ def pipeline(
         virtual_stages: chunks per device group (``interleaved`` only when above 1).
         devices: the devices to deal into groups (with a stage count only).
         data_parallel: devices per group (with a stage count; with lists, 1 or every list's length).
+        cuts: where the chunks start instead of the balanced cut: the index (in graph order) of the
+            first op of every chunk but the first, ``chunks - 1`` increasing indices in ``(0, num_ops)``.
 
     Returns:
         A plan named ``pipeline`` whose metadata holds the ``groups`` and each chunk's op count
@@ -349,11 +352,18 @@ def pipeline(
     work = graph.arrays.forward_flops + graph.arrays.backward_flops
     group_speed = [sum(topology.device(d).peak_flops for d in group) for group in groups]
     speed = np.array([group_speed[k % len(groups)] for k in range(num_chunks)], dtype=float)
-    cuts = _nonempty_cuts(_balanced_stages(work, speed), num_chunks)
+    if cuts is None:
+        bounds = _nonempty_cuts(_balanced_stages(work, speed), num_chunks)
+    else:
+        bounds = [0, *(int(c) for c in cuts), graph.num_ops]
+        if len(bounds) != num_chunks + 1 or any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError(
+                f"cuts = {list(cuts)}; expected {num_chunks - 1} increasing op indices in (0, {graph.num_ops})"
+            )
     configs: dict[str, OpConfig] = {}
     for k in range(num_chunks):
         group = groups[k % len(groups)]
-        for op in graph.ops[cuts[k] : cuts[k + 1]]:
+        for op in graph.ops[bounds[k] : bounds[k + 1]]:
             configs[op.name] = _stage_config(op, group, micro_batches)
     plan = Plan(
         graph.name,
@@ -361,7 +371,7 @@ def pipeline(
         name="pipeline",
         metadata={
             "groups": [list(g) for g in groups],
-            "chunk_ops": [cuts[k + 1] - cuts[k] for k in range(num_chunks)],
+            "chunk_ops": [bounds[k + 1] - bounds[k] for k in range(num_chunks)],
         },
         micro_batches=micro_batches,
         schedule=schedule,
@@ -844,6 +854,15 @@ def _check_megatron(
             f"{batch}; expected a divisor (each data-parallel replica takes an equal share of every micro-batch)"
         )
     return names
+
+
+def light_cuts(graph: OpGraph, chunks: int) -> list[int]:
+    """Where ``chunks`` pipeline chunks of equal forward+backward FLOPs start, each cut moved (within a
+    quarter of a chunk's work) to where the fewest tensors cross: ``[0, c_1, ..., num_ops]``; pass
+    ``[1:-1]`` to :func:`pipeline`'s ``cuts``. Raises ``ValueError`` for more chunks than ops."""
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= graph.num_ops:
+        raise ValueError(f"chunks = {chunks!r}; expected 1 to {graph.num_ops} (the ops of {graph.name!r})")
+    return _megatron_cuts(graph, (), chunks)
 
 
 def _megatron_cuts(graph: OpGraph, regions: Sequence[TensorParallelRegion], chunks: int) -> list[int]:

@@ -388,9 +388,12 @@ def run_chain(
                 sim = sims[r]
                 fields = _fields(sim)
                 kind, change = proposer.draw(sim.configs, rng, fields)
-                if isinstance(change, PipelineFields):
-                    plan_change: PipelineFields | None = change if change != fields else None
+                if isinstance(change, Plan):  # a whole new plan (restage)
+                    plan_change: PipelineFields | Plan | None = change
                     changes: dict[int, OpConfig] = {}
+                elif isinstance(change, PipelineFields):
+                    plan_change = change if change != fields else None
+                    changes = {}
                 else:
                     plan_change, changes = None, {i: c for i, c in change.items() if c != sim.configs[i]}
                 steps += 1
@@ -518,13 +521,15 @@ def _fields(sim: DeltaSimulator | _FullEvaluator) -> PipelineFields:
 def _propose(
     sim: DeltaSimulator | _FullEvaluator,
     changes: dict[int, OpConfig],
-    plan_change: PipelineFields | None,
+    plan_change: PipelineFields | Plan | None,
     limit_s: float = math.inf,
 ) -> tuple[float, bool]:
-    """The cost of a proposal (op changes, or new pipeline fields) and whether its schedule waits for
-    itself (:class:`ScheduleDeadlock`: the cost is then ``inf``, rejected by any Metropolis test, and
-    nothing is pending)."""
+    """The cost of a proposal (op changes, new pipeline fields or a whole plan) and whether its schedule
+    waits for itself (:class:`ScheduleDeadlock`: the cost is then ``inf``, rejected by any Metropolis
+    test, and nothing is pending)."""
     try:
+        if isinstance(plan_change, Plan):
+            return sim.propose_plan(plan_change, limit_s), False
         if plan_change is not None:
             plan = sim.plan().with_schedule(plan_change.micro_batches, plan_change.schedule, plan_change.virtual_stages)
             return sim.propose_plan(plan, limit_s), False

@@ -76,6 +76,16 @@ ops under parameter sharing, so ops synchronizing one gradient never end up on d
     over its devices without (with) that group (:func:`resplit`); an op on one dropped device moves
     to one of the block's remaining devices, an op on one device spreads over the added ones (a batch
     split). Dropping the slow GPUs from data parallelism is one such move.
+``restage``
+    The whole plan becomes a pipeline (:func:`~placement_rl.plan.constructors.pipeline`): ops cut into
+    contiguous stages of equal compute, each cut moved to where the fewest tensors cross
+    (:func:`~placement_rl.plan.constructors.light_cuts`: between layers), one stage per machine of a
+    random subset of two or more of the search's machines (in listing order; half of the time all of
+    them), data parallel inside a machine, a random micro-batch count from the stage count to
+    :data:`RESTAGE_DEPTH` times it that the batch allows (not capped by ``max_micro_batches``; else the
+    largest up to the stage count), 1F1B; half of the time with ZeRO-1 on every op that can take it. A
+    plan-level proposal (a :class:`~placement_rl.plan.Plan`), evaluated by a rebuild. Nothing with
+    fewer than two machines.
 
 The other kinds keep an op's ``recompute`` and, where still valid, its ``zero`` stage, and under
 several micro-batches propose only configurations the micro-batches allow (a sample degree that
@@ -123,6 +133,7 @@ PROPOSAL_KINDS: tuple[str, ...] = (
     "block",
     "stage_shift",
     "device_subset",
+    "restage",
 )
 #: The coordinated kinds: moves of several ops at once to one device set or strategy.
 COORDINATED_KINDS: tuple[str, ...] = ("param_group", "block", "stage_shift", "device_subset")
@@ -165,6 +176,7 @@ MIXES: dict[str, dict[str, float]] = {
         "block": 0.12,
         "stage_shift": 0.08,
         "device_subset": 0.1,
+        "restage": 0.03,
     },
 }
 MIXES["adaptive"] = dict(MIXES["coordinated"])
@@ -182,9 +194,10 @@ ADAPT_START_SCORE = 0.5
 ADAPT_FLOOR = 0.25
 #: Kinds whose plans leave FlexFlow's SOAP space (a sync mode other than ``all_reduce``, replicas,
 #: micro-batches and schedules, recomputation, ZeRO).
-OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas", "micro_batches", "schedule", "recompute", "zero")
-#: Plan-level kinds: they propose :class:`PipelineFields`, not op configurations.
-PLAN_KINDS: tuple[str, ...] = ("micro_batches", "schedule")
+OUTSIDE_SPACE: tuple[str, ...] = ("sync", "replicas", "micro_batches", "schedule", "recompute", "zero", "restage")
+#: Plan-level kinds: they propose :class:`PipelineFields` (or, ``restage``, a whole :class:`Plan`), not
+#: op configurations.
+PLAN_KINDS: tuple[str, ...] = ("micro_batches", "schedule", "restage")
 #: Sync modes a ``sync`` proposal chooses from (``sfb`` is :func:`placement_rl.search.sfb.apply_sfb`'s).
 SYNC_CHOICES: tuple[str, ...] = ("all_reduce", "all_reduce_per_tensor", "parameter_server", "duplicate")
 #: Schedules a ``schedule`` proposal chooses from (``interleaved`` only where the stages fit it).
@@ -192,6 +205,8 @@ SCHEDULE_CHOICES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
 #: The most micro-batches a ``micro_batches`` proposal asks for by default (the micro-batch graph
 #: has ``m`` copies of every op, so a proposal's simulation costs about ``m`` times more).
 MAX_PROPOSED_MICRO_BATCHES = 16
+#: A ``restage`` proposal runs between ``stages`` and ``RESTAGE_DEPTH * stages`` micro-batches.
+RESTAGE_DEPTH = 4
 
 Changes = dict[int, OpConfig]
 
@@ -209,7 +224,7 @@ class PipelineFields:
         return cls(plan.micro_batches, plan.schedule, plan.virtual_stages)
 
 
-Proposal = Changes | PipelineFields
+Proposal = Changes | PipelineFields | Plan
 
 
 def parse_proposals(value: str | Mapping[str, float]) -> dict[str, float]:
@@ -314,6 +329,8 @@ class Proposer:
         sizes = [op.sample_dim.size for op in graph.ops if op.sample_dim is not None]
         batch = math.gcd(*sizes) if sizes else 1
         self.micro_batch_counts = [m for m in range(1, min(batch, max_micro_batches) + 1) if batch % m == 0]
+        #: every micro-batch count the batch allows (``restage`` picks from these, beyond the cap)
+        self.all_micro_batch_counts = [m for m in range(1, batch + 1) if batch % m == 0]
 
     def draw(
         self, configs: Sequence[OpConfig], rng: np.random.Generator, pipeline: PipelineFields | None = None
@@ -333,6 +350,8 @@ class Proposer:
             return kind, self.micro_batches(configs, pipeline, rng)
         if kind == "schedule":
             return kind, self.schedule(configs, pipeline, rng)
+        if kind == "restage":
+            return kind, self.restage(rng) or {}
         if kind == "flexflow":
             i = int(rng.integers(self.n))
             changes = {i: self.space.random_config(i, rng)}
@@ -510,6 +529,39 @@ class Proposer:
             for j in members
             if self.graph.ops[j].param_bytes > 0 and zero_eligible(self.graph.ops[j], configs[j])
         }
+
+    def restage(self, rng: np.random.Generator) -> Plan | None:
+        """The whole plan as a pipeline over a random subset of machines (``None`` with fewer than two)."""
+        from placement_rl.plan.constructors import light_cuts, pipeline
+
+        machines = self.subset_axes[0]
+        if len(machines) < 2:
+            return None
+        if rng.random() < 0.5:
+            chosen = machines
+        else:
+            k = int(rng.integers(2, len(machines) + 1))
+            picked = sorted(rng.choice(len(machines), size=k, replace=False).tolist())
+            chosen = [machines[j] for j in picked]
+        stages = len(chosen)
+        if stages > self.n:
+            return None
+        # between the stage count and four times it (the bubble, (stages - 1) / (m + stages - 1), at most
+        # about a fifth): Megatron-LM's rule of thumb; the most the batch allows when it allows none
+        deep = [m for m in self.all_micro_batch_counts if stages <= m <= RESTAGE_DEPTH * stages]
+        m = deep[int(rng.integers(len(deep)))] if deep else max(c for c in self.all_micro_batch_counts if c <= stages)
+        try:
+            cuts = light_cuts(self.graph, stages)[1:-1]
+            plan = pipeline(self.graph, self.topology, [list(g) for g in chosen], micro_batches=m, cuts=cuts)
+        except ValueError:  # a batch or a cut these stages cannot take
+            return None
+        if rng.random() < 0.5:
+            configs = {
+                op.name: plan[op.name].replace(zero=1) if zero_eligible(op, plan[op.name]) else plan[op.name]
+                for op in self.graph.ops
+            }
+            plan = Plan(self.graph.name, configs, micro_batches=plan.micro_batches, schedule=plan.schedule)
+        return plan
 
     # ---------------------------------------------------------------- coordinated kinds
     def closed(self, members: Sequence[int]) -> list[int]:
