@@ -328,9 +328,10 @@ class Proposer:
         #: the micro-batch counts the batch allows (every op's sample dimension), up to the cap
         sizes = [op.sample_dim.size for op in graph.ops if op.sample_dim is not None]
         batch = math.gcd(*sizes) if sizes else 1
-        self.micro_batch_counts = [m for m in range(1, min(batch, max_micro_batches) + 1) if batch % m == 0]
         #: every micro-batch count the batch allows (``restage`` picks from these, beyond the cap)
         self.all_micro_batch_counts = [m for m in range(1, batch + 1) if batch % m == 0]
+        self.micro_batch_counts = [m for m in self.all_micro_batch_counts if m <= max_micro_batches]
+        self._light_cuts: dict[int, list[int]] = {}  # restage's cuts per stage count (they depend on nothing else)
 
     def draw(
         self, configs: Sequence[OpConfig], rng: np.random.Generator, pipeline: PipelineFields | None = None
@@ -532,7 +533,7 @@ class Proposer:
 
     def restage(self, rng: np.random.Generator) -> Plan | None:
         """The whole plan as a pipeline over a random subset of machines (``None`` with fewer than two)."""
-        from placement_rl.plan.constructors import light_cuts, pipeline
+        from placement_rl.plan.constructors import light_cuts, pipeline, zero
 
         machines = self.subset_axes[0]
         if len(machines) < 2:
@@ -544,24 +545,18 @@ class Proposer:
             picked = sorted(rng.choice(len(machines), size=k, replace=False).tolist())
             chosen = [machines[j] for j in picked]
         stages = len(chosen)
-        if stages > self.n:
-            return None
         # between the stage count and four times it (the bubble, (stages - 1) / (m + stages - 1), at most
         # about a fifth): Megatron-LM's rule of thumb; the most the batch allows when it allows none
         deep = [m for m in self.all_micro_batch_counts if stages <= m <= RESTAGE_DEPTH * stages]
         m = deep[int(rng.integers(len(deep)))] if deep else max(c for c in self.all_micro_batch_counts if c <= stages)
         try:
-            cuts = light_cuts(self.graph, stages)[1:-1]
+            if stages not in self._light_cuts:
+                self._light_cuts[stages] = light_cuts(self.graph, stages)[1:-1]
+            cuts = self._light_cuts[stages]
             plan = pipeline(self.graph, self.topology, [list(g) for g in chosen], micro_batches=m, cuts=cuts)
-        except ValueError:  # a batch or a cut these stages cannot take
+        except ValueError:  # more stages than ops, or a batch or a cut these stages cannot take
             return None
-        if rng.random() < 0.5:
-            configs = {
-                op.name: plan[op.name].replace(zero=1) if zero_eligible(op, plan[op.name]) else plan[op.name]
-                for op in self.graph.ops
-            }
-            plan = Plan(self.graph.name, configs, micro_batches=plan.micro_batches, schedule=plan.schedule)
-        return plan
+        return zero(self.graph, plan, 1) if rng.random() < 0.5 else plan
 
     # ---------------------------------------------------------------- coordinated kinds
     def closed(self, members: Sequence[int]) -> list[int]:
