@@ -438,6 +438,14 @@ def test_pipeline_cut_where_the_fewest_tensors_cross(gpt, trinity) -> None:  # t
     assert sum(crossing(c) for c in cuts[1:-1]) <= sum(crossing(int(c)) for c in balanced[1:-1])
     with pytest.raises(ValueError, match="chunks = 0; expected 1 to"):
         plans.light_cuts(gpt, 0)
+    # shares in proportion to the stages' speed: a stage three times as fast takes about 3/4 of the work
+    work = np.concatenate(([0.0], np.cumsum(gpt.arrays.forward_flops + gpt.arrays.backward_flops)))
+    fast_first = plans.light_cuts(gpt, 2, shares=[3.0, 1.0])
+    assert fast_first[0] == 0 and fast_first[-1] == gpt.num_ops
+    assert 0.5 < work[fast_first[1]] / work[-1] < 0.95
+    assert plans.light_cuts(gpt, 4, shares=[1.0] * 4) == cuts
+    with pytest.raises(ValueError, match=r"shares = \[1.0, 0.0\]; expected 2 finite numbers > 0"):
+        plans.light_cuts(gpt, 2, shares=[1.0, 0.0])
 
 
 def test_pipeline_refuses_more_chunks_than_ops(trinity) -> None:  # type: ignore[no-untyped-def]

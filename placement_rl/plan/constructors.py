@@ -856,20 +856,29 @@ def _check_megatron(
     return names
 
 
-def light_cuts(graph: OpGraph, chunks: int) -> list[int]:
-    """Where ``chunks`` pipeline chunks of equal forward+backward FLOPs start, each cut moved (within a
-    quarter of a chunk's work) to where the fewest tensors cross: ``[0, c_1, ..., num_ops]``; pass
-    ``[1:-1]`` to :func:`pipeline`'s ``cuts``. Raises ``ValueError`` for more chunks than ops."""
+def light_cuts(graph: OpGraph, chunks: int, shares: Sequence[float] | None = None) -> list[int]:
+    """Where ``chunks`` pipeline chunks of equal forward+backward FLOPs (or FLOPs in proportion to
+    ``shares``, ``(chunks,)`` positive, e.g. the stages' FLOP/s) start, each cut moved (within a
+    quarter of the smallest chunk's work) to where the fewest tensors cross: ``[0, c_1, ...,
+    num_ops]``; pass ``[1:-1]`` to :func:`pipeline`'s ``cuts``. Raises ``ValueError`` for more
+    chunks than ops or bad shares."""
     if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= graph.num_ops:
         raise ValueError(f"chunks = {chunks!r}; expected 1 to {graph.num_ops} (the ops of {graph.name!r})")
-    return _megatron_cuts(graph, (), chunks)
+    if shares is not None:
+        weights = np.asarray(shares, dtype=np.float64)
+        if weights.shape != (chunks,) or not (np.isfinite(weights).all() and (weights > 0).all()):
+            raise ValueError(f"shares = {list(shares)!r}; expected {chunks} finite numbers > 0, one per chunk")
+    return _megatron_cuts(graph, (), chunks, shares)
 
 
-def _megatron_cuts(graph: OpGraph, regions: Sequence[TensorParallelRegion], chunks: int) -> list[int]:
+def _megatron_cuts(
+    graph: OpGraph, regions: Sequence[TensorParallelRegion], chunks: int, shares: Sequence[float] | None = None
+) -> list[int]:
     """Cut positions ``0 = c_0 < ... < c_K = num_ops`` of ``K = chunks`` chunks balanced by
-    forward+backward FLOPs, cutting only outside tensor-parallel regions; near each balanced target
-    (within a quarter of a chunk's share of the work), where the fewest tensors cross (the residual
-    stream between layers rather than a block's inside)."""
+    forward+backward FLOPs (in proportion to ``shares`` when given), cutting only outside
+    tensor-parallel regions; near each balanced target (within a quarter of the smallest chunk's
+    share of the work), where the fewest tensors cross (the residual stream between layers rather
+    than a block's inside)."""
     n = graph.num_ops
     if chunks == 1:
         return [0, n]
@@ -895,11 +904,13 @@ def _megatron_cuts(graph: OpGraph, regions: Sequence[TensorParallelRegion], chun
     work = graph.arrays.forward_flops + graph.arrays.backward_flops
     cum = np.concatenate(([0.0], np.cumsum(work)))
     total = float(cum[-1])
-    slack = total / chunks / 4  # how far from the balanced target a cut may move to cross fewer tensors
+    weights = np.ones(chunks) if shares is None else np.asarray(shares, dtype=np.float64)
+    bounds = np.cumsum(weights) / weights.sum() * total
+    slack = total * float(weights.min() / weights.sum()) / 4  # how far a cut may move to cross fewer tensors
     cuts = [0]
     start = 0  # the first allowed cut the next cut may use
     for k in range(1, chunks):
-        target = total * k / chunks
+        target = total * k / chunks if shares is None else float(bounds[k - 1])
         stop = len(allowed) - (chunks - 1 - k)  # leave one allowed cut to every later cut
         off = {q: abs(float(cum[allowed[q]]) - target) for q in range(start, stop)}
         near = min(off.values()) + slack

@@ -2,12 +2,14 @@
 replication option, scored on the original op graph.
 
 A :class:`TagProblem` is one model (its op graph and METIS op groups) on one cluster. Its devices
-are split into **device groups**, sets of GPUs TAG treats as one unit: the topology's machines
-(``device_grouping="machine"``, the paper's default) or its GPU types (``"gpu_type"``, what the
-paper's physical testbed runs used). A decision for an op group is an **action**
-``a = s * num_options + o``: a non-empty subset ``s`` of device groups (a row of TAG's placement
-matrix P) and one of the problem's options ``o``. TAG's four (:data:`placement_rl.plan.TAG_OPTIONS`,
-``options="tag"``: the paper's space, the env's and the GNN prior's) are
+are split into **device groups**, sets of GPUs of one type TAG treats as one unit: the topology's
+machines (``device_grouping="machine"``, the paper's default; a machine holding several GPU types
+is one group per type, named ``machine/type``, so a slow GPU can be left out of a fast machine)
+or its GPU types (``"gpu_type"``, what the paper's physical testbed runs used). A decision for an
+op group is an **action** ``a = s * num_options + o``: a non-empty subset ``s`` of device groups
+(a row of TAG's placement matrix P) and one of the problem's options ``o``. TAG's four
+(:data:`placement_rl.plan.TAG_OPTIONS`, ``options="tag"``: the paper's space, the env's and the GNN
+prior's) are
 
 * ``all_reduce``: the group's sample dimension split over every GPU of the subset, gradients
   all-reduced (in buckets);
@@ -27,10 +29,12 @@ has for models whose data-parallel plan does not fit:
   n`` that divides it; ops without parameters data parallel over the subset;
 * ``pipeline``: the group joins the pipeline over the subset's device groups: the ops of every
   group deciding ``pipeline`` on the same subset, in graph order, are cut into one contiguous stage
-  per device group (balanced by forward + backward FLOPs against the groups' peak FLOP/s, as
-  :func:`placement_rl.plan.pipeline`; a stage is data parallel over its machine's GPUs), and the
-  plan runs micro-batches (1F1B): the fewest that divide the batch and number at least twice the
-  stages, else the most below that the other groups' splits allow;
+  per device group (forward + backward FLOPs in proportion to the groups' peak FLOP/s, each cut
+  moved to where the fewest tensors cross, between layers: :func:`placement_rl.plan.light_cuts`;
+  a stage is data parallel over its machine's GPUs), and the plan runs micro-batches (1F1B): the
+  fewest that divide the batch and number at least four times the stages (Megatron-LM's rule),
+  else the most below that, those that split evenly over every stage's GPUs first, as far as the
+  other groups' splits allow;
 * ``fsdp``: ``all_reduce`` with ZeRO stage 3 (parameters, gradients and optimizer state sharded
   over the subset's GPUs) on every op that can take it (:func:`placement_rl.plan.zero`).
 
@@ -57,16 +61,23 @@ plan by the best (:func:`better`: fitting first, then faster) of three completio
 * ``subset_data_parallel``: the undecided groups data parallel (``all_reduce``) over the union of
   the decided groups' device groups (the smallest kept subset holding it; every GPU when nothing is
   decided): the decisions so far say which machines are worth using;
-* ``rollout``: one pass over the undecided groups in graph order, no simulation until the end: a
-  group with parameters takes the cheaper, by an estimate, of data parallelism over that union and
-  data parallelism inside the union's fastest device group (one machine), the estimate being
-  compute time over the devices' summed peak FLOP/s plus a ring all-reduce of the group's
-  parameters over the slowest link of the device set, plus for the one machine the group's input
-  and output tensors
-  (forward and backward) over the union's slowest link; a group without parameters takes the
-  action of its largest-output producer that already has one (data parallelism over the union if
-  none). Parameter-heavy layers over slow links thus leave the network at once, and cheap ops
-  stay with their inputs.
+* ``rollout``: one list-scheduling pass, no simulation until the end (HEFT-like: each group
+  placed where it ends first). Groups are taken when their producers are placed, the one whose
+  inputs are ready first. Each undecided group takes, of the candidate actions that fit by the
+  memory estimate (:meth:`TagProblem.need`), the one with the lowest estimated end plus
+  synchronization. The candidates: data parallelism over the union, or inside one of its device
+  groups, or as one of its producers; for a group with parameters shared with no other group,
+  also the parameter split (``tensor_parallel``) over the union. The estimate keeps when each
+  device group is free: a group starts when its device groups are free and its inputs have
+  arrived (a producer's output, the share held outside the two subsets' common GPUs, over the
+  slowest link between them), and computes for its forward + backward seconds split evenly over
+  the subset's GPUs (the slowest one sets the pace). Its synchronization: a ring all-reduce of its
+  parameters over the subset when data parallel; for a parameter shared by several groups (an
+  LSTM layer's steps, one ``param_key``), over the union of every device group running it, so the
+  steps of a layer stay together; under ``tensor_parallel`` its inputs and outputs are gathered
+  over the subset instead. Parameter-heavy layers over slow links thus leave the network, slow
+  GPUs are left out, an embedding table is split, and the layers of a recurrent model spread
+  over the machines as a wavefront.
 
 Each completion is a full decision list, simulated once (cached per completed plan); the partial
 plan's :class:`TagEval` is the best one's, and its ``decisions`` the full list that reproduces it
@@ -84,6 +95,7 @@ Nothing here deep-copies anything.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import OrderedDict
@@ -105,7 +117,7 @@ from placement_rl.plan import (
     tensor_parallel_regions,
     zero_holders,
 )
-from placement_rl.plan.constructors import _balanced_stages, _nonempty_cuts, _stage_config
+from placement_rl.plan.constructors import _stage_config, light_cuts
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import runtime_feedback
 from placement_rl.sim.simulator import DEFAULT_COST_MODEL, EdgeArrays, OpArrays, SimContext, _CompiledOp
@@ -175,16 +187,24 @@ class DeviceGroup:
 
 
 def device_groups(topology: DeviceTopology, grouping: str = "machine") -> tuple[DeviceGroup, ...]:
-    """The device groups of ``topology``: its machines, or its GPU types, in order of first appearance.
+    """The device groups of ``topology``, in order of first appearance: its machines (a machine with
+    several GPU types split into one group per type, named ``machine/type``), or its GPU types.
 
     Raises:
         ValueError: for an unknown ``grouping``.
     """
     if grouping not in DEVICE_GROUPINGS:
         raise ValueError(f"device grouping {grouping!r}; expected one of {list(DEVICE_GROUPINGS)}")
+    if grouping == "gpu_type":
+        keys = [d.device_type for d in topology.devices]
+    else:
+        types: dict[str, set[str]] = {}
+        for d in topology.devices:
+            types.setdefault(d.machine, set()).add(d.device_type)
+        keys = [d.machine if len(types[d.machine]) == 1 else f"{d.machine}/{d.device_type}" for d in topology.devices]
     by: dict[str, list[str]] = {}
-    for d in topology.devices:
-        by.setdefault(d.machine if grouping == "machine" else d.device_type, []).append(d.name)
+    for key, d in zip(keys, topology.devices, strict=True):
+        by.setdefault(key, []).append(d.name)
     return tuple(DeviceGroup(name, tuple(devs)) for name, devs in by.items())
 
 
@@ -291,6 +311,18 @@ def better(a: TagEval, b: TagEval) -> bool:
     return a.makespan_s < b.makespan_s
 
 
+@dataclass
+class _RolloutState:
+    """The rollout's bookkeeping: when each device group is free (``(K,)`` seconds), when each op group
+    ends (``(G,)`` seconds), which subset first took each shared parameter (``param_key``) and the
+    memory estimate of the groups placed so far (``(D,)`` bytes, :meth:`TagProblem.need`)."""
+
+    free_s: np.ndarray
+    end_s: np.ndarray
+    key_subset: dict[str, int]
+    used_bytes: np.ndarray
+
+
 #: One group's completed choice: (subset index, option index, parameter-server turn).
 Choice = tuple[int, int, int]
 
@@ -391,13 +423,34 @@ class TagProblem:
         self._union: dict[frozenset[int], int] = {}
         self._gpipe: set[tuple[Choice, ...]] = set()  # pipelined plans 1F1B cannot order
         self._batch_divisors: list[int] | None = None
+        self._cuts: OrderedDict[tuple[int, tuple[int, ...]], list[int]] = OrderedDict()
         self._subset_stats: dict[int, tuple[float, float, int]] = {}
         self.capacity_bytes = np.array([d.memory_bytes for d in topology.devices], dtype=np.float64)
         index = {op.name: i for i, op in enumerate(groups.ops)}
-        self._io_bytes = np.zeros(groups.num_ops)  # bytes in and out of each group (the rollout's estimate)
+        self._edge_bytes: dict[tuple[int, int], float] = {}  # bytes from group to group (the rollout's estimate)
         for t in groups.tensors:
-            self._io_bytes[index[t.src]] += t.num_bytes
-            self._io_bytes[index[t.dst]] += t.num_bytes
+            key = (index[t.src], index[t.dst])
+            self._edge_bytes[key] = self._edge_bytes.get(key, 0.0) + t.num_bytes
+        self._io_bytes = np.zeros(groups.num_ops)  # bytes in and out of each group
+        for (src, dst), num_bytes in self._edge_bytes.items():
+            self._io_bytes[src] += num_bytes
+            self._io_bytes[dst] += num_bytes
+        self._pair_link: dict[tuple[int, int], tuple[float, float]] = {}
+        shared: dict[str, int] = {}
+        for op in graph.ops:
+            if op.param_key is not None and op.param_bytes > 0:
+                shared[op.param_key] = shared.get(op.param_key, 0) + 1
+        self._group_keys: list[list[tuple[str, float]]] = []  # each group's parameters shared with other ops
+        self._own_bytes = np.zeros(groups.num_ops)  # and its parameter bytes shared with none
+        for g, m in enumerate(self._members):
+            keys: dict[str, float] = {}
+            for i in m.tolist():
+                op = graph.ops[i]
+                if op.param_key is not None and shared.get(op.param_key, 0) > 1:
+                    keys[op.param_key] = max(keys.get(op.param_key, 0.0), float(op.param_bytes))
+                else:
+                    self._own_bytes[g] += op.param_bytes
+            self._group_keys.append(sorted(keys.items()))
         self._all_groups = self.subsets.index(tuple(range(len(self.device_groups))))
         self._all_reduce = self.options.index("all_reduce")
         self._server = self.options.index("parameter_server") if "parameter_server" in self.options else -1
@@ -516,7 +569,41 @@ class TagProblem:
 
     def _union_subset(self, decisions: Sequence[int]) -> int:
         """The smallest kept subset holding every device group the decisions use (all groups when none)."""
-        used = frozenset(k for a in decisions for k in self.subsets[int(a) // self.num_options])
+        return self._union_subset_of(frozenset(k for a in decisions for k in self.subsets[int(a) // self.num_options]))
+
+    def _stats(self, subset: int) -> tuple[float, float, int]:
+        """(even-split speed: GPUs x the slowest GPU's peak FLOP/s over the fastest device's, slowest
+        link in B/s, GPUs) of a subset."""
+        found = self._subset_stats.get(subset)
+        if found is None:
+            ids = [self._device_index[n] for n in self._subset_devices[subset]]
+            peak = max(d.peak_flops for d in self.topology.devices)
+            speed = len(ids) * min(self.topology.devices[i].peak_flops for i in ids) / peak
+            bw = self.topology.bandwidth_matrix()[np.ix_(ids, ids)]
+            off = bw[~np.eye(len(ids), dtype=bool)]
+            found = (speed, float(off.min()) if off.size else math.inf, len(ids))
+            self._subset_stats[subset] = found
+        return found
+
+    def _link_s(self, num_bytes: float, a: int, b: int) -> float:
+        """Seconds to move a tensor of ``num_bytes`` split evenly over subset ``a``'s GPUs to the same
+        split over ``b``'s: the share held by GPUs outside the two subsets' intersection, over the
+        slowest link of their union (0 when equal)."""
+        if a == b or num_bytes <= 0:
+            return 0.0
+        key = (a, b) if a < b else (b, a)
+        found = self._pair_link.get(key)
+        if found is None:
+            devs_a, devs_b = set(self._subset_devices[a]), set(self._subset_devices[b])
+            moved = 1.0 - len(devs_a & devs_b) / len(devs_a | devs_b)
+            bw = self._stats(self._union_subset_of(frozenset(self.subsets[a]) | frozenset(self.subsets[b])))[1]
+            found = (moved, bw)
+            self._pair_link[key] = found
+        moved, bw = found
+        return moved * num_bytes / bw if math.isfinite(bw) else 0.0
+
+    def _union_subset_of(self, used: frozenset[int]) -> int:
+        """The smallest kept subset holding the device groups ``used`` (all groups when empty)."""
         found = self._union.get(used)
         if found is None:
             if not used:
@@ -527,51 +614,92 @@ class TagProblem:
             self._union[used] = found
         return found
 
-    def _stats(self, subset: int) -> tuple[float, float, int]:
-        """(summed peak FLOP/s over the fastest device's, slowest link in B/s, GPUs) of a subset."""
-        found = self._subset_stats.get(subset)
-        if found is None:
-            ids = [self._device_index[n] for n in self._subset_devices[subset]]
-            peak = max(d.peak_flops for d in self.topology.devices)
-            speed = sum(self.topology.devices[i].peak_flops for i in ids) / peak
-            bw = self.topology.bandwidth_matrix()[np.ix_(ids, ids)]
-            off = bw[~np.eye(len(ids), dtype=bool)]
-            found = (speed, float(off.min()) if off.size else math.inf, len(ids))
-            self._subset_stats[subset] = found
-        return found
-
-    def _estimate_s(self, g: int, subset: int, union: int) -> float:
-        """The rollout's estimate of group ``g`` data parallel over ``subset`` inside ``union``:
-        compute, a ring all-reduce of its parameters, and (when ``subset`` is smaller than ``union``)
-        its input and output tensors forward and backward over the union's slowest link."""
-        speed, bw, n = self._stats(subset)
-        t = float(self.compute_s[g]) / speed
-        params = self.groups.ops[g].param_bytes
-        if n > 1 and params:
-            t += 2.0 * (n - 1) / n * params / bw
-        u_speed, u_bw, u_n = self._stats(union)
-        if n < u_n and math.isfinite(u_bw):
-            t += 2.0 * self._io_bytes[g] * (1.0 - n / u_n) / u_bw
-        return t
-
     def _rollout(self, decisions: tuple[int, ...], union: int) -> tuple[int, ...]:
-        """The ``rollout`` completion (module docstring): one pass in graph order, no simulation."""
+        """The ``rollout`` completion (module docstring): one list-scheduling pass, no simulation.
+        Groups are taken when their producers are placed, the one whose inputs are ready first
+        (ties in graph order); each undecided group takes, of the candidate actions that fit by the
+        memory estimate (:meth:`need`; all when none does), the one that ends it first by an
+        estimate (:meth:`_estimate`); decided groups only occupy their device groups."""
         no, ar = self.num_options, self._all_reduce
-        assigned = {int(self.order[k]): int(a) for k, a in enumerate(decisions)}
+        tp = self.options.index("tensor_parallel") if "tensor_parallel" in self.options else -1
+        decided = {int(self.order[k]): int(a) for k, a in enumerate(decisions)}
         members = self.subsets[union]
-        flops = [sum(self.topology.device(n).peak_flops for n in self.device_groups[k].devices) for k in members]
-        single = self.subsets.index((members[int(np.argmax(flops))],))
-        dp, one = union * no + ar, single * no + ar
-        out_bytes = self.groups.arrays.output_bytes
-        for g in range(self.num_groups):
-            if g in assigned:
-                continue
-            if self.groups.ops[g].param_bytes > 0:
-                assigned[g] = one if self._estimate_s(g, single, union) < self._estimate_s(g, union, union) else dp
-                continue
-            producers = [p for p in self.groups.predecessors[g] if p in assigned]
-            assigned[g] = assigned[max(producers, key=lambda p: (out_bytes[p], -p))] if producers else dp
+        singles = [self.subsets.index((k,)) for k in members]
+        dp = union * no + ar
+        assigned: dict[int, int] = {}
+        state = _RolloutState(
+            np.zeros(len(self.device_groups)), np.zeros(self.num_groups), {}, np.zeros(self.topology.num_devices)
+        )
+        waiting = np.array([len(set(self.groups.predecessors[g])) for g in range(self.num_groups)])
+        ready = [(0.0, g) for g in range(self.num_groups) if waiting[g] == 0]
+        heapq.heapify(ready)
+        while ready:
+            _, g = heapq.heappop(ready)
+            if g in decided:
+                candidates = [decided[g]]
+            else:  # data parallel over the union or one of its device groups, or as a producer
+                producers = [assigned[p] for p in self.groups.predecessors[g] if p in assigned]
+                candidates = list(dict.fromkeys([dp, *(k * no + ar for k in singles if k != union), *producers]))
+                if tp >= 0 and len(self._subset_devices[union]) > 1 and self._own_bytes[g] > 0:
+                    if not self._group_keys[g]:
+                        candidates.append(union * no + tp)
+                fits = [a for a in candidates if (state.used_bytes + self.need(g, a) <= self.capacity_bytes).all()]
+                candidates = fits or candidates
+            costs = [self._estimate(g, a, state, assigned) for a in candidates]
+            best = int(np.argmin([c[0] for c in costs]))
+            assigned[g] = candidates[best]
+            self._occupy(g, candidates[best], costs[best][1], state)
+            state.used_bytes += self.need(g, candidates[best])
+            for c in set(self.groups.successors[g]):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    inputs = max(float(state.end_s[p]) for p in set(self.groups.predecessors[c]))
+                    heapq.heappush(ready, (inputs, c))
         return tuple(assigned[int(g)] for g in self.order)
+
+    def _estimate(self, g: int, action: int, state: _RolloutState, assigned: dict[int, int]) -> tuple[float, float]:
+        """The rollout's (cost, end) of group ``g`` under ``action``: it starts when its subset's device
+        groups are free and its inputs have arrived (a producer's output crosses the slowest link
+        between their subsets when they differ), computes for its forward + backward seconds split
+        evenly over the subset's GPUs; the cost adds the synchronization its parameters then need: a
+        ring all-reduce over the subset when data parallel (a parameter shared with other groups, a
+        ``param_key``, by the first group that takes it), and over the union with the device groups
+        already holding a shared parameter when this subset adds to them. Split along a parameter
+        dimension (``tensor_parallel``), its input and output tensors are gathered over the subset,
+        forward and backward, before it ends."""
+        s, o = divmod(action, self.num_options)
+        speed, bw, n = self._stats(s)
+        begin = max((state.free_s[k] for k in self.subsets[s]), default=0.0)
+        for p in self.groups.predecessors[g]:
+            a = assigned.get(p)
+            if a is not None:
+                arrive = state.end_s[p] + self._link_s(self._edge_bytes.get((p, g), 0.0), a // self.num_options, s)
+                begin = max(begin, arrive)
+        end = begin + float(self.compute_s[g]) / speed
+        sync = 0.0
+        replicated = self.options[o] in ("all_reduce", "parameter_server", "fsdp")
+        if n > 1 and replicated:
+            sync += 2.0 * (n - 1) / n * self._own_bytes[g] / bw
+        elif n > 1 and self.options[o] == "tensor_parallel" and (self._own_bytes[g] > 0 or self._group_keys[g]):
+            end += 2.0 * (n - 1) / n * self._io_bytes[g] / bw  # activations gathered, forward and backward
+        for key, key_bytes in self._group_keys[g]:
+            holder = state.key_subset.get(key, s)
+            if holder != s:  # every device group holding the key synchronizes it
+                both = self._union_subset_of(frozenset(self.subsets[holder]) | frozenset(self.subsets[s]))
+                if both != holder:
+                    _, kbw, kn = self._stats(both)
+                    sync += 2.0 * (kn - 1) / kn * key_bytes / kbw
+            elif key not in state.key_subset and n > 1 and replicated:
+                sync += 2.0 * (n - 1) / n * key_bytes / bw
+        return end + sync, end
+
+    def _occupy(self, g: int, action: int, end_s: float, state: _RolloutState) -> None:
+        s = action // self.num_options
+        for k in self.subsets[s]:
+            state.free_s[k] = end_s
+        state.end_s[g] = end_s
+        for key, _ in self._group_keys[g]:
+            state.key_subset.setdefault(key, s)
 
     # ----------------------------------------------------------------- configs
     def group_config(self, g: int, choice: Choice) -> OpConfig:
@@ -663,18 +791,17 @@ class TagProblem:
         """Fill ``configs`` for the ops of each pipeline (subset -> op indices) and return the
         micro-batches (module docstring); ``configs`` holds every other op's configuration."""
         stages: list[tuple[tuple[str, ...], list[int]]] = []
-        most = 1
+        most, widest = 1, 1
         for s, ops in pipelines.items():
             ops = sorted(ops)
             groups = [self.device_groups[k].devices for k in self.subsets[s]]
             S = min(len(groups), len(ops))
             groups = groups[:S]
-            work = self.graph.arrays.forward_flops[ops] + self.graph.arrays.backward_flops[ops]
-            speed = np.array([sum(self.topology.device(n).peak_flops for n in devs) for devs in groups])
-            cuts = _nonempty_cuts(_balanced_stages(work, speed), S)
+            speed = [sum(self.topology.device(n).peak_flops for n in devs) for devs in groups]
+            cuts = self._stage_cuts(s, tuple(ops), speed)
             stages += [(groups[k], ops[cuts[k] : cuts[k + 1]]) for k in range(S)]
-            most = max(most, S)
-        for m in self._micro_batch_candidates(most):
+            most, widest = max(most, S), max(widest, *(len(devs) for devs in groups))
+        for m in self._micro_batch_candidates(most, widest):
             for devs, ops in stages:
                 for i in ops:
                     configs[i] = _stage_config(self.graph.ops[i], devs, m)
@@ -682,16 +809,37 @@ class TagProblem:
                 return m
         return 1  # pragma: no cover (m = 1 is always a candidate)
 
-    def _micro_batch_candidates(self, stages: int) -> list[int]:
-        """Micro-batch counts to try for ``stages`` stages: divisors of every sample dimension, the
-        fewest at least ``2 * stages`` first, then fewer ones, down to 1."""
+    def _stage_cuts(self, subset: int, ops: tuple[int, ...], speed: list[float]) -> list[int]:
+        """Cut positions (into ``ops``) of the pipeline over ``subset``'s device groups (cached)."""
+        key = (subset, ops)
+        found = self._cuts.get(key)
+        if found is None:
+            S = len(speed)
+            if S == 1:
+                found = [0, len(ops)]
+            elif len(ops) == self.graph.num_ops:
+                found = light_cuts(self.graph, S, speed)
+            else:
+                found = light_cuts(self.graph.subgraph([self.graph.ops[i].name for i in ops]), S, speed)
+            self._cuts[key] = found
+            while len(self._cuts) > _EVAL_CACHE:
+                self._cuts.popitem(last=False)
+        return found
+
+    def _micro_batch_candidates(self, stages: int, widest: int = 1) -> list[int]:
+        """Micro-batch counts to try for ``stages`` stages of at most ``widest`` GPUs: divisors of
+        every sample dimension, the fewest at least ``4 * stages`` first, then fewer ones, down to 1;
+        those whose micro-batch splits evenly over ``widest`` GPUs before the others."""
         if stages <= 1:
             return [1]
         if self._batch_divisors is None:
             sizes = [op.sample_dim.size for op in self.graph.ops if op.sample_dim is not None]
             self._batch_divisors = _divisors(math.gcd(*sizes)) if sizes else [1]
         divisors = self._batch_divisors
-        return [d for d in divisors if d >= 2 * stages] + [d for d in reversed(divisors) if d < 2 * stages]
+        batch = divisors[-1]
+        ordered = [d for d in divisors if d >= 4 * stages] + [d for d in reversed(divisors) if d < 4 * stages]
+        even = [d for d in ordered if (batch // d) % widest == 0]
+        return even + [d for d in ordered if d not in even]
 
     def _schedule_valid(self, configs: Sequence[OpConfig | None], m: int) -> bool:
         plan = Plan(

@@ -63,6 +63,16 @@ def test_subsets_rule_singletons_then_fastest_prefixes_then_by_size() -> None:
         device_groups(topo, "rack")
 
 
+def test_a_machine_with_two_gpu_types_is_one_device_group_per_type() -> None:
+    from placement_rl.planted import build_instance
+
+    topo = build_instance("straggler").topology  # 7 V100s and a K80 in one machine
+    groups = device_groups(topo)
+    assert [g.name for g in groups] == ["m0/V100-SXM2-16GB", "m0/K80"]
+    assert [len(g.devices) for g in groups] == [7, 1]
+    assert {topo.device(n).device_type for n in groups[0].devices} == {"V100-SXM2-16GB"}
+
+
 def test_no_decision_is_data_parallelism(lenet_testbed: TagProblem) -> None:
     p = lenet_testbed
     dp = simulate(p.graph, p.topology, data_parallel(p.graph, p.topology))
