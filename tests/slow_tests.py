@@ -44,6 +44,15 @@ SLOW: dict[str, tuple[str, ...]] = {
         *(f"rnnlm-options1-tag-testbed-0-500-{m}" for m in _DELTA_MODES),  # 4-13 s
         *(f"transformer-options2-h100-2x8-60-400-{m}" for m in _DELTA_MODES),  # 3-13 s
     ),
+    # a planted instance built (a zoo model or a CNN imported) and its completion simulated, 0.5-2.2 s idle each
+    "tests/search/test_tag_mcts.py::test_completion_sees_the_planted_plan": (
+        "slow_links_fc-None",
+        "mixed_gpus-None",
+        "straggler-None",
+        "zero_fit-None",
+        "pipeline_deep-pipeline",
+        "fits_only_split-pipeline",
+    ),
     "tests/test_coarsen.py::test_every_op_in_exactly_one_group": (
         "gnmt-60",  # 35 s
         "inception_v3-60",  # 13 s

@@ -400,3 +400,39 @@ def test_padded_sizes_name_the_key_and_agents_size_them_from_the_instance() -> N
         "placement_rl/Placement-v0", config={**small, "max_edges": None, "max_devices": 16, "generator": instance}
     )
     assert tag.observation_space["edge_mask"].shape == (6 * 16,)
+
+
+@pytest.mark.parametrize(
+    ("kind", "depth_one"),
+    [
+        ("slow_links_fc", None),  # the FC head leaves the network for one GPU
+        ("mixed_gpus", None),  # data parallel on the fast machine only
+        ("recurrent_shared", None),  # an LSTM layer per machine, its steps together (one param_key)
+        ("straggler", None),  # the K80 is its own device group, and left out
+        ("embedding_heavy", None),  # the table split along its columns
+        ("zero_fit", None),
+        ("pipeline_deep", "pipeline"),  # one pipeline decision: stages cut between layers
+        ("fits_only_split", "pipeline"),
+    ],
+)
+def test_completion_sees_the_planted_plan(kind: str, depth_one: str | None) -> None:
+    """The planted instances' good plans are visible without search: at the root (the rollout
+    completion), or one decision below it (a whole-model pipeline over every machine)."""
+    from placement_rl.planted import build_instance
+
+    inst = build_instance(kind)
+    problem = TagProblem.for_graph(inst.graph, inst.topology)
+    dp = problem.evaluate(())
+    decisions = (
+        ()
+        if depth_one is None
+        else (problem.action(problem.subsets.index(tuple(range(len(problem.device_groups)))), depth_one),)
+    )
+    found = problem.evaluate(decisions)
+    assert not found.oom
+    assert inst.speed_ratio(found.makespan_s) >= 0.9, (kind, found.makespan_s, inst.planted_makespan_s)
+    if depth_one is None:
+        assert problem.baseline.oom or inst.speed_ratio(problem.baseline.makespan_s) < 0.7  # far from DP
+        assert found.makespan_s == dp.makespan_s
+    # the score is a real plan: simulated as a whole it is the same
+    assert simulate(inst.graph, inst.topology, problem.plan(decisions)).makespan_s == pytest.approx(found.makespan_s)
