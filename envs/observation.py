@@ -24,14 +24,17 @@ field                 dtype, shape                          contents
 ===================== ===================================== =========================================
 
 With the TAG action space (``action_space="tag"``) the observation also has TAG's Table 1 fields
-over ``K = max_device_groups`` device groups and ``S = max_subsets`` device-group subsets (the
-action ``a = s * 4 + o`` puts the current group on subset ``s`` with option ``o``):
+over ``K = max_device_groups`` device groups, ``S = max_subsets`` device-group subsets and the
+``O`` replication options of the env's ``tag_options`` (4, TAG's, by default; 7 with
+``extended``): the action ``a = s * O + o`` puts the current group on subset ``s`` with option
+``o``:
 
 ===================== ===================================== =========================================
 field                 dtype, shape                          contents
 ===================== ===================================== =========================================
-``node_option``       float32 ``(max_nodes, 4)``            one-hot of each group's replication option
-                                                            in the completed partial plan (TAG's rule)
+``node_option``       float32 ``(max_nodes, O)``            one-hot of each group's replication option
+                                                            in the completed partial plan (the options'
+                                                            action order)
 ``node_placement``    float32 ``(max_nodes, K)``            1 for each device group a group's plan uses
 ``group_features``    float32 ``(K, GROUP_DIM)``            per device group, :data:`GROUP_FEATURES`
 ``group_mask``        int8 ``(K,)``                         1 for real device groups
@@ -71,6 +74,7 @@ import numpy as np
 
 from placement_rl.graph import OpGraph
 from placement_rl.ops import OBSERVATION_FAMILIES, observation_family
+from placement_rl.plan import TAG_OPTIONS
 from placement_rl.search.tag import TagEval, TagProblem, group_compute_s
 from placement_rl.sim.cost import CostModel
 from placement_rl.topology import DeviceTopology
@@ -128,8 +132,9 @@ GROUP_FEATURES: tuple[str, ...] = (
 GROUP_DIM = len(GROUP_FEATURES)
 #: Column of each device-group feature in ``group_features``, by name.
 GROUP_COL: dict[str, int] = {name: i for i, name in enumerate(GROUP_FEATURES)}
-#: Columns of ``node_option``: TAG's replication options (:data:`placement_rl.plan.TAG_OPTIONS` order).
-NUM_TAG_OPTIONS = 4
+#: Columns of ``node_option`` by default: TAG's replication options (:data:`placement_rl.plan.TAG_OPTIONS`
+#: order). A layout's own count is :attr:`Layout.num_options` (the env's ``tag_options``).
+NUM_TAG_OPTIONS = len(TAG_OPTIONS)
 
 
 def op_family(op_type: str) -> int:
@@ -155,6 +160,8 @@ class Layout:
     max_subsets: int = 0
     #: ``node_memory_gib`` (one-shot mode with the hard memory mask): each node's memory need.
     node_memory: bool = False
+    #: TAG fields: the replication options ``O`` (columns of ``node_option``; actions ``S * O``).
+    num_options: int = NUM_TAG_OPTIONS
 
     def space(self) -> gym.spaces.Dict:
         n, e, d = self.max_nodes, self.max_edges, self.max_devices
@@ -185,7 +192,7 @@ class Layout:
             k, s = self.max_device_groups, self.max_subsets
             spaces.update(
                 {
-                    "node_option": box((n, NUM_TAG_OPTIONS)),
+                    "node_option": box((n, self.num_options)),
                     "node_placement": box((n, k)),
                     "group_features": box((k, GROUP_DIM)),
                     "group_mask": mask((k,)),
@@ -277,9 +284,15 @@ def tag_static_arrays(problem: TagProblem, layout: Layout) -> dict[str, np.ndarr
     """The TAG fields that do not change during an episode (device groups, subsets), padded.
 
     Raises:
-        ValueError: if the instance has more device groups or subsets than ``layout`` allows.
+        ValueError: if the instance has more device groups or subsets than ``layout`` allows, or
+            ``problem`` has another number of options than ``layout``.
     """
     K, S = len(problem.device_groups), len(problem.subsets)
+    if problem.num_options != layout.num_options:
+        raise ValueError(
+            f"the TAG problem has {problem.num_options} options {list(problem.options)}; the observation layout "
+            f"has {layout.num_options} (node_option columns)"
+        )
     if K > layout.max_device_groups:
         raise ValueError(
             f"topology {problem.topology.name!r} has {K} device groups (by {problem.device_grouping}); the env "
@@ -326,7 +339,7 @@ def tag_dynamic_arrays(
     share, and the search progress."""
     G = problem.num_groups
     choices = problem.complete(decisions)
-    option = np.zeros((layout.max_nodes, NUM_TAG_OPTIONS), np.float32)
+    option = np.zeros((layout.max_nodes, layout.num_options), np.float32)
     placement = np.zeros((layout.max_nodes, layout.max_device_groups), np.float32)
     slices = obs["slice_placement"]
     for g, (s_, o, _) in enumerate(choices):

@@ -1,9 +1,12 @@
 """TAG's heterogeneous GNN prior (seed 001, sec. 4.2.1, Table 1, Fig. 2) as a torch module and an RLModule.
 
 It scores the actions of ``placement_rl/Placement-v0`` with ``action_space="tag"``: action
-``a = s * 4 + o`` puts the group being decided (the node with ``current == 1``) on device-group
-subset ``s`` with replication option ``o`` (:data:`placement_rl.plan.TAG_OPTIONS` order). The tree
-search takes the softmax over the valid actions as its prior ``G(s, a)``.
+``a = s * O + o`` puts the group being decided (the node with ``current == 1``) on device-group
+subset ``s`` with replication option ``o`` of the env's ``tag_options`` (``O = 4``,
+:data:`placement_rl.plan.TAG_OPTIONS` order, by default; ``O = 7`` with ``extended``). The module
+reads ``O`` from the observation space (the columns of ``node_option``); with 4 its parameters are
+those of the 4-option prior. The tree search takes the softmax over the valid actions as its prior
+``G(s, a)``.
 
 **Graph.** Two node types and five relations, built per sample from the padded observation
 (:mod:`placement_rl.envs.observation`; padding rows, edges and groups are dropped):
@@ -55,7 +58,7 @@ Sizes come from :class:`TagGNNConfig`; :data:`PRESETS` holds ``default`` (hidden
 placement_rl.policies.tag`` prints their parameter counts and the ms per call.
 
 Shapes: ``B`` batch, ``N`` op-group slots, ``E`` edge slots, ``K`` device-group slots, ``S``
-subset slots, ``H`` hidden; ``A = 4 * S`` actions.
+subset slots, ``O`` options, ``H`` hidden; ``A = O * S`` actions.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ from placement_rl.envs.observation import (
     OP_FAMILIES,
 )
 from placement_rl.errors import SchemaError
+from placement_rl.plan import TAG_OPTIONS
 
 #: Logit of an invalid action: exp(-1e9 - max) is exactly 0 in float32, and nothing overflows.
 MASK_LOGIT = -1e9
@@ -148,8 +152,18 @@ _OP_LOG_COLS = torch.tensor(
 _DEV_LOG_COLS = torch.tensor([name != "idle_fraction" for name in GROUP_FEATURES])
 _GPU_COUNT, _PEAK_TFLOPS = GROUP_COL["gpu_count"], GROUP_COL["peak_tflops"]
 _PEAK_MEMORY = GROUP_COL["peak_memory_fraction"]
-#: Op-group input width: the node features, compute and finish over the sample's latest, option, progress.
-OP_IN = NODE_DIM + 2 + NUM_TAG_OPTIONS + 1
+#: The option column masked on one-GPU subsets by :func:`synthetic_observation`.
+_MODEL_PARALLEL = TAG_OPTIONS.index("model_parallel")
+
+
+def op_in(num_options: int = NUM_TAG_OPTIONS) -> int:
+    """Op-group input width: the node features, compute and finish over the sample's latest, the
+    ``num_options`` option one-hot, progress."""
+    return NODE_DIM + 2 + num_options + 1
+
+
+#: Op-group input width with TAG's four options.
+OP_IN = op_in()
 #: Device-group input width: the group features, over memory, share of the cluster's TFLOP/s, progress.
 DEV_IN = GROUP_DIM + 3
 #: RLlib puts these into every ``model_config`` (``DefaultModelConfig`` and algorithms' auto-includes).
@@ -223,13 +237,13 @@ class HeteroBatch:
     relation ``r``), each addressed by rows of the fused tables of :class:`HeteroEdgeGATLayer`.
 
     Attributes:
-        x_op: (n_op, OP_IN) op-group inputs.
+        x_op: (n_op, op_in(O)) op-group inputs.
         x_dev: (n_dev, DEV_IN) device-group inputs.
         op_rows: (B * N,) bool, the real slots of ``node_mask`` in flat order (so ``x_op`` is
             ``padded.reshape(B * N, -1)[op_rows]``); ``dev_rows`` (B * K,) likewise for groups.
         edge_attr: per edge kind (:data:`EDGE_KINDS`), (M_r, F) edge inputs in the order of each
             relation of that kind: ``tensor`` (log1p MiB), ``link`` (log1p GB/s), ``placement``
-            (the op group's option one-hot).
+            (the op group's option one-hot, ``O`` wide).
         sizes: per relation, its edge count ``M_r``; ``M = sum(sizes)``.
         src_row: (M,) row of each edge's source in the layer's source table.
         dst_row: (M,) row of each edge's (relation, destination) pair in the query table: the
@@ -268,7 +282,7 @@ def build_graph(obs: Mapping[str, torch.Tensor]) -> HeteroBatch:
     progress = obs["progress"].float().reshape(B, 1, 1)
     op_rows, dev_rows = node_mask.reshape(-1), group_mask.reshape(-1)
 
-    # Op-group inputs, padded (B, N, OP_IN), then the real rows.
+    # Op-group inputs, padded (B, N, op_in(O)), then the real rows.
     nf = nf.clamp(min=0.0) * node_mask.unsqueeze(-1)
     times = nf[..., [COL_COMPUTE_MS, COL_FINISH_MS]]
     op_in = torch.cat(
@@ -397,24 +411,33 @@ class HeteroEdgeGATLayer(nn.Module):
 class TagGNN(nn.Module):
     """TAG's heterogeneous GNN with the slice decoder and a value head (see the module docstring).
 
+    Args:
+        config: the sizes.
+        num_options: ``O``, the replication options per subset (the env's ``tag_options``: 4 or 7);
+            it sizes the op-group encoder's input, the placement-edge encoder and the option
+            embedding. With 4, the parameters are exactly the 4-option prior's (its checkpoints load).
+
     Shapes:
         - input: a padded observation batch, the :data:`OBS_KEYS` fields with a leading ``B``
-          (``node_features`` (B, N, NODE_DIM), ``action_mask`` (B, 4 * S), ...)
-        - output: ``(logits (B, 4 * S), values (B,))``; invalid actions have logit :data:`MASK_LOGIT`
+          (``node_features`` (B, N, NODE_DIM), ``node_option`` (B, N, O), ``action_mask`` (B, O * S), ...)
+        - output: ``(logits (B, O * S), values (B,))``; invalid actions have logit :data:`MASK_LOGIT`
     """
 
-    def __init__(self, config: TagGNNConfig | None = None) -> None:
+    def __init__(self, config: TagGNNConfig | None = None, num_options: int = NUM_TAG_OPTIONS) -> None:
         super().__init__()
+        if isinstance(num_options, bool) or not isinstance(num_options, int) or num_options < 1:
+            raise ValueError(f"TagGNN: num_options = {num_options!r}; expected an integer >= 1")
         self.config = cfg = config or TagGNNConfig()
+        self.num_options = num_options
         H = cfg.hidden
-        self.op_encoder = _encoder(OP_IN, H)
+        self.op_encoder = _encoder(op_in(num_options), H)
         self.dev_encoder = _encoder(DEV_IN, H)
         Fe = cfg.edge_hidden or H
         self.edge_encoders = nn.ModuleDict(
             {
                 "tensor": _encoder(1, Fe),
                 "link": _encoder(1, Fe),
-                "placement": nn.Linear(NUM_TAG_OPTIONS, Fe, bias=False),  # an embedding of the option
+                "placement": nn.Linear(num_options, Fe, bias=False),  # an embedding of the option
             }
         )
         self.layers = nn.ModuleList([HeteroEdgeGATLayer(H, cfg.heads, Fe, cfg.dropout) for _ in range(cfg.layers)])
@@ -427,12 +450,22 @@ class TagGNN(nn.Module):
         self.dec_current = nn.Linear(H, D)
         self.dec_subset = nn.Linear(H, D, bias=False)
         self.dec_readout = nn.Linear(2 * H, D, bias=False)
-        self.option_embedding = nn.Parameter(torch.randn(NUM_TAG_OPTIONS, D) * 0.1)
+        self.option_embedding = nn.Parameter(torch.randn(num_options, D) * 0.1)
         self.dec_out = nn.Sequential(nn.ReLU(), nn.Linear(D, D), nn.ReLU(), nn.Linear(D, 1))
         self.value_mlp = nn.Sequential(nn.Linear(2 * H, D), nn.ReLU(), nn.Linear(D, 1)) if cfg.value_head else None
 
     def embed(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, HeteroBatch]:
-        """Final op-group and device-group embeddings ``(n_op, H)``, ``(n_dev, H)`` and the graph."""
+        """Final op-group and device-group embeddings ``(n_op, H)``, ``(n_dev, H)`` and the graph.
+
+        Raises:
+            ValueError: when ``node_option`` has another width than :attr:`num_options`.
+        """
+        width = obs["node_option"].shape[-1]
+        if width != self.num_options:
+            raise ValueError(
+                f"TagGNN built for {self.num_options} TAG options got observations with {width} (node_option "
+                "columns); the env's tag_options must be the one the module was built for"
+            )
         g = build_graph(obs)
         h = {"op": self.op_encoder(g.x_op), "dev": self.dev_encoder(g.x_dev)}
         if not self.layers:
@@ -452,7 +485,7 @@ class TagGNN(nn.Module):
         return h["op"], h["dev"], g
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masked logits (B, 4 * S) and values (B,) (zeros without the value head)."""
+        """Masked logits (B, O * S) and values (B,) (zeros without the value head)."""
         logits, readout = self.logits_and_readout(obs)
         return logits, self.value(readout)
 
@@ -463,7 +496,7 @@ class TagGNN(nn.Module):
         return self.value_mlp(readout).squeeze(-1)
 
     def logits_and_readout(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masked logits (B, 4 * S) and the graph readout (B, 2H): mean op-group ++ mean device-group embedding."""
+        """Masked logits (B, O * S) and the graph readout (B, 2H): mean op-group ++ mean device-group embedding."""
         h_op, h_dev, g = self.embed(obs)
         node_mask = obs["node_mask"] > 0
         B, N = node_mask.shape
@@ -488,7 +521,7 @@ class TagGNN(nn.Module):
             (self.dec_current(h_cur) + self.dec_readout(readout))[:, None, None, :]
             + self.dec_subset(mix).unsqueeze(2)
             + self.option_embedding[None, None]
-        )  # (B, S, 4, D)
+        )  # (B, S, O, D)
         raw = self.dec_out(z).reshape(B, -1)
         return torch.where(obs["action_mask"] > 0, raw, torch.full_like(raw, MASK_LOGIT)), readout
 
@@ -501,7 +534,9 @@ def count_parameters(module: nn.Module) -> int:
 class TagRLModule(TorchRLModule, ValueFunctionAPI):
     """TAG's GNN prior as an RLlib new-API-stack module, with a value head (:class:`ValueFunctionAPI`).
 
-    Observations: Placement-v0's ``Dict`` with the TAG fields; actions ``Discrete(4 * S)``.
+    Observations: Placement-v0's ``Dict`` with the TAG fields; actions ``Discrete(O * S)``, with ``O``
+    the columns of the observation's ``node_option`` (the env's ``tag_options``: 4 or 7) and ``S``
+    the rows of ``slice_placement``.
     ``model_config`` keys: ``preset`` (``default`` | ``paper``) and the fields of
     :class:`TagGNNConfig` (``hidden``, ``heads``, ``layers``, ``relation_aggr``, ``gamma_same``,
     ``gamma_cross``, ``decoder_hidden``, ``dropout``, ``value_head``). The action distribution is
@@ -516,16 +551,17 @@ class TagRLModule(TorchRLModule, ValueFunctionAPI):
                 f"TagRLModule needs Placement-v0 observations with the TAG fields (action_space='tag'); got {obs_space}"
             )
         num_subsets = obs_space["slice_placement"].shape[0]  # type: ignore[index]
-        if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.n) != NUM_TAG_OPTIONS * num_subsets:
+        num_options = obs_space["node_option"].shape[-1]  # type: ignore[index]
+        if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.n) != num_options * num_subsets:
             raise ValueError(
-                f"TagRLModule needs Discrete({NUM_TAG_OPTIONS} * {num_subsets}) actions (subset x option); got "
+                f"TagRLModule needs Discrete({num_options} * {num_subsets}) actions (option x subset); got "
                 f"{action_space}"
             )
         model_config: Any = self.model_config
         if isinstance(model_config, DefaultModelConfig):
             model_config = dataclasses.asdict(model_config)
         self.gnn_config = TagGNNConfig.from_model_config(model_config)
-        self.gnn = TagGNN(self.gnn_config)
+        self.gnn = TagGNN(self.gnn_config, num_options=int(num_options))
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         logits, _ = self.gnn.logits_and_readout(batch[Columns.OBS])
@@ -555,7 +591,7 @@ def stack_observations(observations: Sequence[Mapping[str, np.ndarray]]) -> dict
 
 
 def prior_probs(module: nn.Module, observations: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
-    """(B, 4 * S) float32 prior: the softmax over each observation's valid actions (0 elsewhere).
+    """(B, O * S) float32 prior: the softmax over each observation's valid actions (0 elsewhere).
 
     ``module`` is a :class:`TagRLModule` or :class:`TagGNN`; ``observations`` are single Placement-v0
     observations (numpy). Runs without gradients, in eval mode, as one batch.
@@ -580,7 +616,7 @@ def cross_entropy(
     Args:
         module: a :class:`TagRLModule` or :class:`TagGNN`.
         batch_obs: the :data:`OBS_KEYS` fields, each with a leading ``B`` (tensors or numpy).
-        pi: (B, 4 * S) search targets (visit distributions); entries on invalid actions are ignored.
+        pi: (B, O * S) search targets (visit distributions); entries on invalid actions are ignored.
 
     Returns:
         A scalar tensor with gradients.
@@ -603,12 +639,14 @@ def synthetic_observation(
     subsets: int = 64,
     decided: int = 20,
     pad: tuple[int, int, int, int] = (0, 0, 0, 0),
+    num_options: int = NUM_TAG_OPTIONS,
 ) -> dict[str, np.ndarray]:
     """A random TAG observation in the layout of :mod:`placement_rl.envs.observation` (tests, benchmark).
 
-    ``pad`` adds padding slots to (N, E, K, S). Group ``decided`` is the current one; the first
-    ``decided`` groups are decided; every real subset has all 4 options valid except model parallel
-    on one-GPU subsets.
+    ``pad`` adds padding slots to (N, E, K, S). ``num_options`` is ``O`` (4: TAG's options; 7: the
+    ``extended`` set; option ``o`` is ``TAG_EXTENDED_OPTIONS[o]``). Group ``decided`` is the current
+    one; the first ``decided`` groups are decided; every real subset has all its options valid except
+    model parallel on one-GPU subsets. With 4 options the draws are those of the 4-option layout.
     """
     n, e, k, s = groups + pad[0], edges + pad[1], device_groups + pad[2], subsets + pad[3]
     nf = np.zeros((n, NODE_DIM), np.float32)
@@ -634,8 +672,8 @@ def synthetic_observation(
     edge_features[:m, 0] = rng.lognormal(1.0, 2.0, m)
     edge_mask = np.zeros(e, np.int8)
     edge_mask[:m] = 1
-    option = np.zeros((n, NUM_TAG_OPTIONS), np.float32)
-    option[np.arange(groups), rng.integers(0, NUM_TAG_OPTIONS, groups)] = 1.0
+    option = np.zeros((n, num_options), np.float32)
+    option[np.arange(groups), rng.integers(0, num_options, groups)] = 1.0
     placement = np.zeros((n, k), np.float32)
     placement[:groups, :device_groups] = rng.random((groups, device_groups)) < 0.3
     placement[np.arange(groups), rng.integers(0, device_groups, groups)] = 1.0
@@ -659,10 +697,11 @@ def synthetic_observation(
     slices[np.arange(subsets), np.arange(subsets) % device_groups] = 1.0
     slice_mask = np.zeros(s, np.int8)
     slice_mask[:subsets] = 1
-    action_mask = np.zeros((s, NUM_TAG_OPTIONS), np.int8)
+    action_mask = np.zeros((s, num_options), np.int8)
     action_mask[:subsets] = 1
     one_gpu = (slices[:subsets, :device_groups] @ gpus) <= 1
-    action_mask[:subsets, NUM_TAG_OPTIONS - 1] = ~one_gpu
+    if _MODEL_PARALLEL < num_options:
+        action_mask[:subsets, _MODEL_PARALLEL] = ~one_gpu
     return {
         "node_features": nf,
         "node_mask": node_mask,

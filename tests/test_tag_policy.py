@@ -10,11 +10,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from placement_rl.envs.observation import COL_CURRENT, NUM_TAG_OPTIONS, Layout
+from placement_rl.envs.observation import COL_CURRENT, NODE_DIM, NUM_TAG_OPTIONS, Layout
 from placement_rl.errors import SchemaError
 from placement_rl.policies.tag import (
     DST_RELATIONS,
     MASK_LOGIT,
+    OP_IN,
     PRESETS,
     RELATIONS,
     TagGNN,
@@ -45,9 +46,10 @@ def _obs(seed: int = 0, **kwargs: object) -> dict[str, np.ndarray]:
     return synthetic_observation(np.random.default_rng(seed), **{**SMALL, **kwargs})  # type: ignore[arg-type]
 
 
-def _gnn(seed: int = 0, **config: object) -> TagGNN:
+def _gnn(seed: int = 0, num_options: int = NUM_TAG_OPTIONS, **config: object) -> TagGNN:
     torch.manual_seed(seed)
-    return TagGNN(TagGNNConfig(**{"hidden": 16, "heads": 2, "layers": 2, "edge_hidden": 8, **config})).eval()  # type: ignore[arg-type]
+    sizes = TagGNNConfig(**{"hidden": 16, "heads": 2, "layers": 2, "edge_hidden": 8, **config})  # type: ignore[arg-type]
+    return TagGNN(sizes, num_options=num_options).eval()
 
 
 def _real_actions(subsets: int) -> slice:
@@ -215,18 +217,27 @@ def test_state_dict_round_trip_gives_identical_outputs() -> None:
     assert torch.equal(gnn(obs)[0], other(obs)[0]) and torch.equal(gnn(obs)[1], other(obs)[1])
 
 
-def _spaces(n: int = 9, e: int = 12, k: int = 4, s: int = 6) -> tuple[gym.spaces.Dict, gym.spaces.Discrete]:
+def _spaces(
+    n: int = 9, e: int = 12, k: int = 4, s: int = 6, options: int = NUM_TAG_OPTIONS
+) -> tuple[gym.spaces.Dict, gym.spaces.Discrete]:
     layout = Layout(
-        max_nodes=n, max_edges=e, max_devices=8, num_actions=s * NUM_TAG_OPTIONS, max_device_groups=k, max_subsets=s
+        max_nodes=n,
+        max_edges=e,
+        max_devices=8,
+        num_actions=s * options,
+        max_device_groups=k,
+        max_subsets=s,
+        num_options=options,
     )
-    return layout.space(), gym.spaces.Discrete(s * NUM_TAG_OPTIONS)
+    return layout.space(), gym.spaces.Discrete(s * options)
 
 
-def test_rl_module_builds_from_a_spec_and_acts() -> None:
+@pytest.mark.parametrize("options", [NUM_TAG_OPTIONS, 7])
+def test_rl_module_builds_from_a_spec_and_acts(options: int) -> None:
     from ray.rllib.core import Columns
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    obs_space, action_space = _spaces()
+    obs_space, action_space = _spaces(options=options)
     spec = RLModuleSpec(
         module_class=TagRLModule,
         observation_space=obs_space,
@@ -235,8 +246,9 @@ def test_rl_module_builds_from_a_spec_and_acts() -> None:
     )
     module = spec.build()
     assert isinstance(module, TagRLModule) and module.gnn.config.hidden == 16
+    assert module.gnn.num_options == options and module.gnn.option_embedding.shape[0] == options
     # A real observation padded to the space, and the space's own random sample (RLlib's dummy batches).
-    real = _obs(0, pad=(2, 3, 1, 1))
+    real = _obs(0, pad=(2, 3, 1, 1), num_options=options)
     full = {k: v for k, v in obs_space.sample().items()}
     full.update(real)
     sample = obs_space.sample()
@@ -267,7 +279,48 @@ def test_model_config_presets_and_errors() -> None:
         from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
         RLModuleSpec(module_class=TagRLModule, observation_space=obs_space, action_space=gym.spaces.Discrete(5)).build()
+    # The option count comes from the observation (node_option's columns): 7 options x 6 subsets, not 4 x 6.
+    extended, _ = _spaces(options=7)
+    with pytest.raises(ValueError, match=r"Discrete\(7 \* 6\) actions"):
+        RLModuleSpec(module_class=TagRLModule, observation_space=extended, action_space=gym.spaces.Discrete(24)).build()
 
 
 def test_default_is_smaller_than_paper() -> None:
     assert count_parameters(TagGNN(PRESETS["default"])) < count_parameters(TagGNN(PRESETS["paper"]))
+
+
+# ------------------------------------------------------------------ the option count (env tag_options)
+def test_extended_options_give_seven_logits_per_subset() -> None:
+    """``tag_options: extended``: 7 options per subset, ``a = s * 7 + o``, masked as the observation says."""
+    gnn = _gnn(num_options=7)
+    observations = [_obs(0, num_options=7), _obs(1, num_options=7, pad=(1, 2, 1, 3))]
+    assert observations[0]["node_option"].shape == (SMALL["groups"], 7)
+    assert observations[0]["action_mask"].shape == (SMALL["subsets"] * 7,)
+    logits, values = gnn(stack_observations(observations[:1]))
+    assert logits.shape == (1, SMALL["subsets"] * 7) and values.shape == (1,)
+    mask = torch.from_numpy(observations[0]["action_mask"] > 0)
+    assert torch.isfinite(logits).all() and (logits[0, ~mask] == MASK_LOGIT).all() and mask.any()
+    probs = prior_probs(gnn, observations[1:])[0]
+    assert probs.shape == ((SMALL["subsets"] + 3) * 7,) and (probs[SMALL["subsets"] * 7 :] == 0.0).all()
+    assert probs.sum() == pytest.approx(1.0, rel=1e-5) and (probs[observations[1]["action_mask"] == 0] == 0).all()
+    assert gnn.option_embedding.shape[0] == 7 and gnn.edge_encoders["placement"].weight.shape[1] == 7
+    assert gnn.op_encoder[0].weight.shape[1] == OP_IN + 3
+
+
+def test_four_options_keep_the_parameter_shapes_and_outputs() -> None:
+    """The default (TAG's 4 options) is the prior as it was: the same parameter shapes (its
+    checkpoints load) and, from one seed, the same weights and outputs as ``num_options=4``."""
+    default, four = _gnn(seed=3), _gnn(seed=3, num_options=4)
+    shapes = {k: tuple(v.shape) for k, v in default.state_dict().items()}
+    assert shapes == {k: tuple(v.shape) for k, v in four.state_dict().items()}
+    assert OP_IN == NODE_DIM + 2 + 4 + 1 and shapes["op_encoder.0.weight"] == (16, OP_IN)
+    assert shapes["option_embedding"] == (4, 16) and shapes["edge_encoders.placement.weight"] == (8, 4)
+    obs = stack_observations([_obs(0), _obs(1)])
+    assert all(torch.equal(default(obs)[i], four(obs)[i]) for i in range(2))
+    extended = _gnn(seed=3, num_options=7)
+    with pytest.raises(RuntimeError, match="size mismatch"):  # a 4-option checkpoint is not a 7-option one
+        extended.load_state_dict(default.state_dict())
+    with pytest.raises(ValueError, match=r"TagGNN built for 4 TAG options got observations with 7"):
+        default(stack_observations([_obs(0, num_options=7)]))
+    with pytest.raises(ValueError, match=r"num_options = 0; expected an integer >= 1"):
+        TagGNN(num_options=0)

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan
+from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.tag import TagEval, TagProblem
 
 from ..base import InstanceData, PlanEnv, allowed_actions, bytes_on_devices
@@ -72,11 +72,13 @@ class PlacementEnv(PlanEnv):
     Action Space:
         * sequential, ``action_space="device"``: ``Discrete(max_devices)``, the device of the current
           group (the whole group on it).
-        * sequential, ``action_space="tag"``: ``Discrete(max_subsets * 4)``, ``subset * 4 + option``:
+        * sequential, ``action_space="tag"``: ``Discrete(max_subsets * O)``, ``subset * O + option``:
           the current group on a non-empty subset of TAG's device groups (machines, or GPU types
-          with ``device_grouping="gpu_type"``) with one of the options ``all_reduce``,
-          ``parameter_server``, ``duplicate``, ``model_parallel``. Subsets ``0 .. K-1`` are the
-          single device groups, so ``k * 4 + option`` is "device group k"; the rest follow the
+          with ``device_grouping="gpu_type"``) with one of the ``O`` options of ``tag_options``:
+          ``tag`` (the default, ``O = 4``) has ``all_reduce``, ``parameter_server``, ``duplicate``,
+          ``model_parallel``; ``extended`` (``O = 7``) adds ``tensor_parallel``, ``pipeline`` and
+          ``fsdp`` (:data:`placement_rl.search.tag.OPTION_SETS`). Subsets ``0 .. K-1`` are the
+          single device groups, so ``k * O + option`` is "device group k"; the rest follow the
           rule of :func:`placement_rl.search.tag.device_subsets`. Model parallelism splits the
           group over the subset's GPUs in partial plans too. :meth:`tag_problem` is the
           instance's :class:`~placement_rl.search.tag.TagProblem`.
@@ -151,7 +153,8 @@ class PlacementEnv(PlanEnv):
           ``invalid_action="raise"`` option keeps that); ``info`` gained ``invalid_action``; the
           configured maxima are capped; ``action_space="tag"`` with ``mode="one_shot"`` (where it
           was ignored) is refused; ``reset`` raises ``ValueError`` for a bad seed; the
-          ``memory_mask`` option (default ``auto``: as before) adds the one-shot hard memory mask.
+          ``memory_mask`` option (default ``auto``: as before) adds the one-shot hard memory mask;
+          the ``tag_options`` option (default ``tag``: as before) adds the extended TAG options.
     """
 
     config_class = PlacementConfig
@@ -176,7 +179,11 @@ class PlacementEnv(PlanEnv):
             return {"node_memory": True}
         if self.config.action_space != "tag":
             return {}
-        return {"max_device_groups": self.config.max_device_groups, "max_subsets": self.config.max_subsets}
+        return {
+            "max_device_groups": self.config.max_device_groups,
+            "max_subsets": self.config.max_subsets,
+            "num_options": self.config.num_tag_options,
+        }
 
     def _instance_data(self, instance: Instance) -> InstanceData:
         data = super()._instance_data(instance)
@@ -188,7 +195,7 @@ class PlacementEnv(PlanEnv):
                 self.cost,
                 device_grouping=self.config.device_grouping,
                 max_subsets=self.config.max_subsets,
-                options="tag",
+                options=self.config.tag_options,
                 completion=self.config.tag_completion,
                 fine_ctx=data.fine_ctx,
                 group_ctx=data.group_ctx,
@@ -467,11 +474,11 @@ class PlacementEnv(PlanEnv):
             return f"action {action} names device {action}; topology {topology.name!r} has devices 0..{D - 1}"
         problem = self.tag_problem()
         S = len(problem.subsets)
-        subset, option = divmod(action, len(TAG_OPTIONS))
+        subset, option = divmod(action, problem.num_options)
         if subset < S:
             return None
         return (
-            f"action {action} names device-group subset {subset} (option {TAG_OPTIONS[option]!r}); topology "
+            f"action {action} names device-group subset {subset} (option {problem.options[option]!r}); topology "
             f"{topology.name!r} has {len(problem.device_groups)} device groups (by {problem.device_grouping}) and "
             f"subsets 0..{S - 1}"
         )

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from placement_rl.config import choice, integer, option
 from placement_rl.errors import SchemaError
-from placement_rl.plan import TAG_OPTIONS
-from placement_rl.search.tag import COMPLETIONS, DEFAULT_MAX_SUBSETS, DEVICE_GROUPINGS
+from placement_rl.search.tag import COMPLETIONS, DEFAULT_MAX_SUBSETS, DEVICE_GROUPINGS, OPTION_SETS
 
 from ..base import MAX_ACTIONS, MAX_EDGES, MAX_NODES, EnvConfig
 
@@ -45,13 +44,19 @@ class PlacementConfig(EnvConfig):
             :data:`MAX_DEVICE_GROUPS`); an instance with more is refused at reset.
         tag_completion: ``tag``: how a partial plan is completed for its score, the observation and
             the ``dense`` reward (:data:`placement_rl.search.tag.COMPLETIONS`): ``best`` of TAG's rule,
-            data parallelism over the device groups decided so far and a one-pass rollout, or TAG's
-            rule alone (``tag``: undecided groups take the first decision's strategy). The action
-            space holds TAG's four options (the GNN prior's); the search's extended options
-            (tensor parallel, pipeline, FSDP) are not actions here.
+            data parallelism over the device groups decided so far and a list-scheduling rollout, or TAG's
+            rule alone (``tag``: undecided groups take the first decision's strategy).
+        tag_options: ``tag``: the replication options of the action space, a named set of
+            :data:`placement_rl.search.tag.OPTION_SETS`: ``tag`` (TAG's four, the default:
+            ``all_reduce``, ``parameter_server``, ``duplicate``, ``model_parallel``) or ``extended``
+            (those and ``tensor_parallel``, ``pipeline``, ``fsdp``, the tree search's default:
+            actions that fit where the data-parallel plan does not). It sets the action count
+            (:attr:`num_tag_options` per subset) and the columns of the observation's
+            ``node_option``, so a policy trained with one set plans only with that set.
         max_subsets: ``tag``: device-group subsets in the action space (capped by the rule of
             :func:`placement_rl.search.tag.device_subsets`; at least the instance's device groups);
-            the action space is ``Discrete(max_subsets * 4)``. At most :data:`MAX_SUBSETS`.
+            the action space is ``Discrete(max_subsets * O)`` with ``O`` the options of
+            ``tag_options`` (4 or 7). At most :data:`MAX_SUBSETS`.
         one_shot_ops: one-shot mode: graphs with more ops are METIS-coarsened to this many op
             groups first (smaller graphs use their raw ops); also the observation's node rows. At
             most :data:`~placement_rl.envs.base.MAX_NODES`.
@@ -78,6 +83,7 @@ class PlacementConfig(EnvConfig):
     max_device_groups: int = option(16, rule=integer(low=1, high=MAX_DEVICE_GROUPS))
     max_subsets: int = option(DEFAULT_MAX_SUBSETS, rule=integer(low=1, high=MAX_SUBSETS))
     tag_completion: str = option("best", rule=choice(COMPLETIONS))
+    tag_options: str = option("tag", rule=choice(tuple(OPTION_SETS)))
     memory_mask: str = option("auto", rule=choice(MEMORY_MASKS))
 
     def validate(self, where: str) -> None:
@@ -105,7 +111,17 @@ class PlacementConfig(EnvConfig):
         """Entries of the action mask: one per action (sequential) or per slot and choice (one-shot)."""
         if self.mode == "one_shot":
             return self.nodes * self.one_shot_groups + self.one_shot_groups * self.max_devices
-        return self.max_subsets * len(TAG_OPTIONS) if self.action_space == "tag" else self.max_devices
+        return self.max_subsets * self.num_tag_options if self.action_space == "tag" else self.max_devices
+
+    @property
+    def tag_option_names(self) -> tuple[str, ...]:
+        """The replication options of ``tag_options``, in action order (``a = s * O + o``)."""
+        return OPTION_SETS[self.tag_options]
+
+    @property
+    def num_tag_options(self) -> int:
+        """``O``: the options per device-group subset of the TAG action space."""
+        return len(self.tag_option_names)
 
     @property
     def hard_memory_mask(self) -> bool:

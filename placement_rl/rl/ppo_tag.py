@@ -3,8 +3,9 @@
 Trinity's one-shot action (a device per group of whole ops) cannot express the plans that beat
 data parallelism on the presets: those mix replication with placement. This agent acts in the
 action space TAG's tree search uses (``mode: sequential``, ``action_space: tag``): one step per op
-group, in descending compute time, choosing a subset of device groups (machines) and one of four
-replication options (all-reduce, parameter server, duplicate, model parallel). Undecided groups
+group, in descending compute time, choosing a subset of device groups (machines) and a replication
+option: TAG's four (all-reduce, parameter server, duplicate, model parallel), or with the env's
+``tag_options: extended`` also tensor parallel, pipeline and FSDP (ZeRO-3). Undecided groups
 are completed by the env's ``tag_completion`` (default: the best of TAG's rule, data parallelism
 over the decided device groups and a one-pass rollout, :mod:`placement_rl.search.tag`), so every
 prefix is a complete plan and the ``dense`` reward pays each step the drop of that plan's simulated

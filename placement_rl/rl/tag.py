@@ -129,7 +129,9 @@ def base_env(env: Any) -> Any:
 def prior_fn(module: Any, env: Any, num_actions: int) -> Any:
     """A :data:`~placement_rl.search.mcts.PriorFn` of ``module`` on the episode of ``env`` (the base
     env): each prefix's observation via ``env.observe``, one batched forward pass, probabilities cut
-    to the instance's ``num_actions``."""
+    to the instance's ``num_actions``. The env's actions and the module's logits share the layout
+    ``s * O + o`` (``O``: the env's ``tag_options``, which the module was built for), so the cut
+    keeps the instance's subsets whatever ``O`` is."""
     from placement_rl.policies.tag import prior_probs
 
     def prior(prefixes: Sequence[tuple[int, ...]]) -> np.ndarray:
@@ -409,10 +411,10 @@ def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def _data_parallel(problem: Any) -> tuple[int, ...]:
-    """The empty plan's completion (every group on the subset of all device groups, option 0) as
-    explicit actions (:meth:`~placement_rl.search.tag.TagProblem.complete`)."""
+    """The empty plan's completion (every group on the subset of all device groups, ``all_reduce``,
+    in either option set) as explicit actions (:meth:`~placement_rl.search.tag.TagProblem.complete`)."""
     everything = problem.subsets.index(tuple(range(len(problem.device_groups))))
-    return (problem.action(everything, 0),) * problem.num_groups
+    return (problem.action(everything, "all_reduce"),) * problem.num_groups
 
 
 TAG = register_agent(

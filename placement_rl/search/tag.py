@@ -8,8 +8,8 @@ is one group per type, named ``machine/type``, so a slow GPU can be left out of 
 or its GPU types (``"gpu_type"``, what the paper's physical testbed runs used). A decision for an
 op group is an **action** ``a = s * num_options + o``: a non-empty subset ``s`` of device groups
 (a row of TAG's placement matrix P) and one of the problem's options ``o``. TAG's four
-(:data:`placement_rl.plan.TAG_OPTIONS`, ``options="tag"``: the paper's space, the env's and the GNN
-prior's) are
+(:data:`placement_rl.plan.TAG_OPTIONS`, ``options="tag"``: the paper's space, and the env's and the
+GNN prior's by default) are
 
 * ``all_reduce``: the group's sample dimension split over every GPU of the subset, gradients
   all-reduced (in buckets);
@@ -139,7 +139,7 @@ TAG_EXTENDED_OPTIONS: tuple[str, ...] = (*TAG_OPTIONS, "tensor_parallel", "pipel
 OPTION_SETS: dict[str, tuple[str, ...]] = {"tag": TAG_OPTIONS, "extended": TAG_EXTENDED_OPTIONS}
 #: How partial plans are completed (``completion=`` of :class:`TagProblem`; the module docstring).
 COMPLETIONS: tuple[str, ...] = ("best", "tag")
-#: Options of TAG's space (the env's action space is ``max_subsets * NUM_OPTIONS``).
+#: Options of TAG's space (the env's action space is ``max_subsets * NUM_OPTIONS`` with its default ``tag_options``).
 NUM_OPTIONS = len(TAG_OPTIONS)
 _EVAL_CACHE = 4096
 #: Options whose members are each placed on one device or split by their own rule (memory estimate:

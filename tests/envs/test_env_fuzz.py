@@ -201,6 +201,8 @@ FIELDS: list[Field] = [
     Field(PLACEMENT, ("generator", "model"), OneOf(("lenet", "alexnet"))),
     Field(SHARDING, ("generator", "topology"), OneOf(("trinity", "random:0", "random:12"))),
     Field(SHARDING, ("generator", "topology_split"), OneOf(("train", "test")), RANDOM_GENERATOR),
+    # appended, so the fields above keep their seeds (the values drawn for them)
+    Field(PLACEMENT, ("tag_options",), OneOf(("tag", "extended")), (("action_space", "tag"),)),
 ]
 
 NAN, INF = float("nan"), float("inf")

@@ -132,3 +132,54 @@ def test_shipped_tag_configs_parse() -> None:
     assert cfg.agent == "tag" and cfg.env["generator"]["kind"] == "random" and cfg.mcts.moves_fraction == 0.25
     sweep = load_sweep_config(ROOT / "tune_configs" / "tag_sweep.yaml")
     assert sweep.base.agent == "tag" and set(sweep.search) >= {"training.lr", "mcts.iterations_per_move"}
+
+
+@pytest.mark.parametrize("agent", ["tag", "ppo_tag"])
+def test_agents_plan_with_the_extended_options(agent: str) -> None:
+    """``env.tag_options: extended``: the agent's module is built for 7 options per subset from the
+    env's spaces and ``act`` plans with them (lenet on 2 machines x 1 GPU: 3 subsets, 21 actions)."""
+    from placement_rl.rl.agents import get_agent
+    from placement_rl.search.tag import TAG_EXTENDED_OPTIONS
+
+    spec = get_agent(agent)
+    env_config = {
+        "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
+        "max_groups": 4,
+        "max_subsets": 4,
+        "max_devices": 2,
+        "max_device_groups": 2,
+        "tag_options": "extended",
+    }
+    sections = {"model": {"hidden": 8, "heads": 2, "layers": 1}}
+    if agent == "tag":
+        sections["mcts"] = {"eval_iterations": 4, "leaf_batch": 2}
+    cfg = TrainConfig.from_dict({"agent": agent, "env": env_config, **sections})
+    module = spec.build_module(cfg)
+    assert module.gnn.num_options == len(TAG_EXTENDED_OPTIONS) == 7
+    env = gym.make("placement_rl/Placement-v0", config=dict(cfg.env))
+    assert env.action_space == gym.spaces.Discrete(4 * 7)
+    info = spec.act(module, env)
+    problem = env.unwrapped.tag_problem()
+    assert problem.options == TAG_EXTENDED_OPTIONS and info["invalid_action"] is False
+    instance = env.unwrapped.data.instance
+    info["plan"].validate(instance.graph, instance.topology)
+    assert np.isfinite(info["makespan_s"]) and info["makespan_s"] > 0
+
+
+def test_the_data_parallel_fallback_is_all_reduce_in_either_option_set() -> None:
+    from placement_rl.rl.tag import _data_parallel
+
+    for options, width in (("tag", 4), ("extended", 7)):
+        env = gym.make(
+            "placement_rl/Placement-v0",
+            config={
+                "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
+                "max_groups": 4,
+                "action_space": "tag",
+                "tag_options": options,
+            },
+        )
+        env.reset(seed=0)
+        problem = env.unwrapped.tag_problem()
+        assert _data_parallel(problem) == (2 * width,) * problem.num_groups  # subset 2 = both machines, all_reduce
+        assert problem.complete(()) == problem.complete(_data_parallel(problem))

@@ -21,6 +21,7 @@ from placement_rl.envs.observation import (
     DEV_COL_MEMORY_USED_GIB,
 )
 from placement_rl.plan import TAG_OPTIONS, OpConfig, Plan
+from placement_rl.search.tag import TAG_EXTENDED_OPTIONS
 from placement_rl.topology import load_preset
 
 ID = "placement_rl/Placement-v0"
@@ -61,6 +62,8 @@ def test_unknown_config_key_lists_valid_keys() -> None:
         ("one_shot_groups", 10**7, r"one_shot_groups = 10000000; expected an integer >= 1 and <= 1024"),
         ("node2vec_dim", 10**6, r"node2vec_dim = 1000000; expected an integer >= 0 and <= 128"),
         ("invalid_action", "ignore", r"invalid_action = 'ignore'; expected one of \['end', 'raise'\]"),
+        ("tag_options", "all", r"tag_options = 'all'; expected one of \['tag', 'extended'\]"),
+        ("tag_options", ["all_reduce"], r"tag_options = \['all_reduce'\]; expected one of \['tag', 'extended'\]"),
         ("cost_model", "fast", r"cost_model = 'fast'; expected a CostModel object, a mapping of its options"),
     ],
 )
@@ -408,6 +411,72 @@ def test_tag_action_decoding(machine: int, option: str) -> None:
     else:
         assert {c.devices for c in configs} == {tuple(gpus)}
         assert {c.sync for c in configs} == {"duplicate" if option == "duplicate" else option}
+
+
+#: 2 machines x 1 GPU: 3 device-group subsets ({m0}, {m1}, both); lenet's 8 groups fit everywhere.
+TWO_MACHINES = small("lenet", "random:126")
+
+
+def test_tag_options_size_the_action_space_and_the_observation() -> None:
+    """``tag_options``: the default keeps TAG's 4 options per subset; ``extended`` has 7, in the
+    action space, the action mask and ``node_option``, and its observations stay in the space."""
+    default = make(TWO_MACHINES, action_space="tag").unwrapped
+    obs, _ = default.reset(seed=0)
+    assert default.config.tag_options == "tag" and default.tag_problem().options == TAG_OPTIONS
+    assert default.action_space == gym.spaces.Discrete(64 * 4)
+    assert obs["node_option"].shape == (8, 4) and obs["action_mask"].shape == (64 * 4,)
+    env = make(TWO_MACHINES, action_space="tag", tag_options="extended").unwrapped
+    assert env.action_space == gym.spaces.Discrete(64 * 7)
+    assert env.observation_space["node_option"].shape == (8, 7)
+    assert env.observation_space["action_mask"].shape == (64 * 7,)
+    obs, _ = env.reset(seed=0)
+    problem = env.tag_problem()
+    assert problem.options == TAG_EXTENDED_OPTIONS and problem.num_actions == 3 * 7
+    assert env.observation_space.contains(obs)
+    assert obs["action_mask"][:21].all() and not obs["action_mask"][21:].any()  # tiny lenet fits everywhere
+    assert (obs["node_option"][:8, 0] == 1).all() and obs["node_option"].sum() == 8  # data parallelism
+    agent, done = RandomAgent(0), False
+    while not done:
+        obs, _, done, _, info = env.step(agent.act(env, obs))
+        assert env.observation_space.contains(obs)
+    assert info["invalid_action"] is False and np.isfinite(info["makespan_s"])
+
+
+@pytest.mark.parametrize("option", ["pipeline", "tensor_parallel", "fsdp"])
+def test_extended_tag_actions_become_valid_plans(option: str) -> None:
+    """Every group on both machines with an extended option: the env's plan validates on the original
+    graph and is the option's (pipeline stages, a parameter split, ZeRO-3)."""
+    env = make(TWO_MACHINES, action_space="tag", tag_options="extended").unwrapped
+    obs, _ = env.reset(seed=0)
+    problem = env.tag_problem()
+    action = problem.action(problem.subsets.index((0, 1)), option)
+    assert action == 2 * 7 + TAG_EXTENDED_OPTIONS.index(option)
+    done = False
+    while not done:
+        assert obs["action_mask"][action]
+        obs, _, done, _, info = env.step(action)
+    column = TAG_EXTENDED_OPTIONS.index(option)
+    assert (obs["node_option"][:8, column] == 1).all() and obs["node_option"].sum() == 8
+    plan, inst = info["plan"], env.data.instance
+    plan.validate(inst.graph, inst.topology)
+    assert info["invalid_action"] is False and not info["oom"]
+    assert info["makespan_s"] == pytest.approx(simulate(inst.graph, inst.topology, plan).makespan_s, rel=1e-9)
+    configs = plan.configs.values()
+    gpus = [d.name for d in inst.topology.devices]
+    if option == "pipeline":  # one stage per machine, micro-batches
+        assert plan.micro_batches > 1 and {c.devices for c in configs} == {(g,) for g in gpus}
+    elif option == "tensor_parallel":  # ops with parameters split along a parameter dimension
+        assert any(dim != "sample" for c in configs for dim, _ in c.degrees)
+    else:
+        assert {c.zero for c in configs} == {0, 3} and {c.devices for c in configs} == {tuple(gpus)}
+
+
+def test_masked_extended_tag_action_names_its_option() -> None:
+    env = make(TWO_MACHINES, action_space="tag", tag_options="extended", invalid_action="raise")
+    env.reset(seed=0)
+    expected = r"action 25 is masked for group \d+: action 25 names device-group subset 3 \(option 'tensor_parallel'\)"
+    with pytest.raises(ValueError, match=expected):
+        env.step(25)  # subset 3 of 3, option 4
 
 
 @pytest.mark.parametrize("action_space", ["device", "tag"])
