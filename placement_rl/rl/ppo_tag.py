@@ -7,7 +7,7 @@ group, in descending compute time, choosing a subset of device groups (machines)
 option: TAG's four (all-reduce, parameter server, duplicate, model parallel), or with the env's
 ``tag_options: extended`` also tensor parallel, pipeline and FSDP (ZeRO-3). Undecided groups
 are completed by the env's ``tag_completion`` (default: the best of TAG's rule, data parallelism
-over the decided device groups and a one-pass rollout, :mod:`placement_rl.search.tag`), so every
+over the decided device groups and a list-scheduling rollout, :mod:`placement_rl.search.tag`), so every
 prefix is a complete plan and the ``dense`` reward pays each step the drop of that plan's simulated
 makespan, relative to data parallelism (the episode starts from data parallelism, so its return is
 ``1 - 1 / speedup``, minus 1 when the final plan runs out of memory).
@@ -22,7 +22,10 @@ action mask applied as a ``-1e9`` logit, RLlib's categorical distribution over t
 Training is plain RLlib PPO (clipped objective, GAE); there is no tree search, in training or in
 planning. :func:`act` decodes greedily (the most likely allowed action at each step); with
 ``act.samples > 0`` it also rolls out that many sampled episodes (seeded) and keeps the best plan
-by the env's simulation, preferring plans that fit in memory.
+by the env's simulation, preferring plans that fit in memory. With ``act.partial_plans`` the
+candidates are every plan the episodes scored, not only their final ones: each step's partial plan
+was completed and simulated by the env (the root's completion included), and the best of those,
+replayed as a full decision list, is the result.
 
 Importing this module registers the agent ``ppo_tag`` (:mod:`placement_rl.rl.agents`). Its YAML
 sections are ``model`` (:class:`placement_rl.rl.tag.ModelSection`, the GNN's sizes), ``ppo``
@@ -38,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.config import integer, number, option
+from placement_rl.config import choice, integer, number, option
 from placement_rl.rl.agents import PADDED_SIZES, Agent, register_agent
 from placement_rl.rl.config import TrainConfig
 from placement_rl.rl.tag import ENV_ID, ENV_OPTIONS, ModelSection
@@ -73,6 +76,9 @@ class ActSection:
     """Sampled episodes beside the greedy one; the best plan by simulation is kept (0: greedy only)."""
     seed: int = option(0, rule=integer(0))
     """Seed of the sampled episodes."""
+    partial_plans: bool = option(False, rule=choice((False, True)))
+    """Also consider the completed plans the episodes scored on the way (every prefix's completion,
+    free: the env simulated them); the best one is replayed as the result (false: final plans only)."""
 
 
 def algorithm_config(cfg: TrainConfig) -> Any:
@@ -125,9 +131,11 @@ def rollout(
     module: Any, env: Any, seed: int = 0, rng: np.random.Generator | None = None
 ) -> tuple[float, dict[str, Any]]:
     """One episode of ``module`` in ``env`` (reset with ``seed``): the most likely allowed action at
-    every step, or, with ``rng``, actions sampled from the policy. Returns the return and the last info."""
+    every step, or, with ``rng``, actions sampled from the policy. Returns the return and the last
+    info (with ``actions``, the episode's actions in order)."""
     obs, _ = env.reset(seed=seed)
     total, info = 0.0, {}
+    actions: list[int] = []
     while True:
         logits = _logits(module, obs)
         if rng is None:
@@ -135,20 +143,35 @@ def rollout(
         else:
             p = np.exp(logits - logits.max())
             action = int(rng.choice(len(p), p=p / p.sum()))
+        actions.append(action)
         obs, reward, terminated, truncated, info = env.step(action)
         total += float(reward)
         if terminated or truncated:
-            return total, info
+            return total, {**info, "actions": tuple(actions)}
+
+
+def replay(env: Any, decisions: tuple[int, ...], seed: int = 0) -> tuple[float, dict[str, Any]]:
+    """Step ``env`` (reset with ``seed``) through ``decisions``; the return and the last info."""
+    env.reset(seed=seed)
+    total, info = 0.0, {}
+    for action in decisions:
+        _, reward, terminated, truncated, info = env.step(int(action))
+        total += float(reward)
+        if terminated or truncated:
+            break
+    return total, {**info, "actions": tuple(int(a) for a in decisions)}
 
 
 def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
     """Plan with the policy on the instance of ``env``: the greedy episode and, with ``act.samples``
     (the module's :class:`ActSection`), that many sampled ones; the best final plan (fitting plans
-    first, then the lowest simulated makespan) is the result.
+    first, then the lowest simulated makespan) is the result. With ``act.partial_plans`` every
+    prefix's completed plan is a candidate too (the best is replayed through the env).
 
     Returns:
         The chosen episode's final info (``plan``, ``makespan_s``, ``speedup``, ``oom``, ...) with
-        ``reward`` (its return), ``search_s`` (all episodes' wall time) and ``episodes``.
+        ``reward`` (its return), ``search_s`` (all episodes' wall time), ``episodes`` and
+        ``from_partial_plan`` (whether the plan is a prefix's completion, not an episode's end).
     """
     options: ActSection = getattr(module, "ppo_tag_act", None) or ActSection()
     was_training = module.training
@@ -158,11 +181,22 @@ def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
         best_key: tuple[bool, float] | None = None
         best: dict[str, Any] = {}
         rng = np.random.default_rng(options.seed)
+        prefixes: set[tuple[int, ...]] = set()
         for k in range(1 + options.samples):
             total, info = rollout(module, env, seed=seed, rng=None if k == 0 else rng)
             key = (bool(info.get("oom", True)), float(info.get("makespan_s", np.inf)))
             if best_key is None or key < best_key:
-                best_key, best = key, {**info, "reward": total}
+                best_key, best = key, {**info, "reward": total, "from_partial_plan": False}
+            actions = info["actions"]
+            prefixes.update(actions[:j] for j in range(len(actions)))
+        if options.partial_plans:
+            base = env.unwrapped
+            scored = [base.evaluate(p) for p in sorted(prefixes, key=lambda p: (len(p), p))]
+            top = min(scored, key=lambda e: (bool(e.oom), float(e.makespan_s)))
+            assert best_key is not None
+            if (bool(top.oom), float(top.makespan_s)) < best_key:
+                total, info = replay(env, top.decisions, seed)
+                best = {**info, "reward": total, "from_partial_plan": True}
     finally:
         module.train(was_training)
     return {**best, "search_s": time.perf_counter() - start, "episodes": 1 + options.samples}

@@ -183,3 +183,44 @@ def test_the_data_parallel_fallback_is_all_reduce_in_either_option_set() -> None
         problem = env.unwrapped.tag_problem()
         assert _data_parallel(problem) == (2 * width,) * problem.num_groups  # subset 2 = both machines, all_reduce
         assert problem.complete(()) == problem.complete(_data_parallel(problem))
+
+
+def test_ppo_tag_partial_plans_keep_the_best_plan_its_episode_scored() -> None:
+    """``act.partial_plans``: every prefix of the greedy episode was completed and simulated by the
+    env; the result is the best of those (replayed), never worse than the episode's final plan.
+    slow_links_fc-like lenet: an untrained policy's final plan is far from the root's completion."""
+    from placement_rl.rl.agents import get_agent
+    from placement_rl.rl.ppo_tag import ActSection, rollout
+    from placement_rl.sim import simulate
+
+    spec = get_agent("ppo_tag")
+    env_config = {
+        "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
+        "max_groups": 4,
+        "max_subsets": 4,
+        "max_devices": 2,
+        "max_device_groups": 2,
+    }
+    cfg = TrainConfig.from_dict(
+        {"agent": "ppo_tag", "env": env_config, "model": {"hidden": 8, "heads": 2, "layers": 1}}
+    )
+    module = spec.build_module(cfg)
+    env = gym.make("placement_rl/Placement-v0", config=dict(cfg.env))
+    _, greedy = rollout(module, env)
+    module.ppo_tag_act = ActSection(partial_plans=False)
+    final_only = spec.act(module, env)
+    assert final_only["makespan_s"] == greedy["makespan_s"] and final_only["from_partial_plan"] is False
+    module.ppo_tag_act = ActSection(partial_plans=True)
+    info = spec.act(module, env)
+    base = env.unwrapped
+    prefixes = [greedy["actions"][:j] for j in range(len(greedy["actions"]))]
+    best = min([base.evaluate(p) for p in prefixes], key=lambda e: (bool(e.oom), e.makespan_s))
+    expected = min((bool(best.oom), best.makespan_s), (bool(greedy["oom"]), greedy["makespan_s"]))
+    assert (bool(info["oom"]), info["makespan_s"]) == pytest.approx(expected)
+    assert info["from_partial_plan"] == (
+        (bool(best.oom), best.makespan_s) < (bool(greedy["oom"]), greedy["makespan_s"])
+    )
+    instance = base.data.instance
+    assert simulate(instance.graph, instance.topology, info["plan"]).makespan_s == pytest.approx(info["makespan_s"])
+    with pytest.raises(ValueError, match="partial_plans"):
+        TrainConfig.from_dict({"agent": "ppo_tag", "env": env_config, "act": {"partial_plans": "yes"}})
