@@ -130,6 +130,8 @@ def test_evaluate_and_plan_commands(tag_run: Path, tmp_path: Path, capsys: pytes
 def test_shipped_tag_configs_parse() -> None:
     cfg = load_train_config(ROOT / "tune_configs" / "tag_mcts.yaml")
     assert cfg.agent == "tag" and cfg.env["generator"]["kind"] == "random" and cfg.mcts.moves_fraction == 0.25
+    extended = load_train_config(ROOT / "tune_configs" / "tag_extended.yaml")
+    assert extended.env["tag_options"] == "extended" and "rnnlm" in extended.env["generator"]["models"]
     sweep = load_sweep_config(ROOT / "tune_configs" / "tag_sweep.yaml")
     assert sweep.base.agent == "tag" and set(sweep.search) >= {"training.lr", "mcts.iterations_per_move"}
 
