@@ -106,6 +106,8 @@ def test_evaluate_and_plan_through_the_registry(
 
 
 def test_shipped_ppo_tag_config_parses() -> None:
+    extended = load_train_config(ROOT / "tune_configs" / "ppo_tag_extended.yaml")
+    assert extended.env["tag_options"] == "extended" and extended.act.partial_plans is True
     cfg = load_train_config(ROOT / "tune_configs" / "ppo_tag.yaml")
     assert cfg.agent == "ppo_tag" and cfg.env["generator"]["topology_split"] == "train"
     assert len(cfg.env["generator"]["models"]) >= 3 and cfg.env["action_space"] == "tag"
