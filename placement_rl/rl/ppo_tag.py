@@ -44,7 +44,7 @@ import numpy as np
 from placement_rl.config import choice, integer, number, option
 from placement_rl.rl.agents import PADDED_SIZES, Agent, register_agent
 from placement_rl.rl.config import TrainConfig
-from placement_rl.rl.tag import ENV_ID, ENV_OPTIONS, ModelSection
+from placement_rl.rl.tag import ENV_ID, ENV_OPTIONS, ModelSection, replay
 from placement_rl.rl.trinity import PPOSection as TrinityPPOSection
 
 
@@ -148,18 +148,6 @@ def rollout(
         total += float(reward)
         if terminated or truncated:
             return total, {**info, "actions": tuple(actions)}
-
-
-def replay(env: Any, decisions: tuple[int, ...], seed: int = 0) -> tuple[float, dict[str, Any]]:
-    """Step ``env`` (reset with ``seed``) through ``decisions``; the return and the last info."""
-    env.reset(seed=seed)
-    total, info = 0.0, {}
-    for action in decisions:
-        _, reward, terminated, truncated, info = env.step(int(action))
-        total += float(reward)
-        if terminated or truncated:
-            break
-    return total, {**info, "actions": tuple(int(a) for a in decisions)}
 
 
 def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:

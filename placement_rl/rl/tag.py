@@ -395,12 +395,7 @@ def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
     result = tree.run(mcts.eval_iterations)
     # The best plan is a full decision list, or () when no leaf beat the start (data parallelism).
     decisions = problem.check_actions(result.decisions) if result.decisions else _data_parallel(problem)
-    total, info = 0.0, {}
-    for action in decisions:
-        _, reward, terminated, truncated, info = env.step(int(action))
-        total += float(reward)
-        if terminated or truncated:
-            break
+    total, info = replay(env, decisions, seed)
     return {
         **info,
         "reward": total,
@@ -408,6 +403,19 @@ def act(module: Any, env: Any, seed: int = 0) -> dict[str, Any]:
         "mcts_iterations": result.iterations,
         "first_beat_dp": result.first_beat_dp,
     }
+
+
+def replay(env: Any, decisions: tuple[int, ...], seed: int = 0) -> tuple[float, dict[str, Any]]:
+    """Step ``env`` (reset with ``seed``) through ``decisions``: the return and the last info (with
+    ``actions``, the decisions stepped)."""
+    env.reset(seed=seed)
+    total, info = 0.0, {}
+    for action in decisions:
+        _, reward, terminated, truncated, info = env.step(int(action))
+        total += float(reward)
+        if terminated or truncated:
+            break
+    return total, {**info, "actions": tuple(int(a) for a in decisions)}
 
 
 def _data_parallel(problem: Any) -> tuple[int, ...]:

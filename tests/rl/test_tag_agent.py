@@ -136,6 +136,16 @@ def test_shipped_tag_configs_parse() -> None:
     assert sweep.base.agent == "tag" and set(sweep.search) >= {"training.lr", "mcts.iterations_per_move"}
 
 
+#: lenet on 2 machines x 1 GPU, 4 op groups: a small TAG env for building and planning without Ray.
+TWO_MACHINES = {
+    "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
+    "max_groups": 4,
+    "max_subsets": 4,
+    "max_devices": 2,
+    "max_device_groups": 2,
+}
+
+
 @pytest.mark.parametrize("agent", ["tag", "ppo_tag"])
 def test_agents_plan_with_the_extended_options(agent: str) -> None:
     """``env.tag_options: extended``: the agent's module is built for 7 options per subset from the
@@ -144,14 +154,7 @@ def test_agents_plan_with_the_extended_options(agent: str) -> None:
     from placement_rl.search.tag import TAG_EXTENDED_OPTIONS
 
     spec = get_agent(agent)
-    env_config = {
-        "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
-        "max_groups": 4,
-        "max_subsets": 4,
-        "max_devices": 2,
-        "max_device_groups": 2,
-        "tag_options": "extended",
-    }
+    env_config = {**TWO_MACHINES, "tag_options": "extended"}
     sections = {"model": {"hidden": 8, "heads": 2, "layers": 1}}
     if agent == "tag":
         sections["mcts"] = {"eval_iterations": 4, "leaf_batch": 2}
@@ -196,13 +199,7 @@ def test_ppo_tag_partial_plans_keep_the_best_plan_its_episode_scored() -> None:
     from placement_rl.sim import simulate
 
     spec = get_agent("ppo_tag")
-    env_config = {
-        "generator": {"kind": "fixed", "model": "lenet", "topology": "random:126", "batch_size": 32},
-        "max_groups": 4,
-        "max_subsets": 4,
-        "max_devices": 2,
-        "max_device_groups": 2,
-    }
+    env_config = dict(TWO_MACHINES)
     cfg = TrainConfig.from_dict(
         {"agent": "ppo_tag", "env": env_config, "model": {"hidden": 8, "heads": 2, "layers": 1}}
     )
