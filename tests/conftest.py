@@ -9,12 +9,14 @@ on everything under tests/rl/; ``slow`` on the tests of :data:`SLOW` (new tests 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
+import zoo_cache
 from slow_tests import SLOW
 
 from placement_rl import zoo
@@ -28,10 +30,6 @@ def _is_slow(nodeid: str) -> bool:
     function, _, params = nodeid.partition("[")
     cases = SLOW.get(function)
     return cases is not None and (not cases or params[:-1] in cases)
-
-
-_CACHE: dict[tuple[str, tuple[tuple[str, object], ...]], OpGraph] = {}
-_ZOO_LOAD = zoo.load  # the importer itself, even while a test stands `zoo_graph` in for `zoo.load`
 
 
 #: A training config small enough for a test: lenet at batch 32 on the trinity preset, 4 iterations.
@@ -76,17 +74,31 @@ def repo_root() -> Path:
     return TESTS.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread for the session. The tests' models are small, and on a 2-core machine
+    shared with other work, waking the second thread can stall an op for milliseconds: a few tests
+    that train or time tiny models (lenet's iterations, node2vec) took seconds instead of tenths under
+    load. A test that needs another count sets it and restores it (as tests/test_profiling.py does)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def zoo_graph() -> Callable[..., OpGraph]:
-    """``zoo_graph(name, **options)``: a cached ``zoo.load``; graphs are immutable so sharing is safe."""
+    """``zoo_graph(name, **options)``: a cached ``zoo.load`` (tests/zoo_cache.py); graphs are immutable so
+    sharing is safe."""
+    return zoo_cache.load
 
-    def load(name: str, **options: object) -> OpGraph:
-        key = (name, tuple(sorted(options.items())))
-        if key not in _CACHE:
-            _CACHE[key] = _ZOO_LOAD(name, **options)  # type: ignore[arg-type]
-        return _CACHE[key]
 
-    return load
+@pytest.fixture
+def cached_zoo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stand the session's cached imports (``zoo_graph``) in for ``zoo.load`` during one test: for the
+    tests of the command line and of experiment files that run a command on the same small model over
+    and over, and whose point is not the importer (tests/test_zoo.py and tests/test_importer*.py test it)."""
+    monkeypatch.setattr(zoo, "load", zoo_cache.load)
 
 
 @pytest.fixture(scope="session")

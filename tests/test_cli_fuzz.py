@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
+import zoo_cache
 from fuzzing import delete_at as _delete
 from fuzzing import dumps as _dumps
 from fuzzing import leaves as _leaves
 from fuzzing import set_at as _set
 
-from placement_rl import zoo
 from placement_rl.cli import main
 from placement_rl.plan import data_parallel
 from placement_rl.topology import load_preset
@@ -49,6 +49,10 @@ ODD_STRINGS: tuple[tuple[str, Any], ...] = (("empty", ""), ("number", 123), ("nu
 
 MODEL, TOPOLOGY = "lenet", "trinity"
 
+# The commands import lenet through the session's cache (the importer is tested elsewhere), the one
+# import that generates the cases below.
+pytestmark = pytest.mark.usefixtures("cached_zoo")
+
 
 def _numeric(doc: Any, skip: tuple[str, ...] = ()) -> list[Path_]:
     return [
@@ -66,7 +70,7 @@ def _documents() -> dict[str, tuple[dict[str, Any], list[str], tuple[str, ...]]]
     """Per file kind: a valid document, the argv that reads it (``FILE`` for its path), and the keys
     whose numbers are not quantities (versions, where any integer other than the one expected is
     refused anyway)."""
-    graph = zoo.load(MODEL)
+    graph = zoo_cache.load(MODEL)
     topology = load_preset(TOPOLOGY)
     plan = data_parallel(graph, topology)
     conv = next(op for op in graph.ops if op.param_bytes)

@@ -36,6 +36,9 @@ from placement_rl.experiments import MAX_CELLS, MAX_SEEDS, read_rows
 
 KeyPath = tuple[Any, ...]
 
+# The checks import lenet through the session's cache (the importer is tested elsewhere).
+pytestmark = pytest.mark.usefixtures("cached_zoo")
+
 #: A valid experiment that sets every option its methods take a number for.
 BASE: dict[str, Any] = {
     "name": "fuzz",

@@ -20,6 +20,7 @@ commands are thin: the work is done by library calls (:func:`placement_rl.method
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -48,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache
+def _shared_parser() -> argparse.ArgumentParser:
+    """The parser :func:`main` uses: built once per process (about 5 ms, argparse's help formatting and
+    translations) and reused, since parsing leaves a parser as it was; the tests run ``main`` in-process
+    hundreds of times."""
+    return build_parser()
+
+
 def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error: the path(s) it names and the system's reason."""
     reason = exc.strerror or str(exc)
@@ -61,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     A command returns ``None`` (status 0) or its own status (``search mcmc`` interrupted: 130).
     """
     try:
-        args = build_parser().parse_args(argv)
+        args = _shared_parser().parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a bad argument (2, message already printed)
         return int(exc.code or 0)
     func: Callable[[argparse.Namespace], int | None] = args.func
