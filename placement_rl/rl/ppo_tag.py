@@ -200,7 +200,7 @@ PPO_TAG = register_agent(
         algorithm=algorithm_config,
         build_module=build_module,
         act=act,
-        searchable_env=frozenset({"max_groups", "reward"}),
+        searchable_env=frozenset({"max_groups", "reward", "tag_options"}),
         learner_metrics=("policy_loss", "vf_loss", "entropy"),
         # TagRLModule's weights do not depend on the padding: plan on instances larger than the training ones
         padded_env=frozenset(PADDED_SIZES),

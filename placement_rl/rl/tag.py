@@ -435,7 +435,7 @@ TAG = register_agent(
         algorithm=algorithm_config,
         build_module=build_module,
         act=act,
-        searchable_env=frozenset({"max_groups"}),
+        searchable_env=frozenset({"max_groups", "tag_options"}),
         learner_metrics=("cross_entropy", "value_loss"),
         # TagRLModule's weights do not depend on the padding: plan on instances larger than the training ones
         padded_env=frozenset(PADDED_SIZES),

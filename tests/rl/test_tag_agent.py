@@ -223,3 +223,13 @@ def test_ppo_tag_partial_plans_keep_the_best_plan_its_episode_scored() -> None:
     assert simulate(instance.graph, instance.topology, info["plan"]).makespan_s == pytest.approx(info["makespan_s"])
     with pytest.raises(ValueError, match="partial_plans"):
         TrainConfig.from_dict({"agent": "ppo_tag", "env": env_config, "act": {"partial_plans": "yes"}})
+
+
+def test_a_sweep_may_vary_the_tag_options(tmp_path: Path) -> None:
+    sweep = {
+        "base": str(ROOT / "tune_configs" / "tag_mcts.yaml"),
+        "search": {"env.tag_options": {"choice": ["tag", "extended"]}},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    assert set(load_sweep_config(path).search) == {"env.tag_options"}
