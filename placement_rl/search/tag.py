@@ -327,6 +327,12 @@ class _RolloutState:
 Choice = tuple[int, int, int]
 
 
+def _ring_s(num_bytes: float, n: int, bandwidth: float) -> float:
+    """Seconds of a ring all-reduce of ``num_bytes`` over ``n`` GPUs whose slowest link carries
+    ``bandwidth`` bytes/s (0 for one GPU)."""
+    return 2.0 * (n - 1) / n * num_bytes / bandwidth if n > 1 else 0.0
+
+
 def _divisors(n: int) -> list[int]:
     """The divisors of ``n``, ascending."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -431,6 +437,8 @@ class TagProblem:
         for t in groups.tensors:
             key = (index[t.src], index[t.dst])
             self._edge_bytes[key] = self._edge_bytes.get(key, 0.0) + t.num_bytes
+        self._producers = [tuple(dict.fromkeys(p)) for p in groups.predecessors]  # distinct, in order
+        self._consumers = [tuple(dict.fromkeys(c)) for c in groups.successors]
         self._io_bytes = np.zeros(groups.num_ops)  # bytes in and out of each group
         for (src, dst), num_bytes in self._edge_bytes.items():
             self._io_bytes[src] += num_bytes
@@ -596,11 +604,15 @@ class TagProblem:
         if found is None:
             devs_a, devs_b = set(self._subset_devices[a]), set(self._subset_devices[b])
             moved = 1.0 - len(devs_a & devs_b) / len(devs_a | devs_b)
-            bw = self._stats(self._union_subset_of(frozenset(self.subsets[a]) | frozenset(self.subsets[b])))[1]
+            bw = self._stats(self._pair_union(a, b))[1]
             found = (moved, bw)
             self._pair_link[key] = found
         moved, bw = found
         return moved * num_bytes / bw if math.isfinite(bw) else 0.0
+
+    def _pair_union(self, a: int, b: int) -> int:
+        """The smallest kept subset holding the device groups of subsets ``a`` and ``b``."""
+        return self._union_subset_of(frozenset(self.subsets[a]) | frozenset(self.subsets[b]))
 
     def _union_subset_of(self, used: frozenset[int]) -> int:
         """The smallest kept subset holding the device groups ``used`` (all groups when empty)."""
@@ -630,7 +642,7 @@ class TagProblem:
         state = _RolloutState(
             np.zeros(len(self.device_groups)), np.zeros(self.num_groups), {}, np.zeros(self.topology.num_devices)
         )
-        waiting = np.array([len(set(self.groups.predecessors[g])) for g in range(self.num_groups)])
+        waiting = np.array([len(p) for p in self._producers])
         ready = [(0.0, g) for g in range(self.num_groups) if waiting[g] == 0]
         heapq.heapify(ready)
         while ready:
@@ -638,7 +650,7 @@ class TagProblem:
             if g in decided:
                 candidates = [decided[g]]
             else:  # data parallel over the union or one of its device groups, or as a producer
-                producers = [assigned[p] for p in self.groups.predecessors[g] if p in assigned]
+                producers = [assigned[p] for p in self._producers[g] if p in assigned]
                 candidates = list(dict.fromkeys([dp, *(k * no + ar for k in singles if k != union), *producers]))
                 if tp >= 0 and len(self._subset_devices[union]) > 1 and self._own_bytes[g] > 0:
                     if not self._group_keys[g]:
@@ -650,10 +662,10 @@ class TagProblem:
             assigned[g] = candidates[best]
             self._occupy(g, candidates[best], costs[best][1], state)
             state.used_bytes += self.need(g, candidates[best])
-            for c in set(self.groups.successors[g]):
+            for c in self._consumers[g]:
                 waiting[c] -= 1
                 if waiting[c] == 0:
-                    inputs = max(float(state.end_s[p]) for p in set(self.groups.predecessors[c]))
+                    inputs = max(float(state.end_s[p]) for p in self._producers[c])
                     heapq.heappush(ready, (inputs, c))
         return tuple(assigned[int(g)] for g in self.order)
 
@@ -670,7 +682,7 @@ class TagProblem:
         s, o = divmod(action, self.num_options)
         speed, bw, n = self._stats(s)
         begin = max((state.free_s[k] for k in self.subsets[s]), default=0.0)
-        for p in self.groups.predecessors[g]:
+        for p in self._producers[g]:
             a = assigned.get(p)
             if a is not None:
                 arrive = state.end_s[p] + self._link_s(self._edge_bytes.get((p, g), 0.0), a // self.num_options, s)
@@ -678,19 +690,19 @@ class TagProblem:
         end = begin + float(self.compute_s[g]) / speed
         sync = 0.0
         replicated = self.options[o] in ("all_reduce", "parameter_server", "fsdp")
-        if n > 1 and replicated:
-            sync += 2.0 * (n - 1) / n * self._own_bytes[g] / bw
-        elif n > 1 and self.options[o] == "tensor_parallel" and (self._own_bytes[g] > 0 or self._group_keys[g]):
-            end += 2.0 * (n - 1) / n * self._io_bytes[g] / bw  # activations gathered, forward and backward
+        if replicated:
+            sync += _ring_s(self._own_bytes[g], n, bw)
+        elif self.options[o] == "tensor_parallel" and (self._own_bytes[g] > 0 or self._group_keys[g]):
+            end += _ring_s(self._io_bytes[g], n, bw)  # activations gathered, forward and backward
         for key, key_bytes in self._group_keys[g]:
             holder = state.key_subset.get(key, s)
             if holder != s:  # every device group holding the key synchronizes it
-                both = self._union_subset_of(frozenset(self.subsets[holder]) | frozenset(self.subsets[s]))
+                both = self._pair_union(holder, s)
                 if both != holder:
                     _, kbw, kn = self._stats(both)
-                    sync += 2.0 * (kn - 1) / kn * key_bytes / kbw
-            elif key not in state.key_subset and n > 1 and replicated:
-                sync += 2.0 * (n - 1) / n * key_bytes / bw
+                    sync += _ring_s(key_bytes, kn, kbw)
+            elif key not in state.key_subset and replicated:
+                sync += _ring_s(key_bytes, n, bw)
         return end + sync, end
 
     def _occupy(self, g: int, action: int, end_s: float, state: _RolloutState) -> None:
