@@ -1,7 +1,7 @@
 """Every search method on the planted suite, from data parallelism alone, against the planted plan.
 
     python benchmarks/planted.py [--budget 60s] [--methods mcmc,mcts,ft] [--instances slow_links_fc,zero_fit]
-                                 [--variant 0] [--policy CHECKPOINT ...] [--json]
+                                 [--variant 0] [--policy CHECKPOINT ...] [--policy-env max_groups=60] [--json]
 
 The instances are :mod:`placement_rl.planted`'s (one per kind; ``--variant N`` builds the held-out
 variant ``N`` of every kind instead of the designed one). Every method runs through
@@ -14,7 +14,10 @@ and ``subset_data_parallel`` take no budget and no start: they are constructors 
 their own space, and the planted plans of some kinds lie in those spaces (``fits_only_split`` and
 ``pipeline_deep`` in ``megatron``'s, ``zero_fit`` in ``zero``'s, ``mixed_gpus`` and ``straggler`` in
 ``subset_data_parallel``'s). ``--policy`` adds a trained agent (a checkpoint folder, loaded through the
-Ray edge, :func:`placement_rl.rl.policy.policy_method`), planning zero-shot.
+Ray edge, :func:`placement_rl.rl.policy.policy_method`), planning zero-shot; ``--policy-env`` changes
+the env options it plans with from its training's (``max_groups=60``: a finer grouping than it
+trained at; :func:`placement_rl.rl.policy.with_env`). ``--methods none`` runs only the baselines and
+the policies.
 
 The table has one row per instance: the planted plan's and the bound's iteration time (ms), then for
 every baseline and method its speed relative to the planted plan, ``planted_makespan / makespan``
@@ -40,6 +43,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from placement_rl.methods import BASELINES, Method, check_budget, compare_methods, get_method, method_names
+from placement_rl.models import parse_overrides
 from placement_rl.planted import KINDS, PlantedInstance, build_suite
 
 #: A method reaches the planted plan when its speed is at least this share of the planted plan's.
@@ -214,10 +218,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="60s", help="per method: seconds ('60s') or a number of proposals")
-    parser.add_argument("--methods", default=None, help="comma-separated methods (default: every non-baseline one)")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated methods (default: every non-baseline one; none: only the baselines and --policy)",
+    )
     parser.add_argument("--instances", default=None, help=f"comma-separated kinds (default: all of {list(KINDS)})")
     parser.add_argument("--variant", type=int, default=0, help="0: the designed instances; N: held-out variant N")
     parser.add_argument("--policy", action="append", default=[], help="a trained agent's checkpoint (repeatable)")
+    parser.add_argument(
+        "--policy-env",
+        default="",
+        metavar="KEY=VALUE,...",
+        help="plan with these env options changed from the policies' training (max_groups=60: a finer grouping)",
+    )
     parser.add_argument(
         "--mcmc-proposals",
         default="coordinated",
@@ -231,12 +245,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--budget: {exc}")
     if args.variant < 0:
         parser.error(f"--variant = {args.variant}; expected an integer >= 0")
-    names = default_methods() if args.methods is None else _names(args.methods, method_names(), "methods", parser)
-    methods = [get_method(n) for n in names]
+    if args.methods is None:
+        names = default_methods()
+    else:
+        names = [] if args.methods == "none" else _names(args.methods, method_names(), "methods", parser)
+    methods = [get_method(n) for n in names if n not in BASELINES]  # the baselines run anyway
     if args.policy:
         # the Ray edge, imported only when an agent is asked for (by name: the core's type check stays off it)
         policy = importlib.import_module("placement_rl.rl.policy")
-        methods += [policy.policy_method(path) for path in args.policy]
+        try:
+            env = parse_overrides(args.policy_env)
+            methods += [policy.policy_method(path, env=env) for path in args.policy]
+        except ValueError as exc:
+            parser.error(f"--policy-env {args.policy_env!r}: {exc}")
     kinds = None if args.instances is None else _names(args.instances, list(KINDS), "instances", parser)
     _progress(f"building {len(kinds or KINDS)} instance(s), variant {args.variant} ...")
     start = time.perf_counter()

@@ -246,6 +246,7 @@ def test_learned_methods_are_checked_before_any_cell(tmp_path: Path, capsys: Any
         ({"method": "trinity", "checkpoint": str(tmp_path / "nowhere")}, "does not exist"),
         ({"method": "trinity", "checkpoint": str(seen)}, "has no policy export"),
         ({"method": "trinity", "checkpoint": {"lenet": str(seen)}}, "no checkpoint for model(s) ['alexnet']"),
+        ({"method": "trinity", "checkpoint": str(seen), "env": [60]}, "env = [60]; expected a mapping of env options"),
     ]
     for entry, message in cases:
         doc = {**TINY, "methods": ["data_parallel", entry]}

@@ -154,6 +154,16 @@ def name_list(text: str) -> list[str]:
     return names
 
 
+def env_overrides(text: str) -> dict[str, Any]:
+    """Comma-separated env options (``max_groups=60,tag_completion=best``; values read as JSON)."""
+    from placement_rl.models import parse_overrides
+
+    try:
+        return parse_overrides(text)
+    except ValueError as exc:
+        return _fail(text, f"KEY=VALUE pairs separated by commas ({exc})")
+
+
 def method_list(text: str) -> list[str]:
     """Comma-separated method names; the aliases ``dp`` and ``single`` are accepted."""
     from placement_rl.methods import method_names

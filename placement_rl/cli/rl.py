@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from placement_rl.cli.common import (
+    env_overrides,
     json_parser,
     name_list,
     optional_budget,
@@ -65,6 +66,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         args.topologies,
         args.models,
         mcmc_budget=args.mcmc_budget,
+        env=args.env,
         progress=None if args.json else lambda line: print(line, file=sys.stderr),
     )
     rows = [m.result for m in cells]
@@ -160,5 +162,13 @@ def add_commands(sub: Any) -> None:
         type=optional_budget,
         default="2s",
         help="MCMC budget per instance ('2s', proposals, or 'none')",
+    )
+    p.add_argument(
+        "--env",
+        type=env_overrides,
+        default={},
+        metavar="KEY=VALUE,...",
+        help="plan with these env options changed from training, e.g. max_groups=60 (a finer grouping than "
+        "the policy trained at)",
     )
     p.set_defaults(func=cmd_evaluate)

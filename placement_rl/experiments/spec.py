@@ -22,7 +22,7 @@ RUNTIME_OPTIONS = ("seed", "task_map", "delta")
 #: Keys of a method entry besides the method's own options.
 ENTRY_KEYS = ("method", "name", "optional")
 #: Keys only learned methods take.
-LEARNED_KEYS = ("checkpoint", "held_out")
+LEARNED_KEYS = ("checkpoint", "held_out", "env")
 #: Row statuses: ``ok`` (ran), ``unavailable`` (an optional method that does not exist yet), ``error``.
 FINISHED = ("ok", "unavailable")
 RESULTS, CSV_FILE, MARKDOWN, SUMMARY_CSV, SUMMARY_MD = (
@@ -108,6 +108,8 @@ class MethodEntry:
             training config), or ``True``: each instance's own model (with a checkpoint per model,
             TAG's hold-out variant); the rows of held-out models say so in their note.
         optional: the method may not exist yet; its rows then say so instead of failing.
+        env: a learned method's env options it plans with other than its training's
+            (``{"max_groups": 60}``: a finer grouping; :func:`placement_rl.rl.policy.with_env`).
         kind: ``registered``, ``learned`` or ``unavailable``.
         note: why an unavailable method is unavailable.
     """
@@ -120,6 +122,7 @@ class MethodEntry:
     optional: bool = False
     kind: str = "registered"
     note: str = ""
+    env: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def seeded(self) -> bool:
@@ -149,6 +152,8 @@ class MethodEntry:
             out["held_out"] = self.held_out if isinstance(self.held_out, bool) else list(self.held_out)
         if self.optional:
             out["optional"] = True
+        if self.env:
+            out["env"] = _plain(self.env)
         return out
 
 
@@ -392,7 +397,12 @@ def parse_method_entry(
                 f"{where}: held_out = {held_out!r}; expected a list of model names, or true (each instance's model)"
             )
         held = held_out if isinstance(held_out, bool) else tuple(held_out)
-        return MethodEntry(name, label, {}, checkpoint, held, optional, kind="learned")
+        env = entry.get("env", {})
+        if not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env):
+            raise SchemaError(
+                f"{where}: env = {env!r}; expected a mapping of env options to plan with (e.g. {{max_groups: 60}})"
+            )
+        return MethodEntry(name, label, {}, checkpoint, held, optional, kind="learned", env=dict(env))
     if optional:
         what = "agent" if "checkpoint" in entry else "method"
         note = f"{what} {name!r} does not exist yet (registered: {', '.join([*registered, *sorted(agents)])})"

@@ -124,6 +124,8 @@ def check_learned(prepared: Prepared, where: str = "experiment") -> None:
         SchemaError: for a checkpoint that is missing, holds a policy of another agent, has no safe
             policy export, or was trained on a model the entry holds out.
     """
+    from placement_rl.rl.policy import with_env
+
     for j, entry in enumerate(prepared.experiment.methods):
         if entry.kind != "learned":
             continue
@@ -146,7 +148,7 @@ def check_learned(prepared: Prepared, where: str = "experiment") -> None:
                     f"(held_out: {entry.to_dict()['held_out']}); expected a policy trained without them"
                 )
             try:
-                _policy(path)
+                with_env(_policy(path), entry.env)
             except (ValueError, FileNotFoundError) as exc:
                 raise SchemaError(f"{label}: checkpoint {path!r}: {exc}") from None
 
@@ -172,7 +174,7 @@ def resolve_method(entry: MethodEntry, model: str) -> Method:
     from placement_rl.rl.policy import policy_method
 
     if entry.kind == "learned":
-        return policy_method(_policy(entry.checkpoint_for(model)), entry.name)
+        return policy_method(_policy(entry.checkpoint_for(model)), entry.name, env=entry.env)
     method = get_method(entry.method)
     chains = entry.options.get("chains", 1)
     if isinstance(chains, int) and chains > 1 and "task_map" in method.options:

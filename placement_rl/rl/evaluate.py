@@ -8,7 +8,7 @@ same rows as ``placement-rl compare``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from placement_rl.experiments import Measured, measure_cells, parse_experiment, prepare
@@ -21,6 +21,7 @@ def evaluate_cells(
     models: Sequence[str] | None = None,
     *,
     mcmc_budget: Any = "2s",
+    env: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Measured]:
     """Run the policy deterministically on every (model, topology) and the baselines beside it.
@@ -30,6 +31,8 @@ def evaluate_cells(
         topologies: topology specs (presets, ``random:SEED``, ``test:N``, files).
         models: zoo models (default: the training config's generator model(s)).
         mcmc_budget: MCMC's budget per instance (``None`` skips MCMC).
+        env: env options the policy plans with other than its training's (``{"max_groups": 60}``;
+            :func:`placement_rl.rl.policy.with_env` lists those that may change).
         progress: called with one line per instance.
 
     Returns:
@@ -40,7 +43,10 @@ def evaluate_cells(
     from placement_rl.rl.compare import check_learned, checkpoint_agent, resolve_method
 
     agent, trained_on = checkpoint_agent(checkpoint)
-    methods: list[Any] = [{"method": agent, "checkpoint": str(checkpoint)}, "data_parallel", "expert"]
+    learned: dict[str, Any] = {"method": agent, "checkpoint": str(checkpoint)}
+    if env:
+        learned["env"] = dict(env)
+    methods: list[Any] = [learned, "data_parallel", "expert"]
     if mcmc_budget is not None:
         methods.append({"method": "mcmc", "budget": mcmc_budget})
     document = {
@@ -69,8 +75,9 @@ def evaluate(
     models: Sequence[str] | None = None,
     *,
     mcmc_budget: Any = "2s",
+    env: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[MethodResult]:
     """:func:`evaluate_cells`' results (plans and simulations), in cell order."""
-    cells = evaluate_cells(checkpoint, topologies, models, mcmc_budget=mcmc_budget, progress=progress)
+    cells = evaluate_cells(checkpoint, topologies, models, mcmc_budget=mcmc_budget, env=env, progress=progress)
     return [m.result for m in cells]

@@ -8,6 +8,7 @@ training config (:mod:`placement_rl.rl.config`), which needs the registry, so th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,36 @@ class Policy:
     config: TrainConfig
     module: Any
     checkpoint: Path
+
+
+#: Env options a trained policy may plan with other than its training values (:func:`with_env`): how
+#: finely a model is cut into op groups (the agents' GNNs and priors are size-agnostic, so a policy
+#: trained at 20 groups can plan at 60), how TAG's partial plans are completed, and the padded sizes.
+PLANNING_ENV_KEYS = ("max_groups", "tag_completion", *PADDED_SIZES)
+
+
+def with_env(policy: Policy, overrides: Mapping[str, Any]) -> Policy:
+    """``policy`` planning with env options changed from its training config (``{"max_groups": 60}``).
+
+    Only :data:`PLANNING_ENV_KEYS` may change: the others (the action space, the options, the
+    reward, the features) shape what the module was trained to read.
+
+    Raises:
+        ValueError: for a key outside :data:`PLANNING_ENV_KEYS` (naming the allowed ones) or a value
+            the agent's env config refuses (naming the key and what it expects).
+    """
+    if not overrides:
+        return policy
+    bad = sorted(k for k in overrides if k not in PLANNING_ENV_KEYS)
+    if bad:
+        raise ValueError(
+            f"env option(s) {bad} cannot change for a trained policy: they shape what its module reads; "
+            f"expected some of {list(PLANNING_ENV_KEYS)}"
+        )
+    env = {**policy.config.env, **overrides}
+    env_config_class(policy.agent.env_id).parse({k: v for k, v in env.items() if k != "generator"})
+    config = dataclasses.replace(policy.config, env=env)
+    return dataclasses.replace(policy, config=config)
 
 
 def run_config_path(checkpoint: str | Path) -> Path:
@@ -207,11 +238,14 @@ def policy_plan(policy: Policy, graph: OpGraph, topology: DeviceTopology) -> Pla
     return plan
 
 
-def policy_method(checkpoint: Policy | str | Path, name: str | None = None) -> Method:
-    """A :class:`~placement_rl.methods.Method` planning with a trained policy (named after its agent)."""
+def policy_method(
+    checkpoint: Policy | str | Path, name: str | None = None, env: Mapping[str, Any] | None = None
+) -> Method:
+    """A :class:`~placement_rl.methods.Method` planning with a trained policy (named after its agent),
+    with the env options ``env`` changed from training (:func:`with_env`)."""
     from placement_rl.methods import Method
 
-    policy = checkpoint if isinstance(checkpoint, Policy) else load_policy(checkpoint)
+    policy = with_env(checkpoint if isinstance(checkpoint, Policy) else load_policy(checkpoint), env or {})
     return Method(
         name or policy.agent.name,
         lambda problem: policy_plan(policy, problem.graph, problem.topology),

@@ -105,6 +105,40 @@ def test_evaluate_and_plan_through_the_registry(
     assert (tmp_path / "best_plan.json").is_file()
 
 
+def test_a_policy_plans_at_a_finer_grouping_than_it_trained_at(
+    ppo_tag_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from placement_rl import zoo
+    from placement_rl.rl.policy import PLANNING_ENV_KEYS, load_policy, policy_env, with_env
+    from placement_rl.topology.presets import load_preset
+
+    policy = load_policy(ppo_tag_run / "checkpoint_final")
+    assert policy.config.env["max_groups"] == 6
+    finer = with_env(policy, {"max_groups": 9})
+    assert finer.config.env["max_groups"] == 9 and policy.config.env["max_groups"] == 6  # a copy
+    graph, topology = zoo.load("lenet"), load_preset("tag-testbed")  # evaluate's instance below
+    coarse_env, fine_env = policy_env(policy, graph, topology), policy_env(finer, graph, topology)
+    coarse = policy.agent.act(policy.module, coarse_env)
+    fine = finer.agent.act(finer.module, fine_env)
+    # one decision per op group: the finer env cut lenet into more groups, and the same weights planned them
+    assert len(coarse["actions"]) == 6 < len(fine["actions"]) <= 9
+    assert fine["makespan_s"] > 0 and fine["plan"] is not None
+
+    with pytest.raises(ValueError, match=r"\['tag_options'\] cannot change.*max_groups"):
+        with_env(policy, {"tag_options": "extended"})
+    with pytest.raises(ValueError, match="max_groups"):
+        with_env(policy, {"max_groups": 0})
+    assert "reward" not in PLANNING_ENV_KEYS
+
+    checkpoint = str(ppo_tag_run / "checkpoint_final")
+    args = ["evaluate", "--checkpoint", checkpoint, "--topologies", "tag-testbed", "--mcmc-budget", "none"]
+    assert main([*args, "--env", "max_groups=9", "--json"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["ppo_tag"]["makespan_s"] == pytest.approx(fine["makespan_s"])
+    assert main([*args, "--env", "reward=sparse"]) == 2
+    assert "['reward'] cannot change" in capsys.readouterr().err
+
+
 def test_shipped_ppo_tag_config_parses() -> None:
     extended = load_train_config(ROOT / "tune_configs" / "ppo_tag_extended.yaml")
     assert extended.env["tag_options"] == "extended" and extended.act.partial_plans is True
