@@ -1,7 +1,8 @@
 """Every search method on the planted suite, from data parallelism alone, against the planted plan.
 
     python benchmarks/planted.py [--budget 60s] [--methods mcmc,mcts,ft] [--instances slow_links_fc,zero_fit]
-                                 [--variant 0] [--policy CHECKPOINT ...] [--policy-env max_groups=60] [--json]
+                                 [--variant 0] [--policy CHECKPOINT ...] [--policy-env max_groups=60]
+                                 [--set ft.stage_meshes=1] [--json]
 
 The instances are :mod:`placement_rl.planted`'s (one per kind; ``--variant N`` builds the held-out
 variant ``N`` of every kind instead of the designed one). Every method runs through
@@ -126,15 +127,17 @@ def run(
     methods: Sequence[Method],
     budget: str,
     mcmc_proposals: str = "coordinated",
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Row]:
-    """Every baseline and method on every instance (progress on stderr)."""
+    """Every baseline and method on every instance (progress on stderr); ``extra``: per method name,
+    options added to :func:`method_options`' (``{"ft": {"stage_meshes": 1}}``)."""
     rows: list[Row] = []
     for instance in instances:
         row = Row(instance, {})
         for b, makespan_s in instance.baseline_makespans_s.items():
             row.cells[b] = Cell(makespan_s, b in instance.baseline_oom)
         for method in methods:
-            options = method_options(method, budget, mcmc_proposals)
+            options = {**method_options(method, budget, mcmc_proposals), **(extra or {}).get(method.name, {})}
             _progress(f"{instance.name}: {method.name} {options} ...")
             start = time.perf_counter()
             cell = run_method(instance, method, options)
@@ -214,6 +217,27 @@ def _names(text: str, allowed: Sequence[str], what: str, parser: argparse.Argume
     return names
 
 
+def _method_sets(
+    items: Sequence[str], methods: Sequence[Method], parser: argparse.ArgumentParser
+) -> dict[str, dict[str, Any]]:
+    """``--set METHOD.OPTION=VALUE`` items as per-method options (values read as JSON, else strings)."""
+    out: dict[str, dict[str, Any]] = {}
+    by_name = {m.name: m for m in methods}
+    for item in items:
+        key, equals, _ = item.partition("=")
+        name, dot, option = key.partition(".")
+        if not equals or not dot or not option:
+            parser.error(f"--set {item!r}: expected METHOD.OPTION=VALUE, e.g. ft.stage_meshes=1")
+        if name not in by_name:
+            parser.error(f"--set {item!r}: method {name!r} is not run; the methods are {sorted(by_name)}")
+        if option not in by_name[name].options:
+            parser.error(
+                f"--set {item!r}: {name} has no option {option!r}; its options are {sorted(by_name[name].options)}"
+            )
+        out.setdefault(name, {}).update(parse_overrides(f"{option}={item.partition('=')[2]}"))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -237,6 +261,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="coordinated",
         help="MCMC's proposal mix (default coordinated; flexflow: FlexFlow's moves only)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="METHOD.OPTION=VALUE",
+        help="an option for one method (repeatable), e.g. ft.stage_meshes=1",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = parser.parse_args(argv)
     try:
@@ -258,12 +289,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             methods += [policy.policy_method(path, env=env) for path in args.policy]
         except ValueError as exc:
             parser.error(f"--policy-env {args.policy_env!r}: {exc}")
+    extra = _method_sets(args.set, methods, parser)
     kinds = None if args.instances is None else _names(args.instances, list(KINDS), "instances", parser)
     _progress(f"building {len(kinds or KINDS)} instance(s), variant {args.variant} ...")
     start = time.perf_counter()
     instances = build_suite(kinds, variant=args.variant)
     _progress(f"built in {time.perf_counter() - start:.1f} s")
-    rows = run(instances, methods, args.budget, args.mcmc_proposals)
+    rows = run(instances, methods, args.budget, args.mcmc_proposals, extra)
     if args.json:
         print(json.dumps(rows_json(rows), indent=1))
     else:

@@ -173,8 +173,41 @@ def test_benchmark_prints_ratios_to_the_planted_plan(
     assert "reached >= 0.9 of the planted plan's speed" in out and "zero 0/1" in out
 
 
-def test_benchmark_refuses_unknown_names() -> None:
+def test_benchmark_refuses_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _benchmark()
     for argv in (["--methods", "nope"], ["--instances", "nope"], ["--budget", "soon"]):
         with pytest.raises(SystemExit):
             bench.main(argv)
+    bad_sets = {
+        "ft.nope=1": "ft has no option 'nope'; its options are ['device_counts', 'max_configs', 'stage_meshes']",
+        "mcmc.budget=1": "method 'mcmc' is not run; the methods are ['ft']",
+        "stage_meshes=1": "expected METHOD.OPTION=VALUE",
+    }
+    for item, message in bad_sets.items():
+        with pytest.raises(SystemExit):
+            bench.main(["--methods", "ft", "--set", item])
+        assert message in capsys.readouterr().err
+
+
+def test_benchmark_passes_method_options_and_runs_only_the_baselines_with_none(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _benchmark()
+    monkeypatch.setattr(bench, "build_suite", lambda kinds, variant: [_instance(k, variant) for k in kinds])
+    seen: list[dict[str, Any]] = []
+    run_method = bench.run_method
+
+    def spy(instance: Any, method: Any, options: dict[str, Any]) -> Any:
+        seen.append({"method": method.name, **options})
+        return run_method(instance, method, options)
+
+    monkeypatch.setattr(bench, "run_method", spy)
+    argv = ["--instances", "embedding_heavy", "--methods", "mcmc,data_parallel", "--budget", "5", "--json"]
+    bench.main([*argv, "--set", "mcmc.chains=1", "--set", "mcmc.proposals=flexflow"])
+    [row] = json.loads(capsys.readouterr().out)
+    # the set options beside the benchmark's own; data_parallel is a baseline column, not run again
+    assert seen == [{"method": "mcmc", **bench.method_options(get_method("mcmc"), "5", "flexflow"), "chains": 1}]
+    assert set(row["methods"]) == {*BASELINES, "mcmc"}
+    bench.main(["--instances", "embedding_heavy", "--methods", "none", "--json"])
+    [row] = json.loads(capsys.readouterr().out)
+    assert set(row["methods"]) == set(BASELINES) and len(seen) == 1
