@@ -11,8 +11,10 @@ Usage::
 
 ``--models`` (delta, speedup) and ``--gpus`` (delta) narrow the tables; a tiny run:
 ``delta --models lenet --gpus 4 --proposals 5``, ``speedup --models lenet --budget 5`` (proposals).
-``--network`` picks the simulator's network model (``flow``, the default, ``circuit``, ``pairwise``)
-and ``--bucket-bytes`` its gradient bucket (default 25 MiB; 0 all-reduces each tensor alone).
+``--network`` picks the simulator's network model (``flow``, the default, ``circuit``, ``pairwise``),
+``--bucket-bytes`` its gradient bucket (default 25 MiB; 0 all-reduces each tensor alone) and
+``--calibration`` its GPU model (``default``, ``roofline`` for the tables measured before the shipped
+fit, or a calibration file); ``exact`` ranks plans by the search's own cost and takes none of them.
 
 ``speedup`` prints beside data parallelism (bucketed, the reference) the papers' per-tensor data
 parallelism and the compute lower bound ``1 / sum_d (1 / T_d)``, ``T_d`` the whole iteration's
@@ -54,6 +56,7 @@ from typing import Any
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from placement_rl import zoo
+from placement_rl.experiments import calibration_named
 from placement_rl.graph import OpGraph
 from placement_rl.methods import compute_lower_bound_s
 from placement_rl.plan import Plan, data_parallel, data_parallel_per_tensor, expert
@@ -307,9 +310,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
     parser.add_argument("--restart", type=int, default=None, help="hand: restart from the best after N idle proposals")
     parser.add_argument("--seeds", type=int, default=10, help="exact: seeds 0..N-1")
+    parser.add_argument(
+        "--calibration",
+        default="default",
+        help="the GPU model: default (the shipped H200 fit), roofline (the papers' flat efficiencies, the "
+        "model of the tables measured before the fit) or a calibration .json (placement-rl calibrate)",
+    )
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    cost = CostModel(network=args.network, bucket_bytes=args.bucket_bytes)
+    try:
+        gpu_model = calibration_named(args.calibration, "--calibration")
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    cost = CostModel(network=args.network, bucket_bytes=args.bucket_bytes, calibration=gpu_model)
     if args.what == "delta":
         delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")], cost)
     elif args.what == "speedup":
