@@ -16,7 +16,8 @@ Usage::
 ``--calibration`` its GPU model (``default``, ``roofline`` for the tables measured before the shipped
 fit, or a calibration file); ``exact`` ranks plans by the search's own cost and takes none of them.
 
-``speedup`` prints beside data parallelism (bucketed, the reference) the papers' per-tensor data
+``speedup`` prints beside data parallelism (bucketed, the reference; ``OOM`` marks a plan that does
+not fit, whose speedup ratios compare against a plan that cannot run) the papers' per-tensor data
 parallelism and the compute lower bound ``1 / sum_d (1 / T_d)``, ``T_d`` the whole iteration's
 compute on one device of ``d``'s type (:func:`placement_rl.methods.compute_lower_bound_s`; on one
 device type, that compute divided by the device count).
@@ -118,6 +119,11 @@ def delta_table(
             )
 
 
+def _ms(result: Any) -> str:
+    """A plan's ms per iteration, marked ``OOM`` when it does not fit in memory."""
+    return f"{result.makespan_s * 1e3:.1f}" + (" OOM" if result.oom else "")
+
+
 def speedup_table(
     budget: str, models: Sequence[str] = MODELS, cost: CostModel | None = None, proposals: str = "flexflow"
 ) -> None:
@@ -131,18 +137,19 @@ def speedup_table(
         topo = load_preset(preset)
         for model in models:
             graph = zoo.load(model, batch_size=_batch(model, topo.num_devices))
-            dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
-            per_tensor = simulate(graph, topo, data_parallel_per_tensor(graph, topo), cost).makespan_s
+            dp_result = simulate(graph, topo, data_parallel(graph, topo), cost)
+            per_tensor = simulate(graph, topo, data_parallel_per_tensor(graph, topo), cost)
             bound = compute_lower_bound_s(SimContext(graph, topo, cost))
-            ex = simulate(graph, topo, expert(graph, topo), cost).makespan_s
+            ex_result = simulate(graph, topo, expert(graph, topo), cost)
             options = {"budget": budget, "seed": 0, "cost_model": cost, "proposals": proposals}
             found = mcmc(graph, topo, initial=INITIAL_CANDIDATES, **options)  # type: ignore[arg-type]  # FlexFlow's
             extended = mcmc(graph, topo, initial=EXTENDED_CANDIDATES, **options)  # type: ignore[arg-type]
+            dp, ex = dp_result.makespan_s, ex_result.makespan_s
             ms, xs = found.result.makespan_s, extended.result.makespan_s
+            cells = [_ms(r) for r in (dp_result, per_tensor)] + [f"{bound * 1e3:.1f}", _ms(ex_result)]
             print(
-                f"| {model} | {preset} | {dp * 1e3:.1f} | {per_tensor * 1e3:.1f} | {bound * 1e3:.1f} | "
-                f"{ex * 1e3:.1f} | {ms * 1e3:.1f} | {dp / ms:.2f}x | {ex / ms:.2f}x | {found.proposals:,} | "
-                f"{xs * 1e3:.1f} | {dp / xs:.2f}x |",
+                f"| {model} | {preset} | {' | '.join(cells)} | {_ms(found.result)} | {dp / ms:.2f}x | "
+                f"{ex / ms:.2f}x | {found.proposals:,} | {_ms(extended.result)} | {dp / xs:.2f}x |",
                 flush=True,
             )
 
