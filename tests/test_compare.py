@@ -263,10 +263,14 @@ def test_optional_methods_that_do_not_exist_yet_get_rows_saying_so(tmp_path: Pat
             "data_parallel",
             {"method": "hap", "checkpoint": "out/hap/checkpoint_final", "optional": True},
             {"method": "pipedream", "budget": "10s", "optional": True},
+            {"method": "trinity", "name": "later", "checkpoint": str(tmp_path / "not-yet"), "optional": True},
         ],
     }
-    report = run_experiment(prepare(parse_experiment(doc)), tmp_path, progress=False)
+    report = run_experiment(prepare(parse_experiment(doc, agents=["trinity"])), tmp_path, progress=False)
     rows = {r["method"]: r for r in report.rows}
+    # a registered agent whose checkpoint is not trained yet: its row says so instead of failing
+    assert rows["later"]["status"] == "unavailable"
+    assert f"checkpoint {str(tmp_path / 'not-yet')!r} does not exist yet" in rows["later"]["note"]
     assert rows["hap"]["status"] == "unavailable" and "agent 'hap' does not exist yet" in rows["hap"]["note"]
     assert rows["pipedream"]["status"] == "unavailable" and rows["pipedream"]["makespan_s"] is None
     assert "unavailable: agent 'hap' does not exist yet" in (tmp_path / "results.md").read_text()

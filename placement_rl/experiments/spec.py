@@ -397,6 +397,14 @@ def parse_method_entry(
                 f"{where}: held_out = {held_out!r}; expected a list of model names, or true (each instance's model)"
             )
         held = held_out if isinstance(held_out, bool) else tuple(held_out)
+        folders = list(checkpoint.values()) if isinstance(checkpoint, Mapping) else [checkpoint]
+        absent = [f for f in folders if not Path(f).exists()]
+        if optional and absent:
+            note = (
+                f"agent {name!r}: checkpoint {absent[0]!r} does not exist yet (a checkpoint_* folder of "
+                "`placement-rl train`)"
+            )
+            return MethodEntry(name, label, {}, checkpoint, held, True, kind="unavailable", note=note)
         env = entry.get("env", {})
         if not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env):
             raise SchemaError(
