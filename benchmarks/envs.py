@@ -4,7 +4,8 @@
     python benchmarks/envs.py agents [--seeds 5]       # random and greedy on inception_v3 and vgg19 x tag-testbed
 
 ``--models`` replaces the models (steps uses the first); a tiny run: ``steps --episodes 1 --models lenet``,
-``agents --seeds 1 --models lenet``.
+``agents --seeds 1 --models lenet``. ``--calibration roofline`` (or a calibration file) simulates
+with another GPU model than the default (the env config's ``cost_model``).
 
 ``steps`` plays episodes with a random agent on inception_v3 x tag-testbed (60 op groups, 16 GPUs),
 every step including the partial plan's simulation, after one warm-up episode; it prints the median
@@ -25,6 +26,7 @@ import numpy as np
 
 import placement_rl.envs  # noqa: F401  (registers the ids)
 from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
+from placement_rl.experiments import calibration_named
 
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Placement-v0 sequential/device", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "device"}),
@@ -35,13 +37,13 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 MODELS = ("inception_v3", "vgg19")
 
 
-def steps(episodes: int, model: str = "inception_v3") -> None:
+def steps(episodes: int, model: str = "inception_v3", cost: dict[str, Any] | None = None) -> None:
     generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
     print(f"{model} x tag-testbed")
     print("| env | steps/episode | median steps/s | median ms/step |")
     print("|---|---|---|---|")
     for label, env_id, options in CASES:
-        env = gym.make(env_id, config={"generator": generator, **options})
+        env = gym.make(env_id, config={"generator": generator, "cost_model": cost, **options})
         agent = RandomAgent(0)
         run_episode(env, agent, seed=0)  # warm-up: imports, coarsening, baselines, compiled configs
         rates = []
@@ -54,13 +56,14 @@ def steps(episodes: int, model: str = "inception_v3") -> None:
         print(f"| {label} | {n} | {rate:,.0f} | {1e3 / rate:.2f} |", flush=True)
 
 
-def agents(seeds: int, models: Sequence[str] = MODELS) -> None:
+def agents(seeds: int, models: Sequence[str] = MODELS, cost: dict[str, Any] | None = None) -> None:
     print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes |")
     print("|---|---|---|---|---|---|---|")
     for model in models:
         generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
         for label, options in (("device", {"action_space": "device"}), ("tag", {"action_space": "tag"})):
-            env = gym.make("placement_rl/Placement-v0", config={"generator": generator, "reward": "speedup", **options})
+            config = {"generator": generator, "reward": "speedup", "cost_model": cost, **options}
+            env = gym.make("placement_rl/Placement-v0", config=config)
             for name, make in (("random", lambda s: RandomAgent(s)), ("greedy", lambda s: GreedyAgent())):
                 runs = [run_episode(env, make(s), seed=s) for s in range(seeds if name == "random" else 1)]
                 rewards = [r["reward"] for r in runs]
@@ -82,12 +85,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--models", default=None, help="comma-separated zoo models (steps: inception_v3; agents: inception_v3,vgg19)"
     )
+    parser.add_argument(
+        "--calibration",
+        default="default",
+        help="the GPU model: default (the shipped H200 fit), roofline (the papers' flat efficiencies) or a "
+        "calibration .json (placement-rl calibrate)",
+    )
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else None
+    try:
+        calibration_named(args.calibration, "--calibration")
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    cost = None if args.calibration == "default" else {"calibration": args.calibration}
     if args.what == "steps":
-        steps(args.episodes, models[0] if models else "inception_v3")
+        steps(args.episodes, models[0] if models else "inception_v3", cost)
     else:
-        agents(args.seeds, models or MODELS)
+        agents(args.seeds, models or MODELS, cost)
 
 
 if __name__ == "__main__":
