@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.typed import List
 
 MAX_RANK = 8
 _NOTICE_GIVEN = False
@@ -526,6 +527,17 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     phase's flows have all drained, the next phase starts ``phase_latency[p]`` later; the task ends
     that long after its last phase drains. Every phase has at least one flow.
 
+    Rates are recomputed incrementally. Flows in flight that share a direction, directly or through
+    other flows, form a component, and max-min rates in one component do not depend on the others.
+    Each direction keeps a list of the flows in flight that cross it; at a recompute, the
+    components reached from the directions of the flows that started or ended since the last one
+    (:func:`_reshare`) get fresh rates, each component by itself, and every other flow keeps its
+    rate. The rates are those of a recompute of all flows at once, to the bit (progressive filling
+    visits each component's directions in the same order), and so are the times: each event still
+    takes every flow's bytes left forward and each recompute its finish time, a few operations per
+    flow in flight. For the cut-off, a direction's bytes left are brought up to date only when it
+    is checked or its flows' rates change (its total rate ``dir_sum``, from ``dir_stamp`` on).
+
     Time advances event by event: the earliest of the next ready task and the next flow to drain
     (drains first on ties). A fixed task is timed when it is taken from the queue, as in
     FlexFlow's list scheduling.
@@ -594,18 +606,41 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     frozen = np.zeros(nfl, np.bool_)
     dir_n = np.zeros(nd, np.int64)
     dir_rem = np.zeros(nd)
-    dir_start = np.zeros(nd, np.int64)
-    dir_fill = np.zeros(nd, np.int64)
     touched = np.empty(nd, np.int64)
-    dir_flows = np.empty(max(flow_dirs.shape[0], 1), np.int64)
+    nslot = max(flow_dirs.shape[0], 1)
+    # the flows in flight on each direction: a linked list of slots (slot j: flow_dirs[j] of its flow)
+    dir_head = np.full(nd, -1, np.int64)
+    slot_next = np.empty(nslot, np.int64)
+    slot_prev = np.empty(nslot, np.int64)
+    slot_flow = np.empty(nslot, np.int64)
+    # directions whose flows changed since the last recompute; flows that cross none
+    seeds = np.empty(nd, np.int64)
+    seeded = np.zeros(nd, np.bool_)
+    nseed = 0
+    lone = np.empty(max(nfl, 1), np.int64)
+    nlone = 0
+    # _reshare's scratch
+    epoch = 0
+    dir_seen = np.zeros(nd, np.int64)
+    flow_seen = np.zeros(nfl, np.int64)
+    flow_comp = np.empty(nfl, np.int64)
+    comp_at = np.empty(nd + nfl + 1, np.int64)
+    comp_fill = np.empty(nd + nfl + 1, np.int64)
+    queue = np.empty(max(nd, 1), np.int64)
+    sub = np.empty(max(nfl, 1), np.int64)
     dir_active = np.zeros(nd, np.int64)
     dir_since = np.zeros(nd)
     dir_busy = np.zeros(nd)
     dir_rate = np.zeros(nd)
-    tl_size = 0
-    tl_time = np.empty(64 if record else 0)
-    tl_dir = np.empty(64 if record else 0, np.int64)
-    tl_rate = np.empty(64 if record else 0)
+    dir_sum = np.zeros(nd)  # the rates of the flows in flight on each direction, from dir_stamp on
+    dir_stamp = np.zeros(nd)
+    # the timeline in lists: arrays regrown in the loop would be reference-counted on every pass
+    tl_time = List.empty_list(types.float64)
+    tl_dir = List.empty_list(types.int64)
+    tl_rate = List.empty_list(types.float64)
+    no_time = np.zeros(0)
+    no_dir = np.zeros(0, np.int64)
+    no_rate = np.zeros(0)
     bounded = limit < np.inf and rest.shape[0] == n
     load = np.zeros(num_resources)
     if bounded:
@@ -651,11 +686,11 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     if bounded:
         for x in range(num_resources):
             if res_free[x] + load[x] > limit:
-                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
     for t in range(n):
         if not prefix[t] and pending[t] == 0:
             if bounded and ready[t] + rest[t] > limit:
-                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
             size = _heap_push(heap_t, heap_id, size, ready[t], t)
     now = 0.0
     next_finish = np.inf
@@ -664,46 +699,48 @@ def schedule_flows(  # type: ignore[no-untyped-def]
         head = heap_t[0] if size > 0 else np.inf
         # Rates are stale only for the future: tasks ready now are taken first, then rates recomputed once.
         if dirty and not head <= now:
+            # fresh rates for the components the flows that started or ended since the last recompute touch
+            epoch += 1
+            nsub, nq = _reshare(
+                act, nact, seeds, nseed, seeded, lone, nlone, epoch, dir_head, slot_next, slot_flow,
+                flow_dir_ptr, flow_dirs, flow_cap, capped, dir_capacity, rate, frozen, dir_n, dir_rem,
+                touched, dir_seen, flow_seen, flow_comp, comp_at, comp_fill, queue, sub,
+            )  # fmt: skip
+            nseed = 0
+            nlone = 0
             next_finish = np.inf
-            if nact > 0:
-                _max_min(
-                    act,
-                    nact,
-                    flow_dir_ptr,
-                    flow_dirs,
-                    flow_cap,
-                    capped,
-                    dir_capacity,
-                    rate,
-                    frozen,
-                    dir_n,
-                    dir_rem,
-                    dir_start,
-                    dir_fill,
-                    dir_flows,
-                    touched,
-                )
+            for k in range(nact):
+                f = act[k]
+                finish[f] = now + remaining[f] / rate[f]
+                if finish[f] < next_finish:
+                    next_finish = finish[f]
+            if bounded or record:
+                # the total rates of the directions reached (summed in flight order, as over all flows)
+                for i in range(nq):
+                    d = queue[i]
+                    if bounded:
+                        dir_left[d] -= dir_sum[d] * (now - dir_stamp[d])
+                        dir_stamp[d] = now
+                    dir_sum[d] = 0.0
+                for k in range(nsub):  # a direction's flows: in one component, in flight order
+                    f = sub[k]
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        dir_sum[flow_dirs[j]] += rate[f]
+            if record:  # the directions of the recomputed flows, in order of first appearance
                 for k in range(nact):
                     f = act[k]
-                    finish[f] = now + remaining[f] / rate[f]
-                    if finish[f] < next_finish:
-                        next_finish = finish[f]
-                if record:
-                    nt = _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched)
-                    for i in range(nt):
-                        dir_rem[touched[i]] = 0.0
-                    for k in range(nact):
-                        f = act[k]
-                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-                            dir_rem[flow_dirs[j]] += rate[f]
-                    for i in range(nt):
-                        d = touched[i]
-                        dir_n[d] = 0
-                        if dir_rem[d] != dir_rate[d]:
-                            dir_rate[d] = dir_rem[d]
-                            tl_time, tl_dir, tl_rate, tl_size = _append(
-                                tl_time, tl_dir, tl_rate, tl_size, now, d, dir_rem[d]
-                            )
+                    if flow_seen[f] != epoch:
+                        continue
+                    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        d = flow_dirs[j]
+                        if dir_seen[d] != epoch:
+                            continue
+                        dir_seen[d] = -epoch
+                        if dir_sum[d] != dir_rate[d]:
+                            dir_rate[d] = dir_sum[d]
+                            tl_time.append(now)
+                            tl_dir.append(d)
+                            tl_rate.append(dir_sum[d])
             dirty = False
         if nact > 0 and next_finish <= head:
             t_event = next_finish
@@ -711,7 +748,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
             now = t_event
             kept = 0
             ncompleted = 0
-            next_finish = np.inf
+            next_finish = np.inf  # recomputed (dirty) before time moves on
             for k in range(nact):
                 f = act[k]
                 if finish[f] <= t_event:
@@ -721,26 +758,24 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     remaining[f] -= rate[f] * step
                     act[kept] = f
                     kept += 1
-                    if finish[f] < next_finish:
-                        next_finish = finish[f]
-                    if bounded:
-                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-                            dir_left[flow_dirs[j]] -= rate[f] * step
             nact = kept
             if bounded:
                 for c in range(ncompleted):
                     f = completed[c]
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-                        dir_left[flow_dirs[j]] -= remaining[f]
+                        d = flow_dirs[j]
+                        dir_left[d] -= dir_sum[d] * (now - dir_stamp[d])
+                        dir_stamp[d] = now
                 for c in range(ncompleted):  # the directions whose load just changed (any subset is a valid check)
                     f = completed[c]
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                         d = flow_dirs[j]
                         if now + dir_left[d] / dir_capacity[d] > limit:
-                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
             dirty = True
             for c in range(ncompleted):
                 f = completed[c]
+                nseed = _unlink(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, seeds, nseed, seeded)
                 for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                     d = flow_dirs[j]
                     dir_active[d] -= 1
@@ -748,7 +783,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_busy[d] += now - dir_since[d]
                         if record and dir_rate[d] != 0.0:
                             dir_rate[d] = 0.0
-                            tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, now, d, 0.0)
+                            tl_time.append(now)
+                            tl_dir.append(d)
+                            tl_rate.append(0.0)
                 t = flow_task[f]
                 left[t] -= 1
                 if left[t] > 0:
@@ -777,7 +814,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     pending[v] -= 1
                     if pending[v] == 0:
                         if bounded and ready[v] + rest[v] > limit:
-                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
                         size = _heap_push(heap_t, heap_id, size, ready[v], v)
                 done += 1
             continue
@@ -806,12 +843,12 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         holder[x] = t
                 if bounded:
                     if r + rest[t] > limit:
-                        return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                        return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
                     if res_ptr[t + 1] > res_ptr[t]:
                         x = res[res_ptr[t]]
                         load[x] -= shortest[t] * (1.0 - 1e-9)
                         if r + shortest[t] + load[x] > limit:
-                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
                 phase_of[t] = phase_ptr[t]
                 start[t] = r
             if r > now:
@@ -819,22 +856,27 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 for k in range(nact):
                     f = act[k]
                     remaining[f] -= rate[f] * step
-                    if bounded:
-                        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-                            dir_left[flow_dirs[j]] -= rate[f] * step
                 now = r
             if bounded:
                 p = phase_of[t]
                 for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                         d = flow_dirs[j]
+                        dir_left[d] -= dir_sum[d] * (now - dir_stamp[d])
+                        dir_stamp[d] = now
                         if now + dir_left[d] / dir_capacity[d] > limit:
-                            return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
             p = phase_of[t]
             for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
                 act[nact] = f
                 nact += 1
                 remaining[f] = flow_bytes[f]
+                if flow_dir_ptr[f + 1] == flow_dir_ptr[f]:
+                    lone[nlone] = f
+                    nlone += 1
+                nseed = _link(
+                    f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow, seeds, nseed, seeded
+                )
                 for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                     d = flow_dirs[j]
                     if dir_active[d] == 0:
@@ -853,12 +895,12 @@ def schedule_flows(  # type: ignore[no-untyped-def]
         fin = s + duration[t]
         if bounded:
             if s + rest[t] > limit:
-                return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
             for k in range(res_ptr[t], res_ptr[t + 1]):
                 x = res[k]
                 load[x] -= duration[t] * (1.0 - 1e-9)
                 if fin + load[x] > limit:
-                    return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
         start[t] = s
         end[t] = fin
         ready[t] = r
@@ -874,12 +916,19 @@ def schedule_flows(  # type: ignore[no-untyped-def]
             pending[v] -= 1
             if pending[v] == 0:
                 if bounded and ready[v] + rest[v] > limit:
-                    return start, end, ready, crit, dir_busy, tl_time[:0], tl_dir[:0], tl_rate[:0], True
+                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
                 size = _heap_push(heap_t, heap_id, size, ready[v], v)
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size], False
+    out_time = np.empty(len(tl_time))
+    out_dir = np.empty(len(tl_dir), np.int64)
+    out_rate = np.empty(len(tl_rate))
+    for k in range(len(tl_time)):
+        out_time[k] = tl_time[k]
+        out_dir[k] = tl_dir[k]
+        out_rate[k] = tl_rate[k]
+    return start, end, ready, crit, dir_busy, out_time, out_dir, out_rate, False
 
 
 @njit(cache=True)
@@ -1007,44 +1056,60 @@ def schedule_from(  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no-untyped-def]
-    """Time for flows that all start at 0 to drain under max-min sharing (rates recomputed as they end)."""
+    """Time for flows that all start at 0 to drain under max-min sharing (rates recomputed as they end).
+
+    ``flow_bytes`` (F,); flow ``f`` crosses ``flow_dirs[flow_dir_ptr[f] : flow_dir_ptr[f + 1]]``,
+    ``dir_capacity`` (2L,) bytes/s. When flows end, only the components they leave (:func:`_reshare`)
+    get new rates; the others' rates are unchanged (to the bit), so the result is that of recomputing
+    every flow's rate each time.
+    """
     nfl = flow_bytes.shape[0]
     nd = dir_capacity.shape[0]
     act = np.empty(nfl, np.int64)
     nact = 0
+    nslot = max(flow_dirs.shape[0], 1)
+    dir_head = np.full(nd, -1, np.int64)
+    slot_next = np.empty(nslot, np.int64)
+    slot_prev = np.empty(nslot, np.int64)
+    slot_flow = np.empty(nslot, np.int64)
+    seeds = np.empty(nd, np.int64)
+    seeded = np.zeros(nd, np.bool_)
+    nseed = 0
+    lone = np.empty(max(nfl, 1), np.int64)
+    nlone = 0
     for f in range(nfl):
         if flow_bytes[f] > 0:
             act[nact] = f
             nact += 1
+            nseed = _link(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow, seeds, nseed, seeded)
+            if flow_dir_ptr[f + 1] == flow_dir_ptr[f]:
+                lone[nlone] = f
+                nlone += 1
     remaining = flow_bytes.copy()
     rate = np.zeros(nfl)
     frozen = np.zeros(nfl, np.bool_)
     dir_n = np.zeros(nd, np.int64)
     dir_rem = np.zeros(nd)
-    dir_start = np.zeros(nd, np.int64)
-    dir_fill = np.zeros(nd, np.int64)
     touched = np.empty(nd, np.int64)
-    dir_flows = np.empty(max(flow_dirs.shape[0], 1), np.int64)
     caps = np.full(nfl, np.inf)
+    epoch = 0
+    dir_seen = np.zeros(nd, np.int64)
+    flow_seen = np.zeros(nfl, np.int64)
+    flow_comp = np.empty(nfl, np.int64)
+    comp_at = np.empty(nd + nfl + 1, np.int64)
+    comp_fill = np.empty(nd + nfl + 1, np.int64)
+    queue = np.empty(max(nd, 1), np.int64)
+    sub = np.empty(max(nfl, 1), np.int64)
     now = 0.0
     while nact > 0:
-        _max_min(
-            act,
-            nact,
-            flow_dir_ptr,
-            flow_dirs,
-            caps,
-            False,
-            dir_capacity,
-            rate,
-            frozen,
-            dir_n,
-            dir_rem,
-            dir_start,
-            dir_fill,
-            dir_flows,
-            touched,
-        )
+        epoch += 1
+        _reshare(
+            act, nact, seeds, nseed, seeded, lone, nlone, epoch, dir_head, slot_next, slot_flow, flow_dir_ptr,
+            flow_dirs, caps, False, dir_capacity, rate, frozen, dir_n, dir_rem, touched, dir_seen, flow_seen,
+            flow_comp, comp_at, comp_fill, queue, sub,
+        )  # fmt: skip
+        nseed = 0
+        nlone = 0
         step = np.inf
         for k in range(nact):
             f = act[k]
@@ -1058,29 +1123,66 @@ def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no
                 remaining[f] -= rate[f] * step
                 act[kept] = f
                 kept += 1
+            else:
+                nseed = _unlink(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, seeds, nseed, seeded)
         nact = kept
     return now
 
 
 @njit(cache=True)
-def _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched):  # type: ignore[no-untyped-def]
-    """The distinct directions the active flows cross, into ``touched`` (``dir_n`` left counting them)."""
-    nt = 0
-    for k in range(nact):
-        f = act[k]
-        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-            d = flow_dirs[j]
-            if dir_n[d] == 0:
-                touched[nt] = d
-                nt += 1
-            dir_n[d] += 1
-    return nt
+def _link(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow, seeds, nseed, seeded):  # type: ignore[no-untyped-def]
+    """Put flow ``f`` in flight: its slots ``j`` (``flow_dirs[j]``, ``j`` in its range) at the head of
+    each direction's list (``dir_head`` (2L,), ``slot_next``/``slot_prev``/``slot_flow`` (len(flow_dirs),),
+    -1 ends a list); its directions join ``seeds[:nseed]`` (once each, ``seeded`` (2L,)). Returns ``nseed``."""
+    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+        d = flow_dirs[j]
+        h = dir_head[d]
+        slot_next[j] = h
+        slot_prev[j] = -1
+        if h >= 0:
+            slot_prev[h] = j
+        dir_head[d] = j
+        slot_flow[j] = f
+        if not seeded[d]:
+            seeded[d] = True
+            seeds[nseed] = d
+            nseed += 1
+    return nseed
 
 
 @njit(cache=True)
-def _max_min(  # type: ignore[no-untyped-def]
+def _unlink(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, seeds, nseed, seeded):  # type: ignore[no-untyped-def]
+    """Take flow ``f`` out of its directions' lists (see :func:`_link`); they join the seeds. Returns ``nseed``."""
+    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+        d = flow_dirs[j]
+        prev = slot_prev[j]
+        nxt = slot_next[j]
+        if prev >= 0:
+            slot_next[prev] = nxt
+        else:
+            dir_head[d] = nxt
+        if nxt >= 0:
+            slot_prev[nxt] = prev
+        if not seeded[d]:
+            seeded[d] = True
+            seeds[nseed] = d
+            nseed += 1
+    return nseed
+
+
+@njit(cache=True)
+def _reshare(  # type: ignore[no-untyped-def]
     act,
     nact,
+    seeds,
+    nseed,
+    seeded,
+    lone,
+    nlone,
+    epoch,
+    dir_head,
+    slot_next,
+    slot_flow,
     flow_dir_ptr,
     flow_dirs,
     flow_cap,
@@ -1090,62 +1192,135 @@ def _max_min(  # type: ignore[no-untyped-def]
     frozen,
     dir_n,
     dir_rem,
-    dir_start,
-    dir_fill,
-    dir_flows,
     touched,
+    dir_seen,
+    flow_seen,
+    flow_comp,
+    comp_at,
+    comp_fill,
+    queue,
+    sub,
 ):
-    """Max-min fair rates of the active flows (``rate[act[:nact]]``), by progressive filling.
+    """Max-min fair rates anew for the components of the flows in flight that the directions
+    ``seeds[:nseed]`` reach, and for the flows ``lone[:nlone]`` that cross no direction.
 
-    The direction with the smallest fair share (remaining capacity over unfrozen flows) fixes its
-    unfrozen flows at that share, until every flow is fixed; a flow cap below every share fixes
-    that flow at its cap. Scratch arrays (``dir_*``, ``touched``, ``frozen``) come back clean.
+    A component: flows in flight ``act[:nact]`` linked through shared directions, each direction's
+    flows in flight in its list of :func:`_link` (``dir_head`` (2L,), ``slot_next``/``slot_flow``
+    (len(flow_dirs),)). Breadth first from each seed, over direction -> its flows -> their
+    directions, marks each direction reached (``dir_seen[d] = epoch``, listed in ``queue[:nq]``)
+    and each flow (``flow_seen[f] = epoch``, its component in ``flow_comp``, (F,) both); no other
+    flow's rate changes. Each component's flows, in ``act`` order, go to ``sub`` (components one
+    after the other, ``sub[:nsub]``; ``comp_at``, ``comp_fill`` (2L + F + 1,) scratch).
+
+    Each component then gets its max-min fair rates by progressive filling: the direction with the
+    smallest fair share (remaining capacity over unfrozen flows) fixes its unfrozen flows at that
+    share, until every flow is fixed; a flow cap below every share (read when ``capped`` or when no
+    direction is left) fixes that flow at its cap. Filling the components one by one gives the
+    rates of filling all flows at once, to the bit: a component's shares change only when its own
+    directions are picked, and in ``act`` order its directions come up in the order a fill of all
+    flows visits them (equal shares go to the same direction first).
+
+    Clears ``seeded``; of the scratch, ``dir_n`` (2L,) must be 0 and comes back 0 (``dir_rem``,
+    ``touched`` (2L,) and ``frozen`` (F,) are set afresh); ``epoch`` must exceed every earlier
+    call's (``dir_seen``, ``flow_seen`` start at 0).
+    Returns ``(nsub, nq)``.
     """
-    nt = _touched_dirs(act, nact, flow_dir_ptr, flow_dirs, dir_n, touched)
+    ncomp = 0
+    nq = 0
+    for i in range(nseed):
+        s = seeds[i]
+        seeded[s] = False
+        if dir_seen[s] == epoch:
+            continue
+        dir_seen[s] = epoch
+        head = nq
+        queue[nq] = s
+        nq += 1
+        found = 0
+        while head < nq:
+            d = queue[head]
+            head += 1
+            j = dir_head[d]
+            while j >= 0:
+                f = slot_flow[j]
+                if flow_seen[f] != epoch:
+                    flow_seen[f] = epoch
+                    flow_comp[f] = ncomp
+                    found += 1
+                    for jj in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        e = flow_dirs[jj]
+                        if dir_seen[e] != epoch:
+                            dir_seen[e] = epoch
+                            queue[nq] = e
+                            nq += 1
+                j = slot_next[j]
+        if found > 0:
+            comp_fill[ncomp] = found
+            ncomp += 1
+    for i in range(nlone):
+        f = lone[i]
+        flow_seen[f] = epoch
+        flow_comp[f] = ncomp
+        comp_fill[ncomp] = 1
+        ncomp += 1
     pos = 0
-    for i in range(nt):
-        d = touched[i]
-        dir_rem[d] = dir_capacity[d]
-        dir_start[d] = pos
-        dir_fill[d] = pos
-        pos += dir_n[d]
+    for c in range(ncomp):
+        comp_at[c] = pos
+        pos += comp_fill[c]
+        comp_fill[c] = comp_at[c]
+    comp_at[ncomp] = pos
     for k in range(nact):
         f = act[k]
-        frozen[f] = False
-        for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-            d = flow_dirs[j]
-            dir_flows[dir_fill[d]] = f
-            dir_fill[d] += 1
-    left = nact
-    while left > 0:
-        share = np.inf
-        bottleneck = -1
-        for i in range(nt):
-            d = touched[i]
-            if dir_n[d] > 0:
-                s = dir_rem[d] / dir_n[d]
-                if s < share:
-                    share = s
-                    bottleneck = d
-        cap_flow = -1
-        if capped or bottleneck < 0:
-            for k in range(nact):
-                f = act[k]
-                if not frozen[f] and (flow_cap[f] < share or (bottleneck < 0 and cap_flow < 0)):
-                    share = flow_cap[f]
-                    cap_flow = f
-        if cap_flow >= 0:
-            _freeze(cap_flow, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
-            left -= 1
-            continue
-        for q in range(dir_start[bottleneck], dir_fill[bottleneck]):
-            f = dir_flows[q]
-            if not frozen[f]:
-                _freeze(f, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+        if flow_seen[f] == epoch:
+            c = flow_comp[f]
+            sub[comp_fill[c]] = f
+            comp_fill[c] += 1
+    for c in range(ncomp):
+        lo = comp_at[c]
+        hi = comp_at[c + 1]
+        nt = 0
+        for k in range(lo, hi):
+            f = sub[k]
+            frozen[f] = False
+            for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                d = flow_dirs[j]
+                if dir_n[d] == 0:
+                    touched[nt] = d
+                    nt += 1
+                    dir_rem[d] = dir_capacity[d]
+                dir_n[d] += 1
+        left = hi - lo
+        while left > 0:
+            share = np.inf
+            bottleneck = -1
+            for i in range(nt):
+                d = touched[i]
+                if dir_n[d] > 0:
+                    x = dir_rem[d] / dir_n[d]
+                    if x < share:
+                        share = x
+                        bottleneck = d
+            cap_flow = -1
+            if capped or bottleneck < 0:
+                for k in range(lo, hi):
+                    f = sub[k]
+                    if not frozen[f] and (flow_cap[f] < share or (bottleneck < 0 and cap_flow < 0)):
+                        share = flow_cap[f]
+                        cap_flow = f
+            if cap_flow >= 0:
+                _freeze(cap_flow, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
                 left -= 1
-    for i in range(nt):
-        dir_n[touched[i]] = 0
-    return nt
+                continue
+            j = dir_head[bottleneck]
+            while j >= 0:
+                f = slot_flow[j]
+                if not frozen[f]:
+                    _freeze(f, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+                    left -= 1
+                j = slot_next[j]
+        for i in range(nt):
+            dir_n[touched[i]] = 0
+    return pos, nq
 
 
 @njit(cache=True)
