@@ -607,27 +607,11 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     dir_n = np.zeros(nd, np.int64)
     dir_rem = np.zeros(nd)
     touched = np.empty(nd, np.int64)
-    nslot = max(flow_dirs.shape[0], 1)
-    # the flows in flight on each direction: a linked list of slots (slot j: flow_dirs[j] of its flow)
-    dir_head = np.full(nd, -1, np.int64)
-    slot_next = np.empty(nslot, np.int64)
-    slot_prev = np.empty(nslot, np.int64)
-    slot_flow = np.empty(nslot, np.int64)
-    # directions whose flows changed since the last recompute; flows that cross none
-    seeds = np.empty(nd, np.int64)
-    seeded = np.zeros(nd, np.bool_)
+    dir_head, slot_next, slot_prev, slot_flow, seeds, seeded, lone = _flow_lists(nd, nfl, flow_dirs.shape[0])
     nseed = 0
-    lone = np.empty(max(nfl, 1), np.int64)
     nlone = 0
-    # _reshare's scratch
+    dir_seen, flow_seen, flow_comp, comp_at, comp_fill, queue, sub = _reshare_scratch(nd, nfl)
     epoch = 0
-    dir_seen = np.zeros(nd, np.int64)
-    flow_seen = np.zeros(nfl, np.int64)
-    flow_comp = np.empty(nfl, np.int64)
-    comp_at = np.empty(nd + nfl + 1, np.int64)
-    comp_fill = np.empty(nd + nfl + 1, np.int64)
-    queue = np.empty(max(nd, 1), np.int64)
-    sub = np.empty(max(nfl, 1), np.int64)
     dir_active = np.zeros(nd, np.int64)
     dir_since = np.zeros(nd)
     dir_busy = np.zeros(nd)
@@ -1067,15 +1051,8 @@ def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no
     nd = dir_capacity.shape[0]
     act = np.empty(nfl, np.int64)
     nact = 0
-    nslot = max(flow_dirs.shape[0], 1)
-    dir_head = np.full(nd, -1, np.int64)
-    slot_next = np.empty(nslot, np.int64)
-    slot_prev = np.empty(nslot, np.int64)
-    slot_flow = np.empty(nslot, np.int64)
-    seeds = np.empty(nd, np.int64)
-    seeded = np.zeros(nd, np.bool_)
+    dir_head, slot_next, slot_prev, slot_flow, seeds, seeded, lone = _flow_lists(nd, nfl, flow_dirs.shape[0])
     nseed = 0
-    lone = np.empty(max(nfl, 1), np.int64)
     nlone = 0
     for f in range(nfl):
         if flow_bytes[f] > 0:
@@ -1092,14 +1069,8 @@ def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no
     dir_rem = np.zeros(nd)
     touched = np.empty(nd, np.int64)
     caps = np.full(nfl, np.inf)
+    dir_seen, flow_seen, flow_comp, comp_at, comp_fill, queue, sub = _reshare_scratch(nd, nfl)
     epoch = 0
-    dir_seen = np.zeros(nd, np.int64)
-    flow_seen = np.zeros(nfl, np.int64)
-    flow_comp = np.empty(nfl, np.int64)
-    comp_at = np.empty(nd + nfl + 1, np.int64)
-    comp_fill = np.empty(nd + nfl + 1, np.int64)
-    queue = np.empty(max(nd, 1), np.int64)
-    sub = np.empty(max(nfl, 1), np.int64)
     now = 0.0
     while nact > 0:
         epoch += 1
@@ -1130,6 +1101,40 @@ def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no
 
 
 @njit(cache=True)
+def _reshare_scratch(nd, nfl):  # type: ignore[no-untyped-def]
+    """:func:`_reshare`'s scratch for ``nd`` directions and ``nfl`` flows: ``(dir_seen, flow_seen,
+    flow_comp, comp_at, comp_fill, queue, sub)``; the ``*_seen`` stamps start at 0 (epochs from 1)."""
+    dir_seen = np.zeros(nd, np.int64)
+    flow_seen = np.zeros(nfl, np.int64)
+    flow_comp = np.empty(nfl, np.int64)
+    comp_at = np.empty(nd + nfl + 1, np.int64)
+    comp_fill = np.empty(nd + nfl + 1, np.int64)
+    queue = np.empty(max(nd, 1), np.int64)
+    sub = np.empty(max(nfl, 1), np.int64)
+    return dir_seen, flow_seen, flow_comp, comp_at, comp_fill, queue, sub
+
+
+@njit(cache=True)
+def _flow_lists(nd, nfl, nslots):  # type: ignore[no-untyped-def]
+    """Empty per-direction lists of the flows in flight, for :func:`_link`, :func:`_unlink` and :func:`_reshare`.
+
+    Returns ``(dir_head, slot_next, slot_prev, slot_flow, seeds, seeded, lone)``: ``dir_head`` (nd,)
+    the first slot of each direction's linked list (-1: none), the slot arrays (nslots,) (slot ``j``
+    is ``flow_dirs[j]`` of its flow), ``seeds`` (nd,) and ``seeded`` (nd,) the directions whose flows
+    changed since the last recompute, ``lone`` (nfl,) the changed flows that cross no direction.
+    """
+    nslot = max(nslots, 1)
+    dir_head = np.full(nd, -1, np.int64)
+    slot_next = np.empty(nslot, np.int64)
+    slot_prev = np.empty(nslot, np.int64)
+    slot_flow = np.empty(nslot, np.int64)
+    seeds = np.empty(nd, np.int64)
+    seeded = np.zeros(nd, np.bool_)
+    lone = np.empty(max(nfl, 1), np.int64)
+    return dir_head, slot_next, slot_prev, slot_flow, seeds, seeded, lone
+
+
+@njit(cache=True)
 def _link(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow, seeds, nseed, seeded):  # type: ignore[no-untyped-def]
     """Put flow ``f`` in flight: its slots ``j`` (``flow_dirs[j]``, ``j`` in its range) at the head of
     each direction's list (``dir_head`` (2L,), ``slot_next``/``slot_prev``/``slot_flow`` (len(flow_dirs),),
@@ -1143,10 +1148,7 @@ def _link(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow,
             slot_prev[h] = j
         dir_head[d] = j
         slot_flow[j] = f
-        if not seeded[d]:
-            seeded[d] = True
-            seeds[nseed] = d
-            nseed += 1
+        nseed = _seed(d, seeds, nseed, seeded)
     return nseed
 
 
@@ -1163,10 +1165,17 @@ def _unlink(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, seeds, n
             dir_head[d] = nxt
         if nxt >= 0:
             slot_prev[nxt] = prev
-        if not seeded[d]:
-            seeded[d] = True
-            seeds[nseed] = d
-            nseed += 1
+        nseed = _seed(d, seeds, nseed, seeded)
+    return nseed
+
+
+@njit(cache=True)
+def _seed(d, seeds, nseed, seeded):  # type: ignore[no-untyped-def]
+    """Direction ``d`` joins ``seeds[:nseed]`` unless it is there already (``seeded``). Returns ``nseed``."""
+    if not seeded[d]:
+        seeded[d] = True
+        seeds[nseed] = d
+        nseed += 1
     return nseed
 
 
