@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 import numpy as np
-from numba import njit, types
-from numba.typed import List
+from numba import njit
 
 MAX_RANK = 8
 _NOTICE_GIVEN = False
@@ -618,10 +617,12 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     dir_rate = np.zeros(nd)
     dir_sum = np.zeros(nd)  # the rates of the flows in flight on each direction, from dir_stamp on
     dir_stamp = np.zeros(nd)
-    # the timeline in lists: arrays regrown in the loop would be reference-counted on every pass
-    tl_time = List.empty_list(types.float64)
-    tl_dir = List.empty_list(types.int64)
-    tl_rate = List.empty_list(types.float64)
+    # the timeline in arrays that grow (numba's typed lists load typing registries lazily, which a
+    # Ctrl-C during that first load turns into a RuntimeError instead of a KeyboardInterrupt)
+    tl_size = 0
+    tl_time = np.empty(64 if record else 0)
+    tl_dir = np.empty(64 if record else 0, np.int64)
+    tl_rate = np.empty(64 if record else 0)
     no_time = np.zeros(0)
     no_dir = np.zeros(0, np.int64)
     no_rate = np.zeros(0)
@@ -722,9 +723,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_seen[d] = -epoch
                         if dir_sum[d] != dir_rate[d]:
                             dir_rate[d] = dir_sum[d]
-                            tl_time.append(now)
-                            tl_dir.append(d)
-                            tl_rate.append(dir_sum[d])
+                            tl_time, tl_dir, tl_rate, tl_size = _append(
+                                tl_time, tl_dir, tl_rate, tl_size, now, d, dir_sum[d]
+                            )
             dirty = False
         if nact > 0 and next_finish <= head:
             t_event = next_finish
@@ -767,9 +768,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_busy[d] += now - dir_since[d]
                         if record and dir_rate[d] != 0.0:
                             dir_rate[d] = 0.0
-                            tl_time.append(now)
-                            tl_dir.append(d)
-                            tl_rate.append(0.0)
+                            tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, now, d, 0.0)
                 t = flow_task[f]
                 left[t] -= 1
                 if left[t] > 0:
@@ -905,14 +904,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    out_time = np.empty(len(tl_time))
-    out_dir = np.empty(len(tl_dir), np.int64)
-    out_rate = np.empty(len(tl_rate))
-    for k in range(len(tl_time)):
-        out_time[k] = tl_time[k]
-        out_dir[k] = tl_dir[k]
-        out_rate[k] = tl_rate[k]
-    return start, end, ready, crit, dir_busy, out_time, out_dir, out_rate, False
+    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size], False
 
 
 @njit(cache=True)
