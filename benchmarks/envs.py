@@ -25,8 +25,8 @@ import gymnasium as gym
 import numpy as np
 
 import placement_rl.envs  # noqa: F401  (registers the ids)
+from placement_rl.cli.common import CALIBRATION_HELP, calibration_spec
 from placement_rl.envs import GreedyAgent, RandomAgent, run_episode
-from placement_rl.experiments import calibration_named
 
 CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Placement-v0 sequential/device", "placement_rl/Placement-v0", {"mode": "sequential", "action_space": "device"}),
@@ -85,18 +85,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--models", default=None, help="comma-separated zoo models (steps: inception_v3; agents: inception_v3,vgg19)"
     )
-    parser.add_argument(
-        "--calibration",
-        default="default",
-        help="the GPU model: default (the shipped H200 fit), roofline (the papers' flat efficiencies) or a "
-        "calibration .json (placement-rl calibrate)",
-    )
+    parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else None
-    try:
-        calibration_named(args.calibration, "--calibration")
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
     cost = None if args.calibration == "default" else {"calibration": args.calibration}
     if args.what == "steps":
         steps(args.episodes, models[0] if models else "inception_v3", cost)

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from placement_rl.cli.common import env_overrides
 from placement_rl.methods import BASELINES, Method, check_budget, compare_methods, get_method, method_names
 from placement_rl.models import parse_overrides
 from placement_rl.planted import KINDS, PlantedInstance, build_suite
@@ -252,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--policy", action="append", default=[], help="a trained agent's checkpoint (repeatable)")
     parser.add_argument(
         "--policy-env",
-        default="",
+        type=env_overrides,
+        default={},
         metavar="KEY=VALUE,...",
         help="plan with these env options changed from the policies' training (max_groups=60: a finer grouping)",
     )
@@ -285,10 +287,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         # the Ray edge, imported only when an agent is asked for (by name: the core's type check stays off it)
         policy = importlib.import_module("placement_rl.rl.policy")
         try:
-            env = parse_overrides(args.policy_env)
-            methods += [policy.policy_method(path, env=env) for path in args.policy]
+            methods += [policy.policy_method(path, env=args.policy_env) for path in args.policy]
         except ValueError as exc:
-            parser.error(f"--policy-env {args.policy_env!r}: {exc}")
+            parser.error(f"--policy-env: {exc}")
     extra = _method_sets(args.set, methods, parser)
     kinds = None if args.instances is None else _names(args.instances, list(KINDS), "instances", parser)
     _progress(f"building {len(kinds or KINDS)} instance(s), variant {args.variant} ...")

@@ -57,7 +57,7 @@ from typing import Any
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from placement_rl import zoo
-from placement_rl.experiments import calibration_named
+from placement_rl.cli.common import CALIBRATION_HELP, calibration, calibration_spec
 from placement_rl.graph import OpGraph
 from placement_rl.methods import compute_lower_bound_s
 from placement_rl.plan import Plan, data_parallel, data_parallel_per_tensor, expert
@@ -317,18 +317,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
     parser.add_argument("--restart", type=int, default=None, help="hand: restart from the best after N idle proposals")
     parser.add_argument("--seeds", type=int, default=10, help="exact: seeds 0..N-1")
-    parser.add_argument(
-        "--calibration",
-        default="default",
-        help="the GPU model: default (the shipped H200 fit), roofline (the papers' flat efficiencies, the "
-        "model of the tables measured before the fit) or a calibration .json (placement-rl calibrate)",
-    )
+    parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     args = parser.parse_args(argv)
     models = args.models.split(",")
-    try:
-        gpu_model = calibration_named(args.calibration, "--calibration")
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
+    gpu_model = calibration(args.calibration)
     cost = CostModel(network=args.network, bucket_bytes=args.bucket_bytes, calibration=gpu_model)
     if args.what == "delta":
         delta_table(args.proposals or 300, models, [int(g) for g in args.gpus.split(",")], cost)

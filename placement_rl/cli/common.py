@@ -260,13 +260,7 @@ def cost_parser() -> argparse.ArgumentParser:
         help="how the host drives the GPUs: eager (default: a host lane per device issues every op) or "
         "cuda_graphs (a captured iteration replayed at near-zero host cost)",
     )
-    p.add_argument(
-        "--calibration",
-        default="default",
-        help="the analytic GPU model: default (fitted to an H200, carried to other GPUs by their datasheet "
-        "peaks), roofline (the papers' flat efficiency per op type, no host), or a calibration .json "
-        "(placement-rl calibrate --out FILE)",
-    )
+    p.add_argument("--calibration", default="default", help=CALIBRATION_HELP)
     p.add_argument("--comm-table", default=None, help="profiled bandwidth table (JSON, see docs/formats.md)")
     p.add_argument(
         "--network",
@@ -299,6 +293,23 @@ def calibration(spec: str) -> Any:
     from placement_rl.experiments import calibration_named
 
     return calibration_named(spec, "--calibration")
+
+
+#: ``--calibration``'s help, for the command line and the benchmark scripts.
+CALIBRATION_HELP = (
+    "the analytic GPU model: default (fitted to an H200, carried to other GPUs by their datasheet peaks), "
+    "roofline (the papers' flat efficiency per op type, no host; the model of the tables measured before the "
+    "fit), or a calibration .json (placement-rl calibrate --out FILE)"
+)
+
+
+def calibration_spec(text: str) -> str:
+    """A ``--calibration`` value, checked (a file must read as a calibration); the text itself."""
+    try:
+        calibration(text)
+    except (ValueError, FileNotFoundError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--calibration: ")) from None
+    return text
 
 
 def network_model_name(text: str) -> str:
