@@ -10,7 +10,7 @@ import pytest
 from placement_rl.graph import Op
 from placement_rl.graph.coarsen import coarsen
 from placement_rl.plan import OpConfig, Plan, data_parallel, pipeline
-from placement_rl.plan.core import sample_shares
+from placement_rl.plan.core import sample_shares, zero_eligible
 from placement_rl.search import Budget, SearchSpace, exhaustive, mcmc
 from placement_rl.search.mcmc import plan_cost, run_chain
 from placement_rl.search.proposals import (
@@ -19,7 +19,6 @@ from placement_rl.search.proposals import (
     Proposer,
     fits_micro_batches,
     micro_batch_options,
-    zero_eligible,
 )
 from placement_rl.sim import CostModel, DeltaSimulator
 from placement_rl.sim.pipeline import ScheduleDeadlock

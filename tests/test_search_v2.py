@@ -16,6 +16,7 @@ from placement_rl.graph import Op, OpGraph, ParallelDim, Tensor
 from placement_rl.plan import Plan, data_parallel, layerwise, pipeline
 from placement_rl.plan import recompute as recompute_plan
 from placement_rl.plan import zero as zero_plan
+from placement_rl.plan.core import zero_eligible
 from placement_rl.search import SearchSpace, mcmc
 from placement_rl.search.ft import run_ft
 from placement_rl.search.proposals import (
@@ -28,7 +29,6 @@ from placement_rl.search.proposals import (
     micro_batch_options,
     parse_proposals,
     schedule_options,
-    zero_eligible,
 )
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.simulator import simulate

@@ -40,7 +40,7 @@ from placement_rl.plan.core import (
     Schedule,
     SyncMode,
     TagOption,
-    zero_holders,
+    zero_eligible,
 )
 from placement_rl.topology import DeviceTopology
 
@@ -404,13 +404,8 @@ def zero(graph: OpGraph, plan: Plan, stage: int = 1) -> Plan:
     configs: dict[str, OpConfig] = {}
     for name, cfg in plan.configs.items():
         op = graph.op(name)
-        configs[name] = cfg.replace(zero=int(stage)) if _zero_eligible(op, cfg) else cfg
+        configs[name] = cfg.replace(zero=int(stage)) if zero_eligible(op, cfg) else cfg
     return dataclasses.replace(plan, configs=configs, metadata={**plan.metadata, "zero": int(stage)})
-
-
-def _zero_eligible(op: Op, cfg: OpConfig) -> bool:
-    """Whether ``cfg`` can shard ``op``'s parameter state: parameters, each shard all-reduced over >= 2 devices."""
-    return op.param_bytes > 0 and zero_holders(op, cfg) >= 2
 
 
 def fsdp(graph: OpGraph, plan: Plan) -> Plan:

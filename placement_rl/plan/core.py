@@ -559,6 +559,12 @@ def zero_holders(op: Op, cfg: OpConfig) -> int:
     return 0
 
 
+def zero_eligible(op: Op, cfg: OpConfig) -> bool:
+    """Whether ``cfg`` can shard ``op``'s parameter state (a ZeRO stage above 0 is valid): parameters,
+    each shard all-reduced over at least two devices (:func:`zero_holders`)."""
+    return op.param_bytes > 0 and zero_holders(op, cfg) >= 2
+
+
 def _validate_weights(op: Op, cfg: OpConfig, where: str) -> None:
     """Weights: one positive finite weight per device of the op, summing to 1, with a sample split."""
     weights = cfg.weight_map

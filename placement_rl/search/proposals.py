@@ -115,7 +115,7 @@ import numpy as np
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan import OpConfig, Plan
 from placement_rl.plan.constructors import device_groups
-from placement_rl.plan.core import ZERO_STAGES, Schedule, pipeline_stages, sample_shares, zero_holders
+from placement_rl.plan.core import ZERO_STAGES, Schedule, pipeline_stages, sample_shares, zero_eligible
 from placement_rl.search.space import SearchSpace
 from placement_rl.topology import DeviceTopology
 
@@ -763,12 +763,6 @@ def with_replicas(cfg: OpConfig, replicas: int, devices: Sequence[str]) -> OpCon
     sync = cfg.sync if cfg.sync != "sfb" else "all_reduce"
     ps = cfg.ps_device if sync == "parameter_server" else None
     return OpConfig(tuple(out), cfg.degrees, sync, ps)
-
-
-def zero_eligible(op: Op, cfg: OpConfig) -> bool:
-    """Whether ``cfg`` can shard ``op``'s parameter state (a ZeRO stage above 0 is valid): parameters,
-    each shard all-reduced over at least two devices (:func:`~placement_rl.plan.core.zero_holders`)."""
-    return op.param_bytes > 0 and zero_holders(op, cfg) >= 2
 
 
 def keep_memory_options(op: Op, old: OpConfig, new: OpConfig) -> OpConfig:
