@@ -3,6 +3,7 @@
     python benchmarks/docs_tables.py                  # run every table's command, rewrite the pages
     python benchmarks/docs_tables.py precision sfb    # only these tables
     python benchmarks/docs_tables.py --check          # rewrite nothing; name the stale regions (exit 1)
+    python benchmarks/docs_tables.py --slow           # also the tables whose commands take a minute or more
     python benchmarks/docs_tables.py --list           # every table, its page and its command
 
 A generated region of a page under ``docs/`` is the lines between ``<!-- generated: NAME -->`` and
@@ -11,8 +12,12 @@ shows next to the region (``placement-rl ...`` in process, a benchmark script's 
 page's own Python snippet) and formats what it prints. ``tests/test_docs.py`` renders every table
 again and fails when a page's region differs, so a figure in a generated table cannot go stale.
 
-Tables whose commands take minutes (searches with wall-clock budgets, training, GPU measurements) are
-not generated: their pages give the command and say when and under which cost model they were measured.
+A *slow* table (``Table.slow``) has a deterministic command that takes a minute or more (FT over every
+device set, importing models through torch.export): its region is still exactly what the command
+prints, rewritten by ``--slow`` or by naming it, but the suite checks only that the region and the
+command are on the page, not the figures (the whole suite stays within its time). Tables whose figures
+depend on wall-clock budgets, training or a GPU are not generated: their pages give the command and
+say when and under which cost model they were measured.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class Table(NamedTuple):
     page: str
     command: str
     render: Callable[[], str]
+    #: a minute or more: rendered by ``--slow`` or by name; the suite does not re-run it
+    slow: bool = False
 
 
 # --------------------------------------------------------------------------------------- running
@@ -205,8 +212,7 @@ def pipeline() -> str:
 
 def sfb() -> str:
     """TAG Table 5: ``python benchmarks/sfb.py``'s table."""
-    printed = benchmark("sfb")
-    return "".join(line + "\n" for line in printed.splitlines() if line.startswith("|"))
+    return table_lines(benchmark("sfb"))
 
 
 TRINITY_MODELS = {
@@ -234,6 +240,32 @@ def trinity_single_gpu() -> str:
     return markdown(("cost model", "data parallel ms", "single GPU ms", "single GPU vs DP"), rows)
 
 
+def table_lines(printed: str) -> str:
+    """The Markdown table rows of a command's output (its other lines are progress and titles)."""
+    return "".join(line + "\n" for line in printed.splitlines() if line.startswith("|"))
+
+
+#: ``benchmarks/ft.py devices``'s columns that the docs leave out: FT's running time (wall clock, not a figure
+#: the command reproduces).
+FT_DEVICES_DROPPED = ("FT s",)
+
+
+def ft_devices() -> str:
+    """FT's pick per listing of each cluster: the first devices as listed, device sets, a mesh per stage."""
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in table_lines(benchmark("ft", "devices", "--max-configs", "8")).splitlines()
+    ]
+    header, body = rows[0], rows[2:]
+    keep = [i for i, name in enumerate(header) if name not in FT_DEVICES_DROPPED]
+    return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in body])
+
+
+def importer_accuracy() -> str:
+    """Graph FLOPs over ``FlopCounterMode``: ``python benchmarks/importer.py --accuracy``'s table."""
+    return table_lines(benchmark("importer", "--accuracy"))
+
+
 TABLES: dict[str, Table] = {
     "topologies": Table("concepts/topology.md", "placement-rl topologies", topologies),
     "precision": Table(
@@ -250,6 +282,10 @@ TABLES: dict[str, Table] = {
         "results/trinity.md",
         "placement-rl simulate --model vgg19 --topology tag-testbed --plan single",
         trinity_single_gpu,
+    ),
+    "ft-devices": Table("results/tensoropt.md", "python benchmarks/ft.py devices --max-configs 8", ft_devices, True),
+    "importer-accuracy": Table(
+        "results/importer.md", "python benchmarks/importer.py --accuracy", importer_accuracy, True
     ),
 }
 
@@ -295,17 +331,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"tables to render (default: all): {', '.join(TABLES)}")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a region differs")
+    parser.add_argument(
+        "--slow", action="store_true", help="with no names: the slow tables too (a minute or more each)"
+    )
     parser.add_argument("--list", action="store_true", help="list the tables, their pages and commands")
     args = parser.parse_args(argv)
     if args.list:
         for name, table in TABLES.items():
-            print(f"{name}: docs/{table.page}: {table.command}")
+            print(f"{name}: docs/{table.page}: {table.command}" + (" (slow)" if table.slow else ""))
         return 0
     unknown = sorted(set(args.names) - set(TABLES))
     if unknown:
         parser.error(f"unknown table(s) {', '.join(unknown)}; expected: {', '.join(TABLES)}")
     stale = []
-    for name in args.names or list(TABLES):
+    for name in args.names or [name for name, table in TABLES.items() if args.slow or not table.slow]:
         path = DOCS / TABLES[name].page
         text = path.read_text(encoding="utf-8")
         if name not in regions(text):

@@ -146,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--accuracy", action="store_true", help="FLOPs against FlopCounterMode instead")
     parser.add_argument(
-        "--zoo", default="lenet,resnet50,inception_v3,bert_small,llama,rnnlm", help="zoo models of --accuracy"
+        "--zoo",
+        default="lenet,resnet50,inception_v3,bert_small,llama,transformer,rnnlm",
+        help="zoo models of --accuracy",
     )
     args = parser.parse_args(argv)
     if args.accuracy:
