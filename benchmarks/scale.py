@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/scale.py [--machines 512] [--gpus-per-machine 8] [--plan-gpus 16] [--model resnet50]
                                [--batch-per-gpu 32] [--repeats 5] [--repeats-all 1] [--skip-all]
+                               [--calibration default]
 
 The cluster is ``--machines`` DGX-H100-like machines (the ``h100-2x8`` preset's layout, scaled: an
 NVSwitch per machine at 450 GB/s per GPU, one 400 Gb/s InfiniBand NIC per GPU into one fabric
@@ -22,7 +23,8 @@ memory (everything: the interpreter, numpy, numba); ``routes from`` the source d
 were built. Figures are medians over ``--repeats`` (``--repeats-all`` for the full cluster)
 processes. ``--same-process`` runs each case in this process instead (tests; memory is then this
 process's peak so far). A tiny run: ``--machines 4 --gpus-per-machine 2 --plan-gpus 2 --model lenet
---batch-per-gpu 2 --repeats 1 --same-process``.
+--batch-per-gpu 2 --repeats 1 --same-process``. ``--calibration`` picks the simulator's GPU model
+(``default``; ``roofline`` for the tables measured before the shipped fit, or a calibration file).
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ from typing import Any
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from placement_rl.cli.common import CALIBRATION_HELP, calibration, calibration_spec
 from placement_rl.graph import OpGraph
 from placement_rl.plan import data_parallel
-from placement_rl.sim import simulate
+from placement_rl.sim import CostModel, simulate
 from placement_rl.sim.network import network
 from placement_rl.topology import DeviceTopology, gbit_to_bytes_per_s
 from placement_rl.topology.builder import TopologyBuilder
@@ -74,17 +77,21 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_case(graph_json: str, machines: int, gpus_per_machine: int, plan_gpus: int) -> dict[str, Any]:
-    """Build the cluster, data parallelism of the graph on its first ``plan_gpus`` GPUs, simulate."""
+def run_case(
+    graph_json: str, machines: int, gpus_per_machine: int, plan_gpus: int, gpu_model: str = "default"
+) -> dict[str, Any]:
+    """Build the cluster, data parallelism of the graph on its first ``plan_gpus`` GPUs, simulate under
+    the ``--calibration`` ``gpu_model``."""
     graph = OpGraph.from_json(graph_json)
+    cost = CostModel(calibration=calibration(gpu_model))
     small = h100_cluster(2, gpus_per_machine)
     start = time.perf_counter()
-    simulate(graph, small, data_parallel(graph, small))  # loads the compiled kernels
+    simulate(graph, small, data_parallel(graph, small), cost)  # loads the compiled kernels
     warm = time.perf_counter()
     cpu = time.process_time()
     topology = h100_cluster(machines, gpus_per_machine)
     plan = data_parallel(graph, topology, [d.name for d in topology.devices[:plan_gpus]])
-    result = simulate(graph, topology, plan)
+    result = simulate(graph, topology, plan, cost)
     end = time.perf_counter()
     return {
         "load_s": warm - start,
@@ -101,10 +108,11 @@ def _measure(args: argparse.Namespace, graph_json: str, plan_gpus: int, repeats:
     runs = []
     for _ in range(repeats):
         if args.same_process:
-            runs.append(run_case(graph_json, args.machines, args.gpus_per_machine, plan_gpus))
+            runs.append(run_case(graph_json, args.machines, args.gpus_per_machine, plan_gpus, args.calibration))
             continue
         child = [sys.executable, __file__, "--child", graph_json, "--machines", str(args.machines)]
         child += ["--gpus-per-machine", str(args.gpus_per_machine), "--plan-gpus", str(plan_gpus)]
+        child += ["--calibration", args.calibration]
         done = subprocess.run(child, check=True, capture_output=True, text=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return runs
@@ -122,10 +130,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats-all", type=int, default=1)
     parser.add_argument("--skip-all", action="store_true", help="skip data parallelism on every GPU")
     parser.add_argument("--same-process", action="store_true", help="run the cases in this process (tests)")
+    parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     parser.add_argument("--child", metavar="GRAPH_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(run_case(args.child, args.machines, args.gpus_per_machine, args.plan_gpus)))
+        print(json.dumps(run_case(args.child, args.machines, args.gpus_per_machine, args.plan_gpus, args.calibration)))
         return
     from placement_rl import zoo  # torch: only the parent traces the model
 

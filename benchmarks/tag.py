@@ -38,6 +38,14 @@ parallelism, the greedy agent (one-step lookahead over TAG's actions), MCTS with
 TAG (the GNN prior) and MCMC, the searches at the same wall-clock budget, and the held-out
 checkpoints given with ``--holdout`` (policies trained without that model). Speedups are over
 per-tensor data parallelism (TAG's DP-NCCL) and over bucketed data parallelism.
+
+Every command takes ``--calibration`` (``default``, ``roofline`` for the tables measured before the
+shipped fit, or a calibration file): the GPU model plans are simulated under. ``rank`` and
+``completion`` default to ``default``. ``throughput``, ``table7`` and ``table8`` search in the
+checkpoint's env and, without the option, simulate under the cost model it was trained with; with
+it, that cost model takes the given calibration (its other settings kept), and ``table8``'s per-tensor
+data parallelism and MCMC are simulated under the same model (without it, under the default model).
+The GNN then reads features simulated under a model it may not have been trained under.
 """
 
 from __future__ import annotations
@@ -51,6 +59,12 @@ from typing import Any
 import numpy as np
 
 from placement_rl import zoo
+from placement_rl.cli.common import (
+    CALIBRATION_HELP,
+    calibrated_cost_model,
+    calibration_spec,
+    policy_with_calibration,
+)
 from placement_rl.graph import OpGraph
 from placement_rl.search import Budget
 from placement_rl.search.mcts import MCTSConfig, mcts_search
@@ -114,12 +128,21 @@ class Searcher:
         return prior_fn(self.policy.module, self.env, self.problem.num_actions)
 
 
-def _load(checkpoint: str | None) -> Any:
+#: ``--calibration``'s help where a checkpoint's env simulates (``None``: as it was trained).
+CHECKPOINT_CALIBRATION_HELP = (
+    f"{CALIBRATION_HELP}; default: the cost model of the checkpoint's env; given, that cost model takes this "
+    "calibration (its other settings kept)"
+)
+
+
+def _load(checkpoint: str | None, gpu_model: str | None = None) -> Any:
+    """The policy of ``checkpoint`` (``None``: none), its env simulating under the ``--calibration``
+    ``gpu_model`` (``None``: as trained)."""
     if checkpoint is None:
         return None
     from placement_rl.rl.policy import load_policy
 
-    return load_policy(checkpoint)
+    return policy_with_calibration(load_policy(checkpoint), gpu_model)
 
 
 def _untrained_policy() -> Any:
@@ -136,13 +159,15 @@ def _untrained_policy() -> Any:
 
 
 # ------------------------------------------------------------------------------------ throughput
-def throughput(model: str, topology: str, iterations: int, checkpoint: str | None) -> None:
+def throughput(
+    model: str, topology: str, iterations: int, checkpoint: str | None, gpu_model: str | None = None
+) -> None:
     import torch
 
     torch.set_num_threads(1)
     graph = zoo.load(model)
     topo = resolve_topology(topology)
-    policy = _load(checkpoint) or _untrained_policy()
+    policy = policy_with_calibration(_load(checkpoint) or _untrained_policy(), gpu_model)
     print(f"MCTS iterations per second on one thread, {model} x {topology}, {iterations} iterations per run")
     print("| prior | groups | actions | cold it/s | warm it/s | simulations (cold) |")
     print("|---|---|---|---|---|---|")
@@ -163,7 +188,7 @@ def throughput(model: str, topology: str, iterations: int, checkpoint: str | Non
 
 
 # ------------------------------------------------------------------------------------------ rank
-def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
+def rank(model: str, topology: str, plans: int, seed: int = 0, gpu_model: str = "default") -> None:
     from scipy.stats import spearmanr
 
     from placement_rl.plan import Plan
@@ -171,7 +196,8 @@ def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
 
     graph = zoo.load(model)
     topo = resolve_topology(topology)
-    p = TagProblem.for_graph(graph, topo, options="tag", completion="tag")
+    cost = calibrated_cost_model(gpu_model)
+    p = TagProblem.for_graph(graph, topo, cost, options="tag", completion="tag")
     rng = np.random.default_rng(seed)
     final, leaf, group = [], [], []
     for _ in range(plans):
@@ -179,10 +205,10 @@ def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
         for _ in range(int(rng.integers(1, p.num_groups + 1))):
             decisions.append(int(rng.choice(np.flatnonzero(p.action_mask(decisions)))))
         choices = p.complete(decisions)
-        final.append(simulate(graph, topo, p.plan(decisions)).makespan_s)
+        final.append(simulate(graph, topo, p.plan(decisions), cost).makespan_s)
         leaf.append(p.evaluate(decisions).makespan_s)
         coarse = Plan(p.groups.name, {op.name: p.group_config(g, choices[g]) for g, op in enumerate(p.groups.ops)})
-        group.append(simulate(p.groups, topo, coarse).makespan_s)
+        group.append(simulate(p.groups, topo, coarse, cost).makespan_s)
     rho_leaf = float(spearmanr(final, leaf).statistic)
     rho_group = float(spearmanr(final, group).statistic)
     ratio = np.median(np.array(final) / np.array(group))
@@ -194,11 +220,13 @@ def rank(model: str, topology: str, plans: int, seed: int = 0) -> None:
 
 
 # ------------------------------------------------------------------------------------- table 7
-def table7(checkpoint: str, models: Sequence[str], topologies: int, max_iterations: int) -> None:
+def table7(
+    checkpoint: str, models: Sequence[str], topologies: int, max_iterations: int, gpu_model: str | None = None
+) -> None:
     import torch
 
     torch.set_num_threads(1)
-    policy = _load(checkpoint)
+    policy = _load(checkpoint, gpu_model)
     seeds = topology_seeds("test", topologies)
     print(
         f"TAG Table 7: MCTS iterations until a plan beats data parallelism (bucketed) and fits, on {topologies} "
@@ -248,7 +276,14 @@ def _greedy(searcher: Searcher) -> tuple[Any, float]:
     return p.evaluate(decisions), time.perf_counter() - start
 
 
-def table8(checkpoint: str, holdouts: dict[str, str], models: Sequence[str], topologies: Sequence[str], budget: str):
+def table8(
+    checkpoint: str,
+    holdouts: dict[str, str],
+    models: Sequence[str],
+    topologies: Sequence[str],
+    budget: str,
+    gpu_model: str | None = None,
+) -> None:
     import torch
 
     from placement_rl.methods import Problem, get_method
@@ -259,7 +294,7 @@ def table8(checkpoint: str, holdouts: dict[str, str], models: Sequence[str], top
     seconds = Budget.parse(budget).seconds
     if seconds is None:
         raise SystemExit(f"--budget {budget!r}: give seconds ('30s'), the searches get equal wall-clock time")
-    policy = _load(checkpoint)
+    policy = _load(checkpoint, gpu_model)
     print(
         f"TAG Table 8: speedup over per-tensor data parallelism (DP-NCCL) and over bucketed data parallelism; "
         f"searches {budget} each"
@@ -272,7 +307,8 @@ def table8(checkpoint: str, holdouts: dict[str, str], models: Sequence[str], top
             graph = zoo.load(model)
             searcher = Searcher(graph, topo, policy, {})
             p = searcher.problem
-            ctx = SimContext(graph, topo)
+            # the search's own model under --calibration; without it, the default model (as before the option)
+            ctx = SimContext(graph, topo, searcher.env.cost if gpu_model is not None else None)
             per_tensor_s = ctx.simulate(data_parallel_per_tensor(graph, topo), validate=False).makespan_s
             paper = TAG_TABLE8.get((model, topo_name))
             paper_text = f"{paper[0]:.1f}% / {paper[1]:.1f}%" if paper else "-"
@@ -286,7 +322,7 @@ def table8(checkpoint: str, holdouts: dict[str, str], models: Sequence[str], top
             tag = mcts_search(p, time_s=seconds, prior=searcher.prior())
             rows.append(("TAG (GNN prior)", tag.evaluation.makespan_s, tag.evaluation.oom, seconds))
             if model in holdouts:
-                held = Searcher(graph, topo, _load(holdouts[model]), {})
+                held = Searcher(graph, topo, _load(holdouts[model], gpu_model), {})
                 found = mcts_search(held.problem, time_s=seconds, prior=held.prior())
                 rows.append(("TAG, model held out", found.evaluation.makespan_s, found.evaluation.oom, seconds))
             problem = Problem(graph, topo, ctx, {"budget": budget, "chains": 1})
@@ -325,11 +361,12 @@ def cnn_instance(model: str, machines: int, gbit: float) -> tuple[OpGraph, Devic
     return graph, topo, Plan(graph.name, configs, name="hand")
 
 
-def completion(model: str, machines: int, gbit: float, budget: str) -> None:
+def completion(model: str, machines: int, gbit: float, budget: str, gpu_model: str = "default") -> None:
     from placement_rl.sim import simulate
 
     graph, topo, hand = cnn_instance(model, machines, gbit)
-    hand_s = simulate(graph, topo, hand).makespan_s
+    cost = calibrated_cost_model(gpu_model)
+    hand_s = simulate(graph, topo, hand, cost).makespan_s
     seconds = Budget.parse(budget)
     print(
         f"{model} x {topo.name}: tree search from data parallelism, uniform prior, {budget}; hand plan "
@@ -338,7 +375,7 @@ def completion(model: str, machines: int, gbit: float, budget: str) -> None:
     print("| completion | options | found ms | found / hand | data parallel / found | iterations | simulations |")
     print("|---|---|---|---|---|---|---|")
     for rule, options in (("tag", "tag"), ("best", "tag"), ("best", "extended")):
-        p = TagProblem.for_graph(graph, topo, options=options, completion=rule)
+        p = TagProblem.for_graph(graph, topo, cost, options=options, completion=rule)
         found = mcts_search(p, iterations=seconds.proposals, time_s=seconds.seconds)
         ms = found.evaluation.makespan_s
         print(
@@ -356,38 +393,45 @@ def main(argv: Sequence[str] | None = None) -> None:
     t.add_argument("--model", default="inception_v3")
     t.add_argument("--topology", default="tag-testbed")
     t.add_argument("--iterations", type=int, default=200)
+    t.add_argument("--calibration", type=calibration_spec, default=None, help=CHECKPOINT_CALIBRATION_HELP)
     r = sub.add_parser("rank", help="partial-plan scores against the final simulation (Spearman)")
     r.add_argument("--plans", type=int, default=40)
     r.add_argument("--model", default="inception_v3")
     r.add_argument("--topology", default="tag-testbed")
+    r.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     s7 = sub.add_parser("table7", help="iterations to beat data parallelism on unseen topologies")
     s7.add_argument("--checkpoint", required=True)
     s7.add_argument("--models", default=",".join(TABLE7_MODELS))
     s7.add_argument("--topologies", type=int, default=20)
     s7.add_argument("--max-iterations", type=int, default=200)
+    s7.add_argument("--calibration", type=calibration_spec, default=None, help=CHECKPOINT_CALIBRATION_HELP)
     s8 = sub.add_parser("table8", help="speedups on tag-testbed and tag-cloud at a fixed search budget")
     s8.add_argument("--checkpoint", required=True)
     s8.add_argument("--holdout", action="append", default=[], metavar="MODEL=CKPT")
     s8.add_argument("--models", default=",".join(TABLE7_MODELS))
     s8.add_argument("--topologies", default="tag-testbed,tag-cloud")
     s8.add_argument("--budget", default="30s")
+    s8.add_argument("--calibration", type=calibration_spec, default=None, help=CHECKPOINT_CALIBRATION_HELP)
     c = sub.add_parser("completion", help="the tree search under TAG's rule and the best-of-completions rule")
     c.add_argument("--model", default="alexnet")
     c.add_argument("--machines", type=int, default=8)
     c.add_argument("--gbit", type=float, default=10.0)
     c.add_argument("--budget", default="20s")
+    c.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     args = parser.parse_args(argv)
     if args.command == "throughput":
-        throughput(args.model, args.topology, args.iterations, args.checkpoint)
+        throughput(args.model, args.topology, args.iterations, args.checkpoint, args.calibration)
     elif args.command == "rank":
-        rank(args.model, args.topology, args.plans)
+        rank(args.model, args.topology, args.plans, gpu_model=args.calibration)
     elif args.command == "completion":
-        completion(args.model, args.machines, args.gbit, args.budget)
+        completion(args.model, args.machines, args.gbit, args.budget, args.calibration)
     elif args.command == "table7":
-        table7(args.checkpoint, args.models.split(","), args.topologies, args.max_iterations)
+        table7(args.checkpoint, args.models.split(","), args.topologies, args.max_iterations, args.calibration)
     else:
         holdouts = dict(item.split("=", 1) for item in args.holdout)
-        table8(args.checkpoint, holdouts, args.models.split(","), args.topologies.split(","), args.budget)
+        table8(
+            args.checkpoint, holdouts, args.models.split(","), args.topologies.split(","), args.budget, args.calibration
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     python benchmarks/trinity.py zero-shot [--iterations 20] [--topologies 10] [--model vgg19]
     python benchmarks/trinity.py table --agent ppo_tag --checkpoint out/ppo-tag-zoo-random/checkpoint_final
     python benchmarks/trinity.py zero-shot --agent ppo_tag --checkpoint CKPT --models vgg19,resnet50 --topologies 20
+    python benchmarks/trinity.py table --calibration roofline ...   # another GPU model (default: as configured)
 
 ``--agent`` picks the learned agent (its default training YAML: ``tune_configs/trinity_ppo.yaml``
 or ``tune_configs/ppo_tag.yaml``). With ``--checkpoint`` nothing is trained: ``table`` plans each
@@ -18,6 +19,13 @@ communication); "memory" the largest device peak.
 
 ``zero-shot`` trains on random topologies of the train split (the shipped config's model) and
 evaluates the policy, without further training, on the first topologies of the test split.
+
+``--calibration`` (``default``, ``roofline`` for the tables measured before the shipped fit, or a
+calibration file) picks the GPU model: a policy trained here trains under it (the training YAML's env
+cost model takes that calibration, its other settings kept) and every plan of the tables is simulated
+under it. A ``--checkpoint`` policy plans in its env as it was trained; its plans are simulated under
+the chosen model. Without the option, the YAML's env is as it says (the shipped ones: the default
+model) and the plans are simulated under the default model.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import time
 from pathlib import Path
 
 from placement_rl import zoo
+from placement_rl.cli.common import CALIBRATION_HELP, calibrated_cost_model, calibration_spec, env_with_calibration
 from placement_rl.methods import MethodResult, compare_methods
 from placement_rl.rl.config import load_train_config
 from placement_rl.rl.policy import policy_method
@@ -65,27 +74,39 @@ def _row(model: str, preset: str, r: MethodResult, label: str, search_s: float) 
 DEFAULT_CONFIG = ROOT / "tune_configs" / "trinity_ppo.yaml"
 
 
-def table_checkpoint(checkpoint: Path, cases: list[tuple[str, str]]) -> None:
-    """The cases planned by a trained policy, next to the baselines and MCMC at the policy's planning time."""
+def table_checkpoint(checkpoint: Path, cases: list[tuple[str, str]], gpu_model: str | None = None) -> None:
+    """The cases planned by a trained policy, next to the baselines and MCMC at the policy's planning time;
+    every plan simulated under the ``--calibration`` ``gpu_model`` (``None``: the default model)."""
     from placement_rl.rl.policy import load_policy
 
     policy = load_policy(checkpoint)
     method = policy_method(policy)
+    cost = calibrated_cost_model(gpu_model)
     print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
     print("|---|---|---|---|---|---|---|---|")
     for model, preset in cases:
         graph, topology = zoo.load(model), load_preset(preset)
-        (learned,) = compare_methods(graph, topology, [method])
+        (learned,) = compare_methods(graph, topology, [method], cost_model=cost)
         budget_s = max(learned.search_s, 1.0)
         options = {"mcmc": {"budget": f"{budget_s:.1f}s", "seed": 0, "initial": ("data_parallel", "expert", "random")}}
-        rows = compare_methods(graph, topology, ["single_device", "data_parallel", "expert", "mcmc"], options=options)
+        baselines = ["single_device", "data_parallel", "expert", "mcmc"]
+        rows = compare_methods(graph, topology, baselines, cost_model=cost, options=options)
         for r in [*rows, learned]:
             label = f"MCMC ({budget_s:.1f} s)" if r.method == "mcmc" else LABELS[r.method]
             print(_row(model, preset, r, label, r.search_s), flush=True)
 
 
-def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path = DEFAULT_CONFIG) -> None:
+def table(
+    iterations: int,
+    out: Path,
+    cases: list[tuple[str, str]],
+    config: Path = DEFAULT_CONFIG,
+    gpu_model: str | None = None,
+) -> None:
     base = load_train_config(config)
+    if gpu_model is not None:
+        base = base.replace(env=env_with_calibration(base.env, gpu_model))
+    cost = calibrated_cost_model(gpu_model)
     print("| model | cluster | method | runtime ms | vs DP | peak comm GB | peak memory GiB | search s |")
     print("|---|---|---|---|---|---|---|---|")
     for model, preset in cases:
@@ -100,7 +121,7 @@ def table(iterations: int, out: Path, cases: list[tuple[str, str]], config: Path
         options = {
             "mcmc": {"budget": f"{max(train_s, 1):.0f}s", "seed": 0, "initial": ("data_parallel", "expert", "random")}
         }
-        for r in compare_methods(zoo.load(model), load_preset(preset), methods, options=options):
+        for r in compare_methods(zoo.load(model), load_preset(preset), methods, cost_model=cost, options=options):
             label = f"MCMC ({max(train_s, 1):.0f} s)" if r.method == "mcmc" else LABELS[r.method]
             search_s = r.search_s + (train_s if r.method == base.agent else 0.0)  # the policy's search is its training
             print(_row(model, preset, r, label, search_s), flush=True)
@@ -114,11 +135,14 @@ def zero_shot(
     config: Path = DEFAULT_CONFIG,
     checkpoint: Path | None = None,
     mcmc_budget: str | None = "5s",
+    gpu_model: str | None = None,
 ) -> None:
     from placement_rl.rl.evaluate import evaluate
     from placement_rl.topology import topology_seeds
 
     base = load_train_config(config)
+    if gpu_model is not None:
+        base = base.replace(env=env_with_calibration(base.env, gpu_model))
     if checkpoint is None:
         models = models or [base.env["generator"]["model"]]
         env_cfg = {
@@ -132,7 +156,9 @@ def zero_shot(
         )
         checkpoint = train(cfg, out_dir=out / cfg.name, progress=print) / "checkpoint_final"
     topologies = [f"random:{s}" for s in topology_seeds("test", count)]
-    rows = evaluate(str(checkpoint), topologies, models, mcmc_budget=mcmc_budget)
+    rows = evaluate(
+        str(checkpoint), topologies, models, mcmc_budget=mcmc_budget, cost_model=calibrated_cost_model(gpu_model)
+    )
     agent = next(r.method for r in rows if r.method not in ("data_parallel", "expert", "mcmc"))
     mcmc = f"MCMC ({mcmc_budget}) vs DP" if mcmc_budget else None
     print(f"| instance | policy vs DP | expert vs DP | {mcmc + ' | ' if mcmc else ''}policy OOM |")
@@ -173,18 +199,27 @@ def main(argv: list[str] | None = None) -> None:
         help="table: comma-separated MODEL@PRESET instances (default: the six of Trinity Table 4's mirror)",
     )
     parser.add_argument("--config", type=Path, default=None, help="the training YAML (default: the agent's)")
+    parser.add_argument(
+        "--calibration",
+        type=calibration_spec,
+        default=None,
+        help=f"{CALIBRATION_HELP}; default: the training YAML's env as it says, plans judged under the default "
+        "model; a --checkpoint policy plans as trained, its plans simulated under the chosen model",
+    )
     args = parser.parse_args(argv)
     config = args.config or ROOT / "tune_configs" / AGENT_CONFIGS[args.agent]
     if args.what == "table":
         cases = [tuple(c.split("@", 1)) for c in args.cases.split(",")]
         if args.checkpoint is not None:
-            table_checkpoint(args.checkpoint, cases)  # type: ignore[arg-type]
+            table_checkpoint(args.checkpoint, cases, args.calibration)  # type: ignore[arg-type]
         else:
-            table(args.iterations, Path(args.out), cases, config)  # type: ignore[arg-type]
+            table(args.iterations, Path(args.out), cases, config, args.calibration)  # type: ignore[arg-type]
     else:
         models = args.models.split(",") if args.models else [args.model] if args.model else None
         budget = None if args.mcmc_budget == "none" else args.mcmc_budget
-        zero_shot(args.iterations, args.topologies, Path(args.out), models, config, args.checkpoint, budget)
+        zero_shot(
+            args.iterations, args.topologies, Path(args.out), models, config, args.checkpoint, budget, args.calibration
+        )
 
 
 if __name__ == "__main__":

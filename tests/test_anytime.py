@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from placement_rl.errors import SchemaError
 from placement_rl.experiments import anytime_pngs
 from placement_rl.methods import compare_methods
-from placement_rl.rl.anytime import curve_row, first_below, table_markdown, write_curves
+from placement_rl.rl.anytime import (
+    anytime_benchmark,
+    curve_row,
+    first_below,
+    prior_search_method,
+    table_markdown,
+    write_curves,
+)
+from placement_rl.sim import CostModel
 from placement_rl.topology import load_preset
 
 
@@ -69,3 +79,40 @@ def test_curves_tables_and_pngs(zoo_graph: Any, tmp_path: Path) -> None:
     assert len(table) == 4 and table[2].startswith("| lenet@trinity | data_parallel | ") and "| 1.00x | - |" in table[2]
     [png] = anytime_pngs(rows, tmp_path / "pngs")
     assert png.name == "lenet@trinity.png" and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("cost_model", [None, CostModel(calibration=None)], ids=["default", "roofline"])
+def test_the_benchmark_judges_under_the_cost_model_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cost_model: CostModel | None
+) -> None:
+    import placement_rl.rl.anytime
+
+    seen: list[Any] = []
+
+    def compare(graph: object, topology: object, methods: object, **kwargs: Any) -> list[object]:
+        seen.append(kwargs["cost_model"])
+        return []
+
+    monkeypatch.setattr(placement_rl.rl.anytime, "compare_methods", compare)
+    instance = (SimpleNamespace(name="g"), SimpleNamespace(name="t"))
+    rows = anytime_benchmark(
+        [instance],  # type: ignore[list-item]
+        "1s",
+        tmp_path,
+        ppo=None,
+        searches=["mcmc"],
+        progress=None,
+        cost_model=cost_model,
+    )
+    assert rows == [] and seen == [cost_model]
+
+
+def test_the_prior_search_takes_a_loaded_policy_and_names_its_checkpoint() -> None:
+    """A policy already loaded (its env changed, e.g. by ``--calibration``) is checked as a checkpoint is."""
+    from placement_rl.rl.config import TrainConfig
+    from placement_rl.rl.policy import Policy
+
+    config = TrainConfig.from_dict({"agent": "trinity", "env": {"generator": {"kind": "fixed"}}})
+    policy = Policy(SimpleNamespace(name="trinity"), config, None, Path("out/ckpt"))  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match=r"checkpoint 'out/ckpt' holds a 'trinity' policy"):
+        prior_search_method(policy)

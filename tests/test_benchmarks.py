@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from scripts import load_script
@@ -290,3 +291,177 @@ def test_megatron_rows_print_json_with_the_published_and_simulated_figures(run: 
     # a plausible share of an A100's 312 TFLOP/s, from the ordinary cost model
     assert 30 < small["simulated_tflops_per_gpu"] < 312 and not small["oom"]
     assert large["simulated_tflops_per_gpu"] is None and "tasks" in large["skipped"]
+
+
+# ------------------------------------------------------------------------------------ --calibration
+#: Each script (and subcommand) with --calibration, and the other arguments its parser needs.
+CALIBRATED = [
+    ("scale", ()),
+    ("anytime", ()),
+    ("trinity", ("table",)),
+    ("trinity", ("zero-shot",)),
+    *(("tag", (command,)) for command in ("throughput", "rank", "completion")),
+    *(("tag", (command, "--checkpoint", "ckpt")) for command in ("table7", "table8")),
+]
+
+
+@pytest.mark.parametrize(("script", "argv"), CALIBRATED, ids=["-".join((s, *a[:1])) for s, a in CALIBRATED])
+def test_a_bad_calibration_is_a_parser_error(
+    repo_root: Path, capsys: pytest.CaptureFixture[str], script: str, argv: tuple[str, ...]
+) -> None:
+    module = _load(repo_root / "benchmarks" / f"{script}.py")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main([*argv, "--calibration", "bogus"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --calibration" in err and "'bogus'" in err, err
+
+
+def test_scale_calibration(run: Run) -> None:
+    """The roofline has no host lane: fewer tasks and another iteration time than the default model."""
+    argv = ["--machines", "2", "--gpus-per-machine", "2", "--plan-gpus", "2", "--model", "lenet"]
+    argv += ["--batch-per-gpu", "2", "--repeats", "1", "--skip-all", "--same-process"]
+    (plain,) = _table(run("scale", *argv))
+    (default,) = _table(run("scale", *argv, "--calibration", "default"))
+    (roofline,) = _table(run("scale", *argv, "--calibration", "roofline"))
+    assert (plain["tasks"], plain["ms/iter"]) == (default["tasks"], default["ms/iter"])
+    assert _number(roofline["tasks"]) < _number(default["tasks"])
+    assert _number(roofline["ms/iter"]) != _number(default["ms/iter"])
+
+
+def test_tag_completion_calibration(run: Run) -> None:
+    """The hand plan and the searches are simulated under the chosen GPU model."""
+
+    def hand_ms(*extra: str) -> float:
+        text = run("tag", "completion", "--model", "lenet", "--machines", "2", "--budget", "2", *extra)
+        found = re.search(r"hand plan ([\d.,]+) ms", text)
+        assert found, text
+        return float(found.group(1).replace(",", ""))
+
+    assert hand_ms() == hand_ms("--calibration", "default") != hand_ms("--calibration", "roofline")
+
+
+def test_env_with_calibration_keeps_the_env_cost_models_other_settings() -> None:
+    from placement_rl.cli.common import calibrated_cost_model, env_with_calibration
+    from placement_rl.experiments import build_cost_model
+    from placement_rl.sim import CostModel
+
+    env = {"max_groups": 8, "cost_model": {"precision": "bf16-mixed"}}
+    assert env_with_calibration(env, None) == env  # as configured
+    given = env_with_calibration(env, "roofline")
+    assert given == {"max_groups": 8, "cost_model": {"precision": "bf16-mixed", "calibration": "roofline"}}
+    assert build_cost_model(given["cost_model"], "env") == CostModel(precision="bf16-mixed", calibration=None)
+    assert env == {"max_groups": 8, "cost_model": {"precision": "bf16-mixed"}}  # a copy
+    assert env_with_calibration({}, "roofline") == {"cost_model": {"calibration": "roofline"}}
+    built = env_with_calibration({"cost_model": CostModel(precision="bf16-mixed")}, "roofline")["cost_model"]
+    assert built == CostModel(precision="bf16-mixed", calibration=None)
+    assert calibrated_cost_model(None) is None and calibrated_cost_model("default") == CostModel()
+
+
+def _fake_policy(env: dict[str, Any] | None = None) -> Any:
+    """A policy record (no module) whose training env is ``env`` (default: a fixed generator only)."""
+    from placement_rl.rl.config import TrainConfig
+    from placement_rl.rl.policy import Policy
+
+    config = TrainConfig.from_dict({"agent": "tag", "env": env or {"generator": {"kind": "fixed"}}})
+    return Policy(None, config, None, Path("ckpt"))  # type: ignore[arg-type]
+
+
+class _Reached(Exception):
+    """Raised by a patched step once the benchmark got that far: nothing slow runs."""
+
+
+@pytest.mark.parametrize("command", ["throughput", "table7", "table8"])
+def test_tag_calibration_reaches_the_checkpoints_env(
+    repo_root: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """``throughput``, ``table7`` and ``table8`` search in the policy's env: ``--calibration`` sets its cost
+    model's calibration, keeping its other settings; without it the env is as trained."""
+    import placement_rl.rl.policy
+
+    module = _load(repo_root / "benchmarks" / "tag.py")
+    trained = {"generator": {"kind": "fixed"}, "cost_model": {"precision": "bf16-mixed"}}
+    monkeypatch.setattr(placement_rl.rl.policy, "load_policy", lambda checkpoint: _fake_policy(trained))
+    monkeypatch.setattr(module, "_untrained_policy", lambda: _fake_policy(trained))
+    seen: list[Any] = []
+
+    def searcher(graph: object, topology: object, policy: Any, env_options: object) -> None:
+        seen.append(policy.config.env["cost_model"])
+        raise _Reached
+
+    monkeypatch.setattr(module, "Searcher", searcher)
+    argv = [command, "--model" if command == "throughput" else "--models", "lenet"]
+    argv += ["--topology", "trinity"] if command == "throughput" else ["--checkpoint", "ckpt"]
+    argv += {"table7": ["--topologies", "1"], "table8": ["--topologies", "trinity"]}.get(command, [])
+    for extra in ([], ["--calibration", "roofline"]):
+        with pytest.raises(_Reached):
+            module.main([*argv, *extra])
+    assert seen == [{"precision": "bf16-mixed"}, {"precision": "bf16-mixed", "calibration": "roofline"}]
+
+
+def test_anytime_calibration(repo_root: Path, monkeypatch: pytest.MonkeyPatch, tiny_yaml: Path, tmp_path: Path) -> None:
+    """``--calibration`` gives the benchmark its judging cost model and sets the calibration of PPO's env
+    and of the GNN-prior search's env (the tiny config's is the roofline; the checkpoint's env has none);
+    without it, nothing changes (no cost model: the default; the envs as configured)."""
+    import placement_rl.rl.anytime
+    import placement_rl.rl.policy
+    from placement_rl.sim.calibration import DEFAULT_CALIBRATION
+
+    module = _load(repo_root / "benchmarks" / "anytime.py")
+    monkeypatch.setattr(placement_rl.rl.policy, "load_policy", lambda checkpoint: _fake_policy())
+    calls: list[dict[str, Any]] = []
+
+    def benchmark(instances: object, budget: object, out: object, **kwargs: Any) -> list[object]:
+        calls.append(kwargs)
+        return []
+
+    monkeypatch.setattr(placement_rl.rl.anytime, "anytime_benchmark", benchmark)
+    argv = ["--instances", "lenet@trinity", "--methods", "mcmc,ppo", "--ppo-config", str(tiny_yaml)]
+    argv += ["--tag-checkpoint", "ckpt", "--out", str(tmp_path)]
+    module.main(argv)
+    module.main([*argv, "--calibration", "default"])
+    plain, given = calls
+    assert plain["cost_model"] is None and plain["tag_checkpoint"] == "ckpt"
+    assert plain["ppo"].env["cost_model"] == {"calibration": "roofline"}
+    assert given["cost_model"].calibration is DEFAULT_CALIBRATION
+    assert given["ppo"].env["cost_model"] == {"calibration": "default"}
+    assert given["tag_checkpoint"].config.env["cost_model"] == {"calibration": "default"}
+
+
+def test_trinity_calibration(repo_root: Path, monkeypatch: pytest.MonkeyPatch, tiny_yaml: Path, tmp_path: Path) -> None:
+    """``table`` trains under the chosen calibration (the tiny config's is the roofline) and simulates every
+    plan under it; ``zero-shot`` with a checkpoint evaluates under it; without the option, the YAML's env
+    and the default model."""
+    import placement_rl.rl.evaluate
+    from placement_rl.sim.calibration import DEFAULT_CALIBRATION
+
+    module = _load(repo_root / "benchmarks" / "trinity.py")
+    trained: list[Any] = []
+    judged: list[Any] = []
+
+    def train(cfg: Any, out_dir: Path, progress: object) -> Path:
+        trained.append(cfg.env["cost_model"])
+        return out_dir
+
+    def compare_methods(graph: object, topology: object, methods: object, **kwargs: Any) -> list[object]:
+        judged.append(kwargs["cost_model"])
+        return []
+
+    def evaluate(checkpoint: str, topologies: object, models: object, **kwargs: Any) -> None:
+        judged.append(kwargs["cost_model"])
+        raise _Reached
+
+    monkeypatch.setattr(module, "train", train)
+    monkeypatch.setattr(module, "policy_method", lambda checkpoint: "learned")
+    monkeypatch.setattr(module, "compare_methods", compare_methods)
+    monkeypatch.setattr(placement_rl.rl.evaluate, "evaluate", evaluate)
+    argv = ["table", "--cases", "lenet@trinity", "--config", str(tiny_yaml), "--out", str(tmp_path)]
+    module.main(argv)
+    module.main([*argv, "--calibration", "default"])
+    assert trained == [{"calibration": "roofline"}, {"calibration": "default"}]
+    assert judged[0] is None and judged[1].calibration is DEFAULT_CALIBRATION
+    judged.clear()
+    for extra in ([], ["--calibration", "roofline"]):
+        with pytest.raises(_Reached):
+            module.main(["zero-shot", "--checkpoint", "ckpt", "--topologies", "1", *extra])
+    assert judged[0] is None and judged[1].calibration is None  # the flat roofline

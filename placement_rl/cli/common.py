@@ -8,8 +8,9 @@ with a message naming the value and what was expected; argparse prints it as ``e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,44 @@ def calibration_spec(text: str) -> str:
     except (ValueError, FileNotFoundError) as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--calibration: ")) from None
     return text
+
+
+def calibrated_cost_model(spec: str | None) -> Any:
+    """The default :class:`~placement_rl.sim.CostModel` with the ``--calibration`` ``spec``'s GPU
+    model; ``None`` for ``spec=None`` (a script's "as configured": whoever takes it uses its default)."""
+    if spec is None:
+        return None
+    from placement_rl.sim import CostModel
+
+    return CostModel(calibration=calibration(spec))
+
+
+def env_with_calibration(env: Any, spec: str | None) -> dict[str, Any]:
+    """An env config (a training config's ``env`` section) whose ``cost_model`` has the
+    ``--calibration`` ``spec``, its other fields as configured (none: the default model with that
+    calibration); ``spec=None`` leaves the config as it is. A copy."""
+    out = dict(env)
+    if spec is None:
+        return out
+    cost = out.get("cost_model")
+    if cost is None:
+        out["cost_model"] = {"calibration": spec}
+    elif isinstance(cost, Mapping):
+        out["cost_model"] = {**cost, "calibration": spec}
+    else:  # a CostModel object
+        out["cost_model"] = dataclasses.replace(cost, calibration=calibration(spec))
+    return out
+
+
+def policy_with_calibration(policy: Any, spec: str | None) -> Any:
+    """A trained :class:`~placement_rl.rl.policy.Policy` whose env (the one it plans and, for TAG,
+    searches in) simulates under the ``--calibration`` ``spec`` (:func:`env_with_calibration`); the
+    policy itself for ``spec=None``. Its module is unchanged: it reads features simulated under a
+    model it may not have been trained under."""
+    if spec is None:
+        return policy
+    config = policy.config.replace(env=env_with_calibration(policy.config.env, spec))
+    return dataclasses.replace(policy, config=config)
 
 
 def network_model_name(text: str) -> str:

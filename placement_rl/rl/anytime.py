@@ -22,13 +22,17 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from placement_rl.errors import SchemaError
 from placement_rl.graph import OpGraph
 from placement_rl.methods import Found, Method, MethodResult, Problem, compare_methods, get_method, mcts_trace
 from placement_rl.rl.config import TrainConfig
+from placement_rl.sim import CostModel
 from placement_rl.topology import DeviceTopology
+
+if TYPE_CHECKING:
+    from placement_rl.rl.policy import Policy
 
 #: Files :func:`anytime_benchmark` writes besides the PNGs.
 CURVES_JSON, CURVES_CSV = "anytime.json", "anytime.csv"
@@ -88,19 +92,21 @@ def training_method(cfg: TrainConfig, name: str | None = None, progress: Callabl
     )
 
 
-def prior_search_method(checkpoint: str | Path, name: str = "tag") -> Method:
+def prior_search_method(checkpoint: Policy | str | Path, name: str = "tag") -> Method:
     """A :class:`~placement_rl.methods.Method`: TAG's tree search guided by a trained ``tag`` checkpoint's
     GNN prior, for a ``budget`` (``"30s"`` or leaf evaluations;
     default ``"10s"``), returning the best plan and its anytime trace. The search's space is the
-    checkpoint's env (its op-group count and device grouping).
+    checkpoint's env (its op-group count and device grouping, and the cost model its leaves are
+    simulated under). ``checkpoint`` may be a policy already loaded (e.g. with its env changed).
 
     Raises:
         SchemaError: when the checkpoint holds another agent's policy.
     """
-    from placement_rl.rl.policy import load_policy, policy_env
+    from placement_rl.rl.policy import Policy, load_policy, policy_env
     from placement_rl.rl.tag import MCTSSection, base_env, prior_fn
 
-    policy = load_policy(checkpoint)
+    policy = checkpoint if isinstance(checkpoint, Policy) else load_policy(checkpoint)
+    checkpoint = policy.checkpoint if isinstance(checkpoint, Policy) else checkpoint
     if policy.agent.name != "tag":
         raise SchemaError(
             f"checkpoint {str(checkpoint)!r} holds a {policy.agent.name!r} policy; the prior-guided search needs "
@@ -191,10 +197,11 @@ def anytime_benchmark(
     out: str | Path,
     *,
     ppo: TrainConfig | None,
-    tag_checkpoint: str | Path | None = None,
+    tag_checkpoint: Policy | str | Path | None = None,
     searches: Sequence[str] = ("mcmc", "mcts"),
     seed: int = 0,
     progress: Callable[[str], None] | None = print,
+    cost_model: CostModel | None = None,
 ) -> list[dict[str, Any]]:
     """Every method on every instance with the same wall-clock ``budget``; one PNG per instance.
 
@@ -206,10 +213,12 @@ def anytime_benchmark(
         budget: wall-clock seconds for every method (``"120s"``).
         out: the output folder: ``<instance>.png``, ``anytime.json``, ``anytime.csv``, ``results.md``.
         ppo: the training config of the PPO curve.
-        tag_checkpoint: a ``tag`` checkpoint folder for the GNN-prior curve.
+        tag_checkpoint: a ``tag`` checkpoint folder (or its loaded policy) for the GNN-prior curve.
         searches: registered search methods to run (each takes ``budget``).
         seed: the seed of every seeded method.
         progress: called with progress lines (``None``: silent).
+        cost_model: the model that judges every plan, the searches' and PPO's traces included (default:
+            the simulator's); PPO's env and the GNN-prior search's env simulate under their configs' own.
 
     Returns:
         One :func:`curve_row` per (instance, method).
@@ -244,7 +253,7 @@ def anytime_benchmark(
                 f"first beats DP at {'never' if beat is None else f'{beat:.1f} s'}, ran {result.search_s:.1f} s"
             )
 
-        compare_methods(graph, topology, methods, options=options, on_result=done)
+        compare_methods(graph, topology, methods, cost_model=cost_model, options=options, on_result=done)
         write_curves(rows, folder)  # after every instance: a crash keeps the finished curves
     pngs = anytime_pngs(rows, folder, title="best plan found vs seconds: ")
     (folder / "results.md").write_text(table_markdown(rows))

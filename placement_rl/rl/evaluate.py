@@ -13,6 +13,7 @@ from typing import Any
 
 from placement_rl.experiments import Measured, measure_cells, parse_experiment, prepare
 from placement_rl.methods import MethodResult
+from placement_rl.sim import CostModel
 
 
 def evaluate_cells(
@@ -23,6 +24,7 @@ def evaluate_cells(
     mcmc_budget: Any = "2s",
     env: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    cost_model: CostModel | None = None,
 ) -> list[Measured]:
     """Run the policy deterministically on every (model, topology) and the baselines beside it.
 
@@ -34,6 +36,8 @@ def evaluate_cells(
         env: env options the policy plans with other than its training's (``{"max_groups": 60}``;
             :func:`placement_rl.rl.policy.with_env` lists those that may change).
         progress: called with one line per instance.
+        cost_model: the model every plan is simulated under (default: the simulator's); the policy
+            plans in its env as trained.
 
     Returns:
         The cells (rows in ``compare``'s format, with their results): the policy (named after its
@@ -55,7 +59,8 @@ def evaluate_cells(
         "methods": methods,
         "seeds": [0],
     }
-    prepared = prepare(parse_experiment(document, "evaluate", agents=agent_names(), name="evaluate"), "evaluate")
+    experiment = parse_experiment(document, "evaluate", agents=agent_names(), name="evaluate")
+    prepared = prepare(experiment, "evaluate", cost_model=cost_model)
     check_learned(prepared, "evaluate")
 
     def report(measured: Measured) -> None:
@@ -77,7 +82,10 @@ def evaluate(
     mcmc_budget: Any = "2s",
     env: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    cost_model: CostModel | None = None,
 ) -> list[MethodResult]:
     """:func:`evaluate_cells`' results (plans and simulations), in cell order."""
-    cells = evaluate_cells(checkpoint, topologies, models, mcmc_budget=mcmc_budget, env=env, progress=progress)
+    cells = evaluate_cells(
+        checkpoint, topologies, models, mcmc_budget=mcmc_budget, env=env, progress=progress, cost_model=cost_model
+    )
     return [m.result for m in cells]
