@@ -245,20 +245,29 @@ def table_lines(printed: str) -> str:
     return "".join(line + "\n" for line in printed.splitlines() if line.startswith("|"))
 
 
-#: ``benchmarks/ft.py devices``'s columns that the docs leave out: FT's running time (wall clock, not a figure
-#: the command reproduces).
-FT_DEVICES_DROPPED = ("FT s",)
+def without_columns(table: str, dropped: Sequence[str]) -> str:
+    """A Markdown table (:func:`table_lines`) without the columns named ``dropped``: wall-clock seconds,
+    which a command prints beside its figures but does not reproduce."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in table.splitlines()]
+    header, body = rows[0], rows[2:]
+    keep = [i for i, name in enumerate(header) if name not in dropped]
+    return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in body])
 
 
 def ft_devices() -> str:
-    """FT's pick per listing of each cluster: the first devices as listed, device sets, a mesh per stage."""
-    rows = [
-        [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in table_lines(benchmark("ft", "devices", "--max-configs", "8")).splitlines()
-    ]
-    header, body = rows[0], rows[2:]
-    keep = [i for i, name in enumerate(header) if name not in FT_DEVICES_DROPPED]
-    return markdown([header[i] for i in keep], [[row[i] for i in keep] for row in body])
+    """FT's pick per listing of each cluster: the first devices as listed, device sets, a mesh per stage
+    (FT's running time left out)."""
+    return without_columns(table_lines(benchmark("ft", "devices", "--max-configs", "8")), ("FT s",))
+
+
+def env_agents() -> str:
+    """The random and greedy reference agents on both action spaces (each row's seconds left out)."""
+    return without_columns(table_lines(benchmark("envs", "agents", "--seeds", "10")), ("s",))
+
+
+def ft_estimate() -> str:
+    """TensorOpt Table 2: FT's estimate against the simulator, ``python benchmarks/ft.py estimate``'s table."""
+    return table_lines(benchmark("ft", "estimate", "--models", "rnnlm,transformer,vgg16,wideresnet"))
 
 
 def importer_accuracy() -> str:
@@ -284,6 +293,13 @@ TABLES: dict[str, Table] = {
         trinity_single_gpu,
     ),
     "ft-devices": Table("results/tensoropt.md", "python benchmarks/ft.py devices --max-configs 8", ft_devices, True),
+    "ft-estimate": Table(
+        "results/tensoropt.md",
+        "python benchmarks/ft.py estimate --models rnnlm,transformer,vgg16,wideresnet",
+        ft_estimate,
+        True,
+    ),
+    "env-agents": Table("results/environments.md", "python benchmarks/envs.py agents --seeds 10", env_agents, True),
     "importer-accuracy": Table(
         "results/importer.md", "python benchmarks/importer.py --accuracy", importer_accuracy, True
     ),

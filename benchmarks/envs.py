@@ -7,6 +7,13 @@
 ``agents --seeds 1 --models lenet``. ``--calibration roofline`` (or a calibration file) simulates
 with another GPU model than the default (the env config's ``cost_model``).
 
+``agents`` plays the random agent once per seed and the greedy agent once, on the ``device`` and the
+``tag`` action space; the last column is the row's wall-clock seconds. On ``tag`` the greedy agent
+previews the actions on the first ``--greedy-subsets`` device-group subsets only (default 13:
+tag-testbed's 7 machines alone, all 7 together and the 5 fastest-``j`` prefixes, 52 of the 256
+actions; ``all``: every allowed action, about 5x longer: a preview is a simulation of up to three
+completed plans on the original ops).
+
 ``steps`` plays episodes with a random agent on inception_v3 x tag-testbed (60 op groups, 16 GPUs),
 every step including the partial plan's simulation, after one warm-up episode; it prints the median
 steps/s over episodes (the final simulation on the original graph included). Run it with
@@ -56,24 +63,52 @@ def steps(episodes: int, model: str = "inception_v3", cost: dict[str, Any] | Non
         print(f"| {label} | {n} | {rate:,.0f} | {1e3 / rate:.2f} |", flush=True)
 
 
-def agents(seeds: int, models: Sequence[str] = MODELS, cost: dict[str, Any] | None = None) -> None:
-    print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes |")
-    print("|---|---|---|---|---|---|---|")
+#: The greedy agent's device-group subsets on ``tag`` (``--greedy-subsets``): tag-testbed's 7 machines
+#: alone, all 7 together and the fastest 2..6 (the first ``2 K - 1`` of the action space's order).
+GREEDY_SUBSETS = 13
+
+
+def agents(
+    seeds: int,
+    models: Sequence[str] = MODELS,
+    cost: dict[str, Any] | None = None,
+    greedy_subsets: int | None = GREEDY_SUBSETS,
+) -> None:
+    print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes | s |")
+    print("|---|---|---|---|---|---|---|---|")
     for model in models:
         generator = {"kind": "fixed", "model": model, "topology": "tag-testbed"}
         for label, options in (("device", {"action_space": "device"}), ("tag", {"action_space": "tag"})):
             config = {"generator": generator, "reward": "speedup", "cost_model": cost, **options}
             env = gym.make("placement_rl/Placement-v0", config=config)
-            for name, make in (("random", lambda s: RandomAgent(s)), ("greedy", lambda s: GreedyAgent())):
+            for name, make in (
+                ("random", lambda s: RandomAgent(s)),
+                ("greedy", lambda s: GreedyAgent(subsets=greedy_subsets)),
+            ):
+                start = time.perf_counter()
                 runs = [run_episode(env, make(s), seed=s) for s in range(seeds if name == "random" else 1)]
+                seconds = time.perf_counter() - start
                 rewards = [r["reward"] for r in runs]
                 speedups = [r["speedup"] for r in runs]
                 ooms = sum(r["oom"] for r in runs)
                 print(
                     f"| {model} | sequential/{label} | {name} | {np.mean(rewards):.3f} | {np.mean(speedups):.2f}x | "
-                    f"{max(speedups):.2f}x | {ooms}/{len(runs)} |",
+                    f"{max(speedups):.2f}x | {ooms}/{len(runs)} | {seconds:.0f} |",
                     flush=True,
                 )
+
+
+def _subsets(text: str) -> int | None:
+    """``--greedy-subsets``: a positive count, or ``all`` (None)."""
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of subsets or 'all'")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -86,13 +121,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--models", default=None, help="comma-separated zoo models (steps: inception_v3; agents: inception_v3,vgg19)"
     )
     parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
+    parser.add_argument(
+        "--greedy-subsets",
+        type=_subsets,
+        default=GREEDY_SUBSETS,
+        help=f"agents, tag action space: the greedy agent previews the actions on the first N device-group "
+        f"subsets (default {GREEDY_SUBSETS}: each machine, all, the fastest 2..6), or 'all'",
+    )
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else None
     cost = None if args.calibration == "default" else {"calibration": args.calibration}
     if args.what == "steps":
         steps(args.episodes, models[0] if models else "inception_v3", cost)
     else:
-        agents(args.seeds, models or MODELS, cost)
+        agents(args.seeds, models or MODELS, cost, args.greedy_subsets)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ They set the floor any learned policy must clear (docs/results/environments.md, 
 * :class:`RandomAgent`: a uniformly random allowed action (one-shot: a random group per op and a
   random real device per group).
 * :class:`GreedyAgent`: puts the current group where the simulated partial plan is fastest
-  (``env.unwrapped.evaluate_action`` for every allowed action; ties go to the lowest index).
+  (``env.unwrapped.evaluate_action`` for every allowed action; ties go to the lowest index). With
+  the TAG action space, ``GreedyAgent(subsets=n)`` looks ahead over the actions on the first ``n``
+  device-group subsets only (each device group alone, all of them together and the fastest-``j``
+  prefixes come first: :func:`placement_rl.search.tag.device_subsets`), ``n * num_options``
+  previews a step instead of up to ``max_subsets * num_options``.
 """
 
 from __future__ import annotations
@@ -44,11 +48,32 @@ class RandomAgent:
 
 @dataclass
 class GreedyAgent:
-    """One-step lookahead on the simulated partial plan (sequential placement and sharding)."""
+    """One-step lookahead on the simulated partial plan (sequential placement and sharding).
+
+    Args:
+        subsets: with the TAG action space (``action_space="tag"``), preview only the allowed
+            actions on the first ``subsets`` device-group subsets, in the action space's order
+            (:func:`placement_rl.search.tag.device_subsets`: every device group alone, all of them
+            together, the ``j`` fastest for ``j = 2 .. K - 1``, then the rest; ``2 K - 1`` keeps
+            exactly those), or every allowed action when none of those is allowed. None (the
+            default): every allowed action. Other action spaces ignore it.
+
+    Raises:
+        ValueError: for ``subsets`` below 1.
+    """
+
+    subsets: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.subsets is not None and self.subsets < 1:
+            raise ValueError(f"subsets = {self.subsets}; expected at least 1 (or None: every subset)")
 
     def act(self, env: gym.Env[Any, Any], obs: dict[str, np.ndarray]) -> int:
         allowed = np.flatnonzero(obs["action_mask"]).tolist()
         inner = env.unwrapped
+        if self.subsets is not None and getattr(getattr(inner, "config", None), "action_space", None) == "tag":
+            limit = self.subsets * inner.tag_problem().num_options  # type: ignore[attr-defined]
+            allowed = [a for a in allowed if a < limit] or allowed  # action a: subset a // num_options
         times = [inner.evaluate_action(a) for a in allowed]  # type: ignore[attr-defined]
         return int(allowed[int(np.argmin(times))])
 

@@ -501,3 +501,30 @@ def test_greedy_beats_random(action_space: str, margin: float) -> None:
     assert run_episode(env, GreedyAgent(), seed=0)["speedup"] == greedy["speedup"]  # deterministic
     random_mean = float(np.mean([run_episode(env, RandomAgent(s), seed=s)["speedup"] for s in range(5)]))
     assert greedy["speedup"] >= random_mean + margin, (greedy["speedup"], random_mean)
+
+
+def test_greedy_subsets_restrict_the_tag_lookahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GreedyAgent(subsets=n)`` previews the allowed actions on the first ``n`` device-group subsets
+    only; with every subset it is the plain greedy agent; the device action space ignores it."""
+    env = make(small("alexnet"), action_space="tag")
+    obs, _ = env.reset(seed=0)
+    inner = env.unwrapped
+    problem = inner.tag_problem()
+    previewed: list[int] = []
+    preview = inner.evaluate_action
+
+    def recorded(action: int) -> float:
+        previewed.append(action)
+        return float(preview(action))
+
+    monkeypatch.setattr(inner, "evaluate_action", recorded)
+    action = GreedyAgent(subsets=2).act(env, obs)
+    assert previewed == [a for a in allowed(obs) if a < 2 * problem.num_options] and action in previewed
+    monkeypatch.undo()
+    every = GreedyAgent(subsets=len(problem.subsets))
+    assert run_episode(env, every, seed=0)["makespan_s"] == run_episode(env, GreedyAgent(), seed=0)["makespan_s"]
+    device = make(small("alexnet"))
+    restricted = run_episode(device, GreedyAgent(subsets=1), seed=0)
+    assert restricted["makespan_s"] == run_episode(device, GreedyAgent(), seed=0)["makespan_s"]
+    with pytest.raises(ValueError, match="subsets = 0; expected at least 1"):
+        GreedyAgent(subsets=0)
