@@ -10,7 +10,15 @@ Importing this package registers both ids with Gymnasium (:mod:`.registry`).
 
 from .agents import GreedyAgent, RandomAgent, run_episode
 from .base import EnvConfig, EnvSnapshot, PlanEnv
-from .generator import FixedGenerator, Instance, RandomGenerator, make_generator, make_instance
+from .generator import (
+    FixedGenerator,
+    Instance,
+    MixGenerator,
+    PlantedGenerator,
+    RandomGenerator,
+    make_generator,
+    make_instance,
+)
 from .placement import PlacementConfig, PlacementEnv
 from .registry import ENV_IDS, register_envs, register_rllib_envs
 from .reward import REWARDS, DenseReward, MDPEReward, Outcome, Reward, SpeedupReward, make_reward
@@ -32,8 +40,10 @@ __all__ = [
     "MDPEReward",
     "Outcome",
     "PlacementConfig",
+    "MixGenerator",
     "PlacementEnv",
     "PlanEnv",
+    "PlantedGenerator",
     "RandomGenerator",
     "Reward",
     "ShardingConfig",

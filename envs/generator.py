@@ -9,6 +9,12 @@ random generator (``sample(rng)``), so an env's randomness stays in ``self.np_ra
   ``TEST_SEEDS``, disjoint), so evaluation runs on topologies never seen in training.
   ``held_out_models`` names models kept out of training: with ``model_split="train"`` they are
   never drawn, with ``model_split="test"`` only they are.
+* :class:`PlantedGenerator`: a random variant of a planted kind (:mod:`placement_rl.planted`: slow
+  links under parameter-heavy layers, mixed GPU types, recurrent layers sharing weights, models that
+  fit only when split, ...), from variants the planted benchmarks do not evaluate (``first_variant``
+  and up), so agents train on the kinds and are judged zero-shot on other instances of them.
+* :class:`MixGenerator` (``{"kind": "mix", "generators": [...], "weights": [...]}``): each episode
+  one of several generators, drawn by weight.
 
 Graphs are imported and coarsened once per process and cached; instances are cheap to draw.
 """
@@ -207,7 +213,116 @@ class RandomGenerator:
         return _instance(model, self.batch_size, f"random:{seed}", max_groups, 0)
 
 
-GENERATORS: dict[str, type[FixedGenerator | RandomGenerator]] = {"fixed": FixedGenerator, "random": RandomGenerator}
+def _planted_kinds() -> tuple[str, ...]:
+    from placement_rl.planted import kind_names
+
+    return tuple(kind_names())
+
+
+@lru_cache(maxsize=256)
+def _planted_instance(kind: str, variant: int, max_groups: int) -> Instance:
+    import random
+
+    from placement_rl.planted import get_kind, instance_name
+
+    # The kind's graph and cluster as drawn for the variant; the planted plan and its margin check are
+    # the benchmarks' business (a variant whose plan misses the margin is still a fair training instance).
+    made = get_kind(kind).build(random.Random(f"{kind}/{variant}"))
+    graph = made.graph
+    return Instance(instance_name(kind, variant), graph, made.topology, _grouped(graph, max_groups, 0))
+
+
+#: The first planted variant :class:`PlantedGenerator` draws by default: far above the variants the
+#: planted benchmarks and tests evaluate (0: designed, 1, 2, ...).
+PLANTED_TRAIN_VARIANT = 1000
+
+
+@dataclass(frozen=True)
+class PlantedGenerator:
+    """A random variant of a planted kind each episode (:mod:`placement_rl.planted`).
+
+    Each kind is a way data parallelism goes wrong by construction (slow links under parameter-heavy
+    layers, mixed GPU types, weights shared across steps, a model that fits only when split, deep
+    models over slow links, a straggler GPU, a huge embedding table, optimizer state that does not
+    fit); a variant draws the kind's sizes, link speeds and device counts from its ranges, seeded by
+    ``(kind, variant)``.
+
+    Attributes:
+        kinds: the planted kinds to draw from (uniformly); default every kind.
+        first_variant: the first variant drawn; the default, :data:`PLANTED_TRAIN_VARIANT`, keeps
+            training away from the variants the planted benchmarks evaluate.
+        num_variants: how many variants per kind, from ``first_variant`` on (a fixed pool).
+    """
+
+    kinds: Sequence[str] = option((), rule=sequence_of(text()))
+    first_variant: int = option(PLANTED_TRAIN_VARIANT, rule=integer(low=1, high=10**9))
+    num_variants: int = option(16, rule=integer(low=1, high=10**6))
+
+    def __post_init__(self) -> None:
+        check_fields(self, "generator 'planted'")
+
+    def validate(self, where: str) -> None:
+        """The kinds exist (:class:`UnknownNameError` names the valid ones)."""
+        known = _planted_kinds()
+        for kind in self.kinds:
+            if kind not in known:
+                raise UnknownNameError(f"{where}: planted kind", kind, known)
+
+    @property
+    def pool(self) -> tuple[str, ...]:
+        """The kinds this generator draws from."""
+        return tuple(self.kinds) or _planted_kinds()
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
+        pool = self.pool
+        kind = pool[int(rng.integers(len(pool)))]
+        variant = self.first_variant + int(rng.integers(self.num_variants))
+        return _planted_instance(kind, variant, max_groups)
+
+
+@dataclass(frozen=True)
+class MixGenerator:
+    """Each episode, one of ``generators`` drawn with probability proportional to ``weights``.
+
+    Built by :func:`make_generator` from ``{"kind": "mix", "generators": [<generator>, ...],
+    "weights": [...]}``; each entry is a generator mapping of its own (``mix`` included).
+
+    Attributes:
+        generators: the generators, at least one.
+        weights: one positive weight per generator (default: equal).
+    """
+
+    generators: tuple[InstanceGenerator, ...]
+    weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.generators:
+            raise SchemaError("generator 'mix': generators = []; expected at least one generator")
+        if self.weights is not None:
+            weights = list(self.weights)
+            if len(weights) != len(self.generators) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and 0 < w < float("inf") for w in weights
+            ):
+                raise SchemaError(
+                    f"generator 'mix': weights = {_brief(weights)}; expected one positive number per generator "
+                    f"({len(self.generators)})"
+                )
+
+    def sample(self, rng: np.random.Generator, max_groups: int) -> Instance:
+        if self.weights is None:
+            pick = int(rng.integers(len(self.generators)))
+        else:
+            w = np.asarray(self.weights, dtype=np.float64)
+            pick = int(rng.choice(len(w), p=w / w.sum()))
+        return self.generators[pick].sample(rng, max_groups)
+
+
+GENERATORS: dict[str, Any] = {
+    "fixed": FixedGenerator,
+    "random": RandomGenerator,
+    "planted": PlantedGenerator,
+    "mix": MixGenerator,
+}
 
 
 def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> InstanceGenerator:
@@ -232,7 +347,25 @@ def make_generator(spec: InstanceGenerator | Mapping[str, Any] | None) -> Instan
     kind = options.pop("kind", "fixed")
     if not isinstance(kind, str) or kind not in GENERATORS:
         raise UnknownNameError("generator kind", kind, GENERATORS)
-    for key in ("models", "held_out_models"):  # lists from YAML; the generator is frozen and hashable
+    if kind == "mix":
+        return _mix(options)
+    for key in ("models", "held_out_models", "kinds"):  # lists from YAML; the generator is frozen and hashable
         if isinstance(options.get(key), list):
             options[key] = tuple(options[key])
     return parse(GENERATORS[kind], options, f"generator {kind!r}")
+
+
+def _mix(options: Mapping[str, Any]) -> MixGenerator:
+    """``{"generators": [...], "weights": [...]}`` (the rest of a ``mix`` generator mapping), checked."""
+    unknown = sorted(set(options) - {"generators", "weights"})
+    if unknown:
+        raise SchemaError(f"generator 'mix': unknown key(s) {unknown}; expected 'generators' and 'weights'")
+    entries = options.get("generators")
+    if not isinstance(entries, (list, tuple)) or not entries:
+        raise SchemaError(
+            f"generator 'mix': generators = {_brief(entries)}; expected a non-empty list of generator mappings"
+        )
+    weights = options.get("weights")
+    if weights is not None and not isinstance(weights, (list, tuple)):
+        raise SchemaError(f"generator 'mix': weights = {_brief(weights)}; expected a list of positive numbers")
+    return MixGenerator(tuple(make_generator(entry) for entry in entries), None if weights is None else tuple(weights))

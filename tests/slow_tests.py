@@ -177,6 +177,8 @@ _QUICK_EXCLUDED: dict[str, tuple[str, ...]] = {
     "tests/envs/placement/test_placement_env.py::test_evaluate_action_predicts_the_step": ("tag",),  # 0.6 s
     "tests/envs/placement/test_placement_env.py::test_greedy_beats_random": (),  # 0.5 s
     "tests/envs/placement/test_placement_env.py::test_greedy_subsets_restrict_the_tag_lookahead": (),  # 2.2 s
+    "tests/envs/test_generator.py::test_planted_generator_draws_training_variants_of_the_kinds": (),  # 0.3-1 s
+    "tests/envs/test_generator.py::test_mix_generator_draws_by_weight": (),  # 0.3 s: planted graphs
     "tests/envs/placement/test_placement_env.py::test_padded_devices_always_masked": (),  # 0.8 s
     "tests/envs/placement/test_placement_env.py::test_tag_action_decoding": (),  # 3.4 s
     "tests/envs/sharding/test_sharding_env.py::test_greedy_beats_random": (),  # 0.3 s

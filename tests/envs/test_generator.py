@@ -129,7 +129,7 @@ def test_random_generator_in_env_uses_the_split() -> None:
 
 # ----------------------------------------------------------------------------- errors
 def test_unknown_kind_names_the_valid_ones() -> None:
-    with pytest.raises(UnknownNameError, match=r"unknown generator kind 'grid'; expected one of: fixed, random"):
+    with pytest.raises(UnknownNameError, match=r"unknown generator kind 'grid'; expected one of: fixed, mix, planted, random"):
         make_generator({"kind": "grid"})
 
 
@@ -174,7 +174,7 @@ def test_bad_values() -> None:
         expected = rf"generator = {re.escape(repr(spec))}; expected a mapping with 'kind' or a generator object"
         with pytest.raises(ValueError, match=expected):
             make_generator(spec)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"unknown generator kind \['fixed'\]; expected one of: fixed, random"):
+    with pytest.raises(ValueError, match=r"unknown generator kind \['fixed'\]; expected one of: fixed, mix, planted, random"):
         make_generator({"kind": ["fixed"]})
     with pytest.raises(
         ValueError,
@@ -230,3 +230,55 @@ def test_generators_built_directly_are_checked_too() -> None:
         FixedGenerator(model="lenet", batch_size=-3)
     with pytest.raises(UnknownNameError, match=r"unknown model 'gpt5'"):
         FixedGenerator(model="gpt5")
+
+
+def test_planted_generator_draws_training_variants_of_the_kinds() -> None:
+    from placement_rl.envs import PlantedGenerator
+    from placement_rl.envs.generator import PLANTED_TRAIN_VARIANT
+    from placement_rl.planted import kind_names
+
+    gen = make_generator({"kind": "planted", "kinds": ["slow_links_fc", "embedding_heavy"], "num_variants": 2})
+    assert isinstance(gen, PlantedGenerator)
+    instances = draw(gen, 12)
+    names = {inst.name for inst in instances}
+    allowed = {f"{k}/v{PLANTED_TRAIN_VARIANT + i}" for k in ("slow_links_fc", "embedding_heavy") for i in range(2)}
+    assert names <= allowed and len(names) >= 3
+    assert all(inst.groups.num_ops <= 8 for inst in instances)
+    assert [i.name for i in draw(gen, 5, seed=3)] == [i.name for i in draw(gen, 5, seed=3)]  # the rng drives it
+    # every kind by default, from variants the planted benchmarks do not evaluate
+    assert PlantedGenerator().pool == tuple(kind_names()) and PLANTED_TRAIN_VARIANT > 2
+
+
+def test_mix_generator_draws_by_weight() -> None:
+    from placement_rl.envs import MixGenerator
+
+    gen = make_generator(
+        {
+            "kind": "mix",
+            "generators": [
+                {"kind": "fixed", "model": "alexnet", "topology": "trinity"},
+                {"kind": "planted", "kinds": ["embedding_heavy"], "num_variants": 1},
+            ],
+            "weights": [1, 3],
+        }
+    )
+    assert isinstance(gen, MixGenerator)
+    names = [inst.name for inst in draw(gen, 40)]
+    fixed = names.count("alexnet@trinity")
+    assert 3 <= fixed <= 20 and set(names) == {"alexnet@trinity", "embedding_heavy/v1000"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"kind": "planted", "kinds": ["nope"]}, "planted kind 'nope'; expected one of: embedding_heavy"),
+        ({"kind": "planted", "first_variant": 0}, "first_variant = 0"),
+        ({"kind": "mix", "generators": []}, "generators = []; expected a non-empty list"),
+        ({"kind": "mix", "generators": [{"kind": "fixed"}], "weights": [0]}, "weights = [0]; expected one positive"),
+        ({"kind": "mix", "generator": [{"kind": "fixed"}]}, "unknown key(s) ['generator']"),
+        ({"kind": "mix", "generators": [{"kind": "nope"}]}, "generator kind 'nope'"),
+    ],
+)
+def test_bad_planted_and_mix_generators_name_the_value(spec: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        make_generator(spec)
