@@ -129,7 +129,9 @@ def test_random_generator_in_env_uses_the_split() -> None:
 
 # ----------------------------------------------------------------------------- errors
 def test_unknown_kind_names_the_valid_ones() -> None:
-    with pytest.raises(UnknownNameError, match=r"unknown generator kind 'grid'; expected one of: fixed, mix, planted, random"):
+    with pytest.raises(
+        UnknownNameError, match=r"unknown generator kind 'grid'; expected one of: fixed, mix, planted, random"
+    ):
         make_generator({"kind": "grid"})
 
 
@@ -174,7 +176,9 @@ def test_bad_values() -> None:
         expected = rf"generator = {re.escape(repr(spec))}; expected a mapping with 'kind' or a generator object"
         with pytest.raises(ValueError, match=expected):
             make_generator(spec)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"unknown generator kind \['fixed'\]; expected one of: fixed, mix, planted, random"):
+    with pytest.raises(
+        ValueError, match=r"unknown generator kind \['fixed'\]; expected one of: fixed, mix, planted, random"
+    ):
         make_generator({"kind": ["fixed"]})
     with pytest.raises(
         ValueError,
