@@ -270,6 +270,33 @@ def ft_estimate() -> str:
     return table_lines(benchmark("ft", "estimate", "--models", "rnnlm,transformer,vgg16,wideresnet"))
 
 
+H100_COLUMNS = (
+    ("fp32", "full", "fp32, zoo batch"),
+    ("fp32", "shards", "fp32, shards"),
+    ("bf16-mixed", "full", "bf16-mixed, zoo batch"),
+    ("bf16-mixed", "shards", "bf16-mixed, shards"),
+)
+H100_ROWS = (("roofline", "`roofline`"), ("calibrated", "`calibrated` (fitted to the H200 only)"))
+
+
+def h100_calibration() -> str:
+    """The shipped calibration against the H100's eager iterations: median / worst error per cost model
+    (``python benchmarks/calibration.py --data benchmarks/data/h100``'s table, one column per group)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "h100.json"
+        benchmark("calibration", "--data", str(ROOT / "benchmarks" / "data" / "h100"), "--json", str(out))
+        errors = json.loads(out.read_text())["errors"]
+    cell = {
+        (e["cost_model"], e["precision"], e["batch"]): f"{e['median_error']:.0%} / {e['worst_error']:.0%}"
+        for e in errors
+        if e["execution_mode"] == "eager"
+    }
+    rows = [[label] + [cell[(model, p, b)] for p, b, _ in H100_COLUMNS] for model, label in H100_ROWS]
+    return markdown(["cost model", *(name for _, _, name in H100_COLUMNS)], rows)
+
+
 def importer_accuracy() -> str:
     """Graph FLOPs over ``FlopCounterMode``: ``python benchmarks/importer.py --accuracy``'s table."""
     return table_lines(benchmark("importer", "--accuracy"))
@@ -297,6 +324,12 @@ TABLES: dict[str, Table] = {
         "results/tensoropt.md",
         "python benchmarks/ft.py estimate --models rnnlm,transformer,vgg16,wideresnet",
         ft_estimate,
+        True,
+    ),
+    "h100-calibration": Table(
+        "results/simulator.md",
+        "python benchmarks/calibration.py --data benchmarks/data/h100",
+        h100_calibration,
         True,
     ),
     "env-agents": Table("results/environments.md", "python benchmarks/envs.py agents --seeds 10", env_agents, True),
