@@ -221,13 +221,11 @@ def _planted_kinds() -> tuple[str, ...]:
 
 @lru_cache(maxsize=256)
 def _planted_instance(kind: str, variant: int, max_groups: int) -> Instance:
-    import random
-
-    from placement_rl.planted import get_kind, instance_name
+    from placement_rl.planted import draw, instance_name
 
     # The kind's graph and cluster as drawn for the variant; the planted plan and its margin check are
     # the benchmarks' business (a variant whose plan misses the margin is still a fair training instance).
-    made = get_kind(kind).build(random.Random(f"{kind}/{variant}"))
+    made = draw(kind, variant)
     graph = made.graph
     return Instance(instance_name(kind, variant), graph, made.topology, _grouped(graph, max_groups, 0))
 

@@ -33,7 +33,7 @@ otherwise it raises :class:`PlantedError` naming the instance and the figures. `
 instance as designed; every other variant draws the kind's sizes, link speeds and device counts from
 the kind's ranges with a generator seeded by ``(kind, variant)``: held-out instances of the same kind,
 for checking that a search tuned on the designed ones generalizes. :func:`build_suite` builds one
-instance per kind. The bound of every instance is :func:`placement_rl.methods.compute_lower_bound_s`.
+instance per kind; :func:`draw` makes a variant without the check (training instances). The bound of every instance is :func:`placement_rl.methods.compute_lower_bound_s`.
 
 The graphs are small (at most a few hundred ops) so that one simulation takes well under a second.
 """
@@ -548,6 +548,21 @@ def check_instance(
     )
 
 
+def draw(kind: str, variant: int = 0) -> _Spec:
+    """The graph, cluster and planted plan of ``kind``'s ``variant``, unchecked (:func:`build_instance`
+    checks them): the designed instance for 0, else the kind's parameters drawn with a generator
+    seeded by ``(kind, variant)``.
+
+    Raises:
+        UnknownNameError: for an unknown kind (the message lists the kinds).
+        ValueError: for a variant that is not an integer >= 0.
+    """
+    spec = get_kind(kind)
+    if isinstance(variant, bool) or not isinstance(variant, int) or variant < 0:
+        raise ValueError(f"variant = {variant!r}; expected an integer >= 0 (0: the designed instance)")
+    return spec.build(None if variant == 0 else random.Random(f"{kind}/{variant}"))
+
+
 def build_instance(
     kind: str, variant: int = 0, *, cost_model: CostModel | None = None, margin: float = DEFAULT_MARGIN
 ) -> PlantedInstance:
@@ -567,11 +582,7 @@ def build_instance(
             ``margin`` times faster than every baseline that fits (the message names the instance
             and the figures).
     """
-    spec = get_kind(kind)
-    if isinstance(variant, bool) or not isinstance(variant, int) or variant < 0:
-        raise ValueError(f"variant = {variant!r}; expected an integer >= 0 (0: the designed instance)")
-    rng = None if variant == 0 else random.Random(f"{kind}/{variant}")
-    made = spec.build(rng)
+    made = draw(kind, variant)
     return check_instance(
         instance_name(kind, variant),
         kind,
