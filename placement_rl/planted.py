@@ -33,7 +33,8 @@ otherwise it raises :class:`PlantedError` naming the instance and the figures. `
 instance as designed; every other variant draws the kind's sizes, link speeds and device counts from
 the kind's ranges with a generator seeded by ``(kind, variant)``: held-out instances of the same kind,
 for checking that a search tuned on the designed ones generalizes. :func:`build_suite` builds one
-instance per kind; :func:`draw` makes a variant without the check (training instances). The bound of every instance is :func:`placement_rl.methods.compute_lower_bound_s`.
+instance per kind; :func:`draw` makes a variant without the check (training instances). The bound
+of every instance is :func:`placement_rl.methods.compute_lower_bound_s`.
 
 The graphs are small (at most a few hundred ops) so that one simulation takes well under a second.
 """
