@@ -705,6 +705,14 @@ class SimContext:
         devices = topology.devices
         self.num_devices = D = len(devices)
         self._device_index = {d.name: i for i, d in enumerate(devices)}
+        # (D,) the first device of the same kind (type, peaks, memory): a task's times depend on that alone
+        kinds: dict[tuple[object, ...], int] = {}
+        self._device_kind = [
+            kinds.setdefault(
+                (d.device_type, d.peak_flops, d.memory_bytes, d.memory_bandwidth_bytes_per_s, d.peak_flops_by_dtype), i
+            )
+            for i, d in enumerate(devices)
+        ]
         self.num_links = len(topology.links)
         self.num_resources = D + 2 * self.num_links
         self._lanes = tuple(d.name for d in devices) + tuple(
@@ -872,9 +880,10 @@ class SimContext:
         update_fraction = 1.0 / shards / (holders if cfg.zero else 1)
         sample_dim = op.sample_dim
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
+        device_kind = self._device_kind
         for t, dev in enumerate(devices.tolist()):
             part = t // R0
-            slice_key = (dev, int(sample_index[part]) if shares is not None else 0)
+            slice_key = (device_kind[dev], int(sample_index[part]) if shares is not None else 0)
             if slice_key not in times:
                 d = self.topology.devices[dev]
                 shape = tuple(out_shape)
