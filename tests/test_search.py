@@ -285,9 +285,10 @@ def test_mcmc_reaches_the_exhaustive_optimum(model, options, four_gpus, zoo_grap
     else:
         pytest.fail(f"no seed reached the optimum {exact.cost_s}")
     # FlexFlow's proposals with neighbour and group moves (the "soap" mix stays in the same space):
-    # the optimum with every seed 0-9 (benchmarks/search.py exact)
+    # the optimum with every seed 0-9 within 400 proposals (each seed finds it within its first 120;
+    # benchmarks/search.py exact)
     for seed in range(10):
-        found = mcmc(graph, topo, budget=6000, seed=seed, devices=devices, proposals="soap", cost_model=ROOFLINE)
+        found = mcmc(graph, topo, budget=400, seed=seed, devices=devices, proposals="soap", cost_model=ROOFLINE)
         assert found.cost_s == pytest.approx(exact.cost_s, rel=1e-12), f"seed {seed}: {found.cost_s}"
 
 
