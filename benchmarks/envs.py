@@ -9,8 +9,9 @@ with another GPU model than the default (the env config's ``cost_model``).
 
 ``agents`` plays the random agent once per seed and the greedy agent once, on the ``device`` and the
 ``tag`` action space; the last column is the row's wall-clock seconds. On ``tag`` the greedy agent
-previews the actions on the first ``--greedy-subsets`` device-group subsets only (default 13:
-tag-testbed's 7 machines alone, all 7 together and the 5 fastest-``j`` prefixes, 52 of the 256
+previews the actions on the first ``--greedy-subsets`` device-group subsets only (default ``ranked``,
+2 K - 1 of them for K machines: on tag-testbed 13, its 7 machines alone, all 7 together and the 5
+fastest-``j`` prefixes, 52 of the 256
 actions; ``all``: every allowed action, about 5x longer: a preview is a simulation of up to three
 completed plans on the original ops).
 
@@ -26,7 +27,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -63,16 +64,16 @@ def steps(episodes: int, model: str = "inception_v3", cost: dict[str, Any] | Non
         print(f"| {label} | {n} | {rate:,.0f} | {1e3 / rate:.2f} |", flush=True)
 
 
-#: The greedy agent's device-group subsets on ``tag`` (``--greedy-subsets``): tag-testbed's 7 machines
-#: alone, all 7 together and the fastest 2..6 (the first ``2 K - 1`` of the action space's order).
-GREEDY_SUBSETS = 13
+#: The greedy agent's device-group subsets on ``tag`` (``--greedy-subsets``): each device group alone,
+#: all together and the fastest-j prefixes, 2 K - 1 of K groups (13 of tag-testbed's 7 machines).
+GREEDY_SUBSETS: Literal["ranked"] = "ranked"
 
 
 def agents(
     seeds: int,
     models: Sequence[str] = MODELS,
     cost: dict[str, Any] | None = None,
-    greedy_subsets: int | None = GREEDY_SUBSETS,
+    greedy_subsets: int | Literal["ranked"] | None = GREEDY_SUBSETS,
 ) -> None:
     print("| model | env | agent | mean reward | mean speedup over DP | best speedup | OOM episodes | s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -98,16 +99,18 @@ def agents(
                 )
 
 
-def _subsets(text: str) -> int | None:
-    """``--greedy-subsets``: a positive count, or ``all`` (None)."""
+def _subsets(text: str) -> int | Literal["ranked"] | None:
+    """``--greedy-subsets``: a positive count, ``ranked`` or ``all`` (None)."""
     if text == "all":
         return None
+    if text == "ranked":
+        return "ranked"
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of subsets or 'all'")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of subsets, 'ranked' or 'all'")
     return value
 
 
@@ -125,8 +128,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--greedy-subsets",
         type=_subsets,
         default=GREEDY_SUBSETS,
-        help=f"agents, tag action space: the greedy agent previews the actions on the first N device-group "
-        f"subsets (default {GREEDY_SUBSETS}: each machine, all, the fastest 2..6), or 'all'",
+        help="agents, tag action space: the greedy agent previews the actions on the first N device-group "
+        "subsets, 'ranked' (the default: each machine alone, all of them and the fastest-j prefixes, 2 K - 1 "
+        "of K machines) or 'all'",
     )
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else None

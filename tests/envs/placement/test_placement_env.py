@@ -520,6 +520,22 @@ def test_greedy_subsets_restrict_the_tag_lookahead(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(inner, "evaluate_action", recorded)
     action = GreedyAgent(subsets=2).act(env, obs)
     assert previewed == [a for a in allowed(obs) if a < 2 * problem.num_options] and action in previewed
+    # "ranked": on the 7 machines of tag-testbed, each alone, all 7, the fastest 2..6 (2 K - 1 subsets)
+    ranked_env = make(small("alexnet", "tag-testbed"), action_space="tag")
+    ranked_obs, _ = ranked_env.reset(seed=0)
+    ranked_problem = ranked_env.unwrapped.tag_problem()
+    K = sum(len(s) == 1 for s in ranked_problem.subsets)
+    assert K == 7 and [len(s) for s in ranked_problem.subsets[: 2 * K - 1]] == [1] * K + [K] + list(range(2, K))
+    ranked_previews: list[int] = []
+    ranked_preview = ranked_env.unwrapped.evaluate_action
+
+    def ranked_recorded(action: int) -> float:
+        ranked_previews.append(action)
+        return float(ranked_preview(action))
+
+    monkeypatch.setattr(ranked_env.unwrapped, "evaluate_action", ranked_recorded)
+    GreedyAgent(subsets="ranked").act(ranked_env, ranked_obs)
+    assert ranked_previews == [a for a in allowed(ranked_obs) if a < (2 * K - 1) * ranked_problem.num_options]
     monkeypatch.undo()
     every = GreedyAgent(subsets=len(problem.subsets))
     assert run_episode(env, every, seed=0)["makespan_s"] == run_episode(env, GreedyAgent(), seed=0)["makespan_s"]
@@ -528,3 +544,5 @@ def test_greedy_subsets_restrict_the_tag_lookahead(monkeypatch: pytest.MonkeyPat
     assert restricted["makespan_s"] == run_episode(device, GreedyAgent(), seed=0)["makespan_s"]
     with pytest.raises(ValueError, match="subsets = 0; expected at least 1"):
         GreedyAgent(subsets=0)
+    with pytest.raises(ValueError, match="subsets = 'fastest'; expected a positive count, 'ranked' or None"):
+        GreedyAgent(subsets="fastest")  # type: ignore[arg-type]
