@@ -297,6 +297,55 @@ def h100_calibration() -> str:
     return markdown(["cost model", *(name for _, _, name in H100_COLUMNS)], rows)
 
 
+#: The H200 table's columns: (precision group, execution mode, batch groups in one cell, header).
+H200_COLUMNS = (
+    ("fp32", "eager", ("full",), "fp32, zoo batch"),
+    ("fp32", "eager", ("shards",), "fp32, shards"),
+    ("bf16-mixed", "eager", ("full",), "bf16-mixed, zoo batch"),
+    ("bf16-mixed", "eager", ("shards",), "bf16-mixed, shards"),
+    ("bf16-mixed", "cuda_graphs", ("full", "shards"), "bf16 CUDA graphs, zoo batch / shards"),
+    ("fp32 no-TF32", "eager", ("full",), "fp32, TF32 off"),
+)
+#: Its rows: (report key, cost model, label).
+H200_ROWS = (
+    ("errors", "roofline", "before: `roofline`"),
+    ("errors", "calibrated", "`calibrated` (default)"),
+    ("cross_validation", "calibrated", "`calibrated`, each model left out of its fit"),
+    ("errors", "profiled", "`profiled` (`--profile profile_*.json`)"),
+)
+
+
+def h200_calibration_table(report: dict[str, Any]) -> str:
+    """The H200 table from ``calibration.py --cross-validate --json``'s report: median / worst error per
+    row and column (a cell is empty where the report has no rows for it: no profile without TF32)."""
+    cells: dict[tuple[str, str, str, str, str], str] = {}
+    for key, _, _ in H200_ROWS:
+        for e in report[key]:
+            cells[(key, e["cost_model"], e["precision"], e["execution_mode"], e["batch"])] = (
+                f"{e['median_error']:.0%} / {e['worst_error']:.0%}"
+            )
+    rows = [
+        [label]
+        + [
+            ", ".join(c for b in batches if (c := cells.get((key, model, precision, mode, b), "")))
+            for precision, mode, batches, _ in H200_COLUMNS
+        ]
+        for key, model, label in H200_ROWS
+    ]
+    return markdown(["cost model", *(header for *_, header in H200_COLUMNS)], rows)
+
+
+def h200_calibration() -> str:
+    """The shipped calibration against the H200's iterations, with each model left out of its fit in turn
+    (``python benchmarks/calibration.py --cross-validate``, about 15 minutes)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "h200.json"
+        benchmark("calibration", "--cross-validate", "--json", str(out))
+        return h200_calibration_table(json.loads(out.read_text()))
+
+
 def importer_accuracy() -> str:
     """Graph FLOPs over ``FlopCounterMode``: ``python benchmarks/importer.py --accuracy``'s table."""
     return table_lines(benchmark("importer", "--accuracy"))
@@ -331,6 +380,9 @@ TABLES: dict[str, Table] = {
         "python benchmarks/calibration.py --data benchmarks/data/h100",
         h100_calibration,
         True,
+    ),
+    "h200-calibration": Table(
+        "results/simulator.md", "python benchmarks/calibration.py --cross-validate", h200_calibration, True
     ),
     "env-agents": Table("results/environments.md", "python benchmarks/envs.py agents --seeds 10", env_agents, True),
     "importer-accuracy": Table(
