@@ -346,6 +346,40 @@ def h200_calibration() -> str:
         return h200_calibration_table(json.loads(out.read_text()))
 
 
+def megatron() -> str:
+    """Megatron-LM's Table 1 simulated: ``python benchmarks/megatron.py --json``'s rows as the page's table
+    (about two minutes)."""
+    rows = []
+    for line in benchmark("megatron", "--json").splitlines():
+        r = json.loads(line)
+        size = r["params_b"]
+        label = f"{size / 1000:.0f}T" if size >= 1000 else f"{size:g}B"  # 1,008B: the paper's "1T"
+        sim = r["simulated_tflops_per_gpu"]
+        simulated = "-" if sim is None else f"{sim:.1f}" + (" (out of memory)" if r.get("oom") else "")
+        ratio = "-" if sim is None else f"{r['ratio']:.2f}"
+        rows.append(
+            [
+                label,
+                f"{r['gpus']:,}",
+                r["tensor_parallel"],
+                r["pipeline_parallel"],
+                r["data_parallel"],
+                r["micro_batches"],
+                r["published_tflops_per_gpu"],
+                simulated,
+                ratio,
+            ]
+        )
+    header = ["params", "GPUs", "t", "p", "d", "micro-batches", "published TFLOP/s", "simulated", "ratio"]
+    return markdown(header, rows)
+
+
+def mcmc_exact() -> str:
+    """MCMC against the exhaustive optimum: ``python benchmarks/search.py exact --proposals 6000
+    --proposals-kind soap``'s table (a few minutes)."""
+    return table_lines(benchmark("search", "exact", "--proposals", "6000", "--proposals-kind", "soap"))
+
+
 def importer_accuracy() -> str:
     """Graph FLOPs over ``FlopCounterMode``: ``python benchmarks/importer.py --accuracy``'s table."""
     return table_lines(benchmark("importer", "--accuracy"))
@@ -384,6 +418,13 @@ TABLES: dict[str, Table] = {
     "h200-calibration": Table(
         "results/simulator.md", "python benchmarks/calibration.py --cross-validate", h200_calibration, True
     ),
+    "mcmc-exact": Table(
+        "results/flexflow.md",
+        "python benchmarks/search.py exact --proposals 6000 --proposals-kind soap",
+        mcmc_exact,
+        True,
+    ),
+    "megatron": Table("results/large-models.md", "python benchmarks/megatron.py", megatron, True),
     "env-agents": Table("results/environments.md", "python benchmarks/envs.py agents --seeds 10", env_agents, True),
     "importer-accuracy": Table(
         "results/importer.md", "python benchmarks/importer.py --accuracy", importer_accuracy, True
