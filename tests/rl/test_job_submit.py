@@ -61,8 +61,19 @@ def ray_head(auth_env: dict[str, str]) -> Iterator[str]:
         "node-manager-port",
         "object-manager-port",
     )
-    ports = {name: _free_port() for name in names}
+    # Ray refuses a port that falls in the workers' range or is taken twice: draw the range first,
+    # then every named port outside it and apart from the others
     first_worker = _free_port()
+    while first_worker + 200 > 65535:
+        first_worker = _free_port()
+    taken = set(range(first_worker, first_worker + 201))
+    ports: dict[str, int] = {}
+    for name in names:
+        port = _free_port()
+        while port in taken:
+            port = _free_port()
+        ports[name] = port
+        taken.add(port)
     cmd = [
         str(BIN("ray")),
         "start",
