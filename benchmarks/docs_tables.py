@@ -270,44 +270,27 @@ def ft_estimate() -> str:
     return table_lines(benchmark("ft", "estimate", "--models", "rnnlm,transformer,vgg16,wideresnet"))
 
 
-H100_COLUMNS = (
-    ("fp32", "full", "fp32, zoo batch"),
-    ("fp32", "shards", "fp32, shards"),
-    ("bf16-mixed", "full", "bf16-mixed, zoo batch"),
-    ("bf16-mixed", "shards", "bf16-mixed, shards"),
-)
-H100_ROWS = (("roofline", "`roofline`"), ("calibrated", "`calibrated` (fitted to the H200 only)"))
+#: A calibration table's column: (precision group, execution mode, batch groups in one cell, header).
+Column = tuple[str, str, tuple[str, ...], str]
+#: Its row: (the report's key, cost model, label).
+Row = tuple[str, str, str]
 
-
-def h100_calibration() -> str:
-    """The shipped calibration against the H100's eager iterations: median / worst error per cost model
-    (``python benchmarks/calibration.py --data benchmarks/data/h100``'s table, one column per group)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "h100.json"
-        benchmark("calibration", "--data", str(ROOT / "benchmarks" / "data" / "h100"), "--json", str(out))
-        errors = json.loads(out.read_text())["errors"]
-    cell = {
-        (e["cost_model"], e["precision"], e["batch"]): f"{e['median_error']:.0%} / {e['worst_error']:.0%}"
-        for e in errors
-        if e["execution_mode"] == "eager"
-    }
-    rows = [[label] + [cell[(model, p, b)] for p, b, _ in H100_COLUMNS] for model, label in H100_ROWS]
-    return markdown(["cost model", *(name for _, _, name in H100_COLUMNS)], rows)
-
-
-#: The H200 table's columns: (precision group, execution mode, batch groups in one cell, header).
-H200_COLUMNS = (
+H100_COLUMNS: tuple[Column, ...] = (
     ("fp32", "eager", ("full",), "fp32, zoo batch"),
     ("fp32", "eager", ("shards",), "fp32, shards"),
     ("bf16-mixed", "eager", ("full",), "bf16-mixed, zoo batch"),
     ("bf16-mixed", "eager", ("shards",), "bf16-mixed, shards"),
+)
+H100_ROWS: tuple[Row, ...] = (
+    ("errors", "roofline", "`roofline`"),
+    ("errors", "calibrated", "`calibrated` (fitted to the H200 only)"),
+)
+H200_COLUMNS: tuple[Column, ...] = (
+    *H100_COLUMNS,
     ("bf16-mixed", "cuda_graphs", ("full", "shards"), "bf16 CUDA graphs, zoo batch / shards"),
     ("fp32 no-TF32", "eager", ("full",), "fp32, TF32 off"),
 )
-#: Its rows: (report key, cost model, label).
-H200_ROWS = (
+H200_ROWS: tuple[Row, ...] = (
     ("errors", "roofline", "before: `roofline`"),
     ("errors", "calibrated", "`calibrated` (default)"),
     ("cross_validation", "calibrated", "`calibrated`, each model left out of its fit"),
@@ -315,35 +298,47 @@ H200_ROWS = (
 )
 
 
-def h200_calibration_table(report: dict[str, Any]) -> str:
-    """The H200 table from ``calibration.py --cross-validate --json``'s report: median / worst error per
-    row and column (a cell is empty where the report has no rows for it: no profile without TF32)."""
+def calibration_report(*argv: str) -> dict[str, Any]:
+    """``python benchmarks/calibration.py ARGV --json OUT``'s report (errors per group, cross-validation)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "report.json"
+        benchmark("calibration", *argv, "--json", str(out))
+        return dict(json.loads(out.read_text()))
+
+
+def calibration_table(report: dict[str, Any], columns: Sequence[Column], rows: Sequence[Row]) -> str:
+    """Median / worst error per row and column of a calibration report (a cell is empty where the report
+    has no rows for it: no profile without TF32)."""
     cells: dict[tuple[str, str, str, str, str], str] = {}
-    for key, _, _ in H200_ROWS:
+    for key in {key for key, _, _ in rows}:
         for e in report[key]:
             cells[(key, e["cost_model"], e["precision"], e["execution_mode"], e["batch"])] = (
                 f"{e['median_error']:.0%} / {e['worst_error']:.0%}"
             )
-    rows = [
+    body = [
         [label]
         + [
             ", ".join(c for b in batches if (c := cells.get((key, model, precision, mode, b), "")))
-            for precision, mode, batches, _ in H200_COLUMNS
+            for precision, mode, batches, _ in columns
         ]
-        for key, model, label in H200_ROWS
+        for key, model, label in rows
     ]
-    return markdown(["cost model", *(header for *_, header in H200_COLUMNS)], rows)
+    return markdown(["cost model", *(header for *_, header in columns)], body)
+
+
+def h100_calibration() -> str:
+    """The shipped calibration against the H100's eager iterations: median / worst error per cost model
+    (``python benchmarks/calibration.py --data benchmarks/data/h100``'s table, one column per group)."""
+    report = calibration_report("--data", str(ROOT / "benchmarks" / "data" / "h100"))
+    return calibration_table(report, H100_COLUMNS, H100_ROWS)
 
 
 def h200_calibration() -> str:
     """The shipped calibration against the H200's iterations, with each model left out of its fit in turn
     (``python benchmarks/calibration.py --cross-validate``, about 15 minutes)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "h200.json"
-        benchmark("calibration", "--cross-validate", "--json", str(out))
-        return h200_calibration_table(json.loads(out.read_text()))
+    return calibration_table(calibration_report("--cross-validate"), H200_COLUMNS, H200_ROWS)
 
 
 def megatron() -> str:
