@@ -11,9 +11,8 @@ with another GPU model than the default (the env config's ``cost_model``).
 ``tag`` action space; the last column is the row's wall-clock seconds. On ``tag`` the greedy agent
 previews the actions on the first ``--greedy-subsets`` device-group subsets only (default ``ranked``,
 2 K - 1 of them for K machines: on tag-testbed 13, its 7 machines alone, all 7 together and the 5
-fastest-``j`` prefixes, 52 of the 256
-actions; ``all``: every allowed action, about 5x longer: a preview is a simulation of up to three
-completed plans on the original ops).
+fastest-``j`` prefixes, 52 of the 256 actions; ``all``: every allowed action, about 5x longer: a
+preview is a simulation of up to three completed plans on the original ops).
 
 ``steps`` plays episodes with a random agent on inception_v3 x tag-testbed (60 op groups, 16 GPUs),
 every step including the partial plan's simulation, after one warm-up episode; it prints the median
