@@ -71,7 +71,11 @@ def _reference_ends(tasks: list[FlowTask], capacity: np.ndarray) -> list[float]:
 
 
 def _schedule(
-    tasks: list[FlowTask], capacity: np.ndarray, record: bool = False, limit: float = math.inf
+    tasks: list[FlowTask],
+    capacity: np.ndarray,
+    record: bool = False,
+    limit: float = math.inf,
+    timeline_capacity: int = 1000,
 ) -> tuple[np.ndarray, ...]:
     """``kernels.schedule_flows`` on tasks ``0..m-1`` (compute, one device each, lasting the release
     time) feeding flow tasks ``m..2m-1`` (no resource)."""
@@ -110,7 +114,7 @@ def _schedule(
     zeros = np.zeros(n)
     return kernels.schedule_flows(
         duration, res_ptr, res, succ_ptr, succ, indegree, m, *args,
-        np.zeros(n, np.bool_), zeros, zeros, zeros, record, limit, rest, shortest,
+        np.zeros(n, np.bool_), zeros, zeros, zeros, record, limit, rest, shortest, timeline_capacity,
     )  # fmt: skip
 
 
@@ -159,7 +163,15 @@ def _check(tasks: list[FlowTask], capacity: np.ndarray) -> None:
     recorded = _schedule(tasks, capacity, record=True)
     for a, b in zip(out[:5], recorded[:5], strict=True):
         assert np.array_equal(a, b)
-    assert len(recorded[5]) > 0
+    entries = recorded[9]
+    assert 0 < entries == len(recorded[5]) < 1000
+    # a timeline capacity below the count: the same schedule, the first entries, and the full count
+    short = _schedule(tasks, capacity, record=True, timeline_capacity=entries // 2)
+    assert short[9] == entries
+    for a, b in zip(short[:5], out[:5], strict=True):
+        assert np.array_equal(a, b)
+    for a, b in zip(short[5:8], recorded[5:8], strict=True):
+        assert np.array_equal(a, b[: entries // 2])
     # cut off: either certainly above the limit, or the very same schedule
     makespan = float(out[1].max())
     for factor in (0.5, 0.9, 0.999, 1.0 + 1e-6):

@@ -118,6 +118,23 @@ def test_data_parallel_with_ring_all_reduce() -> None:
     assert simulate(g, topo, dup, EXACT).makespan_s == pytest.approx(12e-3)  # full work each, no sync
 
 
+def test_link_timeline_is_whole_when_the_first_capacity_guess_is_short(zoo_graph, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The flow kernel's recorded link timeline has a fixed capacity: a short first guess is rerun
+    with the exact count, and the result is the same to the last entry."""
+    from placement_rl.sim import simulator
+
+    g = zoo_graph("inception_v3", batch_size=64)
+    topo = load_preset("flexflow-p100")
+    plan = data_parallel(g, topo)
+    full = simulate(g, topo, plan)
+    assert len(full.link_direction_rates) > 64
+    monkeypatch.setattr(simulator, "TIMELINE_PER_SLOT", 0)  # capacity 64: the second run
+    short = simulate(g, topo, plan)
+    assert short.makespan_s == full.makespan_s
+    for name in ("time_s", "direction", "bytes_per_s"):
+        assert np.array_equal(getattr(short.link_direction_rates, name), getattr(full.link_direction_rates, name))
+
+
 def test_memory_of_a_chain_by_hand() -> None:
     mib = 2**20
     ops = [

@@ -507,6 +507,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     limit,
     rest,
     shortest,
+    timeline_capacity=0,
 ):
     """FlexFlow's simulation (sec. 5.2) with flow tasks that share link directions max-min fairly.
 
@@ -557,11 +558,13 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     capacity.
 
     Returns:
-        ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate, cut)``:
-        ``critical_pred[t]`` is the task whose end fixed ``t``'s start (a predecessor or the
-        resource's previous task), -1 for none and for prefix tasks; ``dir_busy`` ``(2L,)`` the
-        seconds each direction carried a flow; with ``record``, the timeline of each direction's
-        rate (bytes/s from ``timeline_time`` on, until its next entry), else empty.
+        ``(start, end, ready, critical_pred, dir_busy, timeline_time, timeline_dir, timeline_rate, cut,
+        timeline_entries)``: ``critical_pred[t]`` is the task whose end fixed ``t``'s start (a
+        predecessor or the resource's previous task), -1 for none and for prefix tasks; ``dir_busy``
+        ``(2L,)`` the seconds each direction carried a flow; with ``record``, the timeline of each
+        direction's rate (bytes/s from ``timeline_time`` on, until its next entry), else empty: its
+        first ``timeline_capacity`` entries, and ``timeline_entries`` counts them all (a caller whose
+        capacity was short runs again with that count; the schedule does not depend on it).
     """
     n = duration.shape[0]
     start = np.zeros(n)
@@ -574,6 +577,10 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     res_last = np.full(num_resources, -1, np.int64)
     heap_t = np.empty(n, np.float64)
     heap_id = np.empty(n, np.int64)
+    # tasks that become ready (or a flow task's next phase), queued for the heap at the top of the loop
+    new_t = np.empty(n)
+    new_id = np.empty(n, np.int64)
+    nnew = 0
     size = 0
     done = 0
     # flows
@@ -617,12 +624,13 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     dir_rate = np.zeros(nd)
     dir_sum = np.zeros(nd)  # the rates of the flows in flight on each direction, from dir_stamp on
     dir_stamp = np.zeros(nd)
-    # the timeline in arrays that grow (numba's typed lists load typing registries lazily, which a
-    # Ctrl-C during that first load turns into a RuntimeError instead of a KeyboardInterrupt)
+    # the timeline in arrays of a fixed capacity, counted past it (arrays that grew, reassigned in the
+    # loop, would cost numba two atomic reference-count operations per array and iteration)
     tl_size = 0
-    tl_time = np.empty(64 if record else 0)
-    tl_dir = np.empty(64 if record else 0, np.int64)
-    tl_rate = np.empty(64 if record else 0)
+    tl_cap = timeline_capacity if record else 0
+    tl_time = np.empty(tl_cap)
+    tl_dir = np.empty(tl_cap, np.int64)
+    tl_rate = np.empty(tl_cap)
     no_time = np.zeros(0)
     no_dir = np.zeros(0, np.int64)
     no_rate = np.zeros(0)
@@ -671,16 +679,33 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     if bounded:
         for x in range(num_resources):
             if res_free[x] + load[x] > limit:
-                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
     for t in range(n):
         if not prefix[t] and pending[t] == 0:
             if bounded and ready[t] + rest[t] > limit:
-                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
-            size = _heap_push(heap_t, heap_id, size, ready[t], t)
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
+            new_t[nnew], new_id[nnew] = ready[t], t
+            nnew += 1
     now = 0.0
     next_finish = np.inf
     dirty = False
     while True:
+        # The heap is inline, not helper calls: numba increments and decrements (atomically) the reference
+        # count of every array passed to a helper that writes it, once per call, which cost more than the
+        # heap itself. The heap orders by (time, id), so the order entries join it does not matter.
+        for q in range(nnew):
+            k = size
+            heap_t[k], heap_id[k] = new_t[q], new_id[q]
+            size += 1
+            while k > 0:
+                up = (k - 1) >> 1
+                if heap_t[k] < heap_t[up] or (heap_t[k] == heap_t[up] and heap_id[k] < heap_id[up]):
+                    heap_t[k], heap_t[up] = heap_t[up], heap_t[k]
+                    heap_id[k], heap_id[up] = heap_id[up], heap_id[k]
+                    k = up
+                else:
+                    break
+        nnew = 0
         head = heap_t[0] if size > 0 else np.inf
         # Rates are stale only for the future: tasks ready now are taken first, then rates recomputed once.
         if dirty and not head <= now:
@@ -723,9 +748,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_seen[d] = -epoch
                         if dir_sum[d] != dir_rate[d]:
                             dir_rate[d] = dir_sum[d]
-                            tl_time, tl_dir, tl_rate, tl_size = _append(
-                                tl_time, tl_dir, tl_rate, tl_size, now, d, dir_sum[d]
-                            )
+                            if tl_size < tl_cap:
+                                tl_time[tl_size], tl_dir[tl_size], tl_rate[tl_size] = now, d, dir_sum[d]
+                            tl_size += 1
             dirty = False
         if nact > 0 and next_finish <= head:
             t_event = next_finish
@@ -756,11 +781,23 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                         d = flow_dirs[j]
                         if now + dir_left[d] / dir_capacity[d] > limit:
-                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
             dirty = True
             for c in range(ncompleted):
                 f = completed[c]
-                nseed = _unlink(f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, seeds, nseed, seeded)
+                for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):  # _unlink, inline
+                    d = flow_dirs[j]
+                    before, after = slot_prev[j], slot_next[j]
+                    if before >= 0:
+                        slot_next[before] = after
+                    else:
+                        dir_head[d] = after
+                    if after >= 0:
+                        slot_prev[after] = before
+                    if not seeded[d]:
+                        seeded[d] = True
+                        seeds[nseed] = d
+                        nseed += 1
                 for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                     d = flow_dirs[j]
                     dir_active[d] -= 1
@@ -768,7 +805,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_busy[d] += now - dir_since[d]
                         if record and dir_rate[d] != 0.0:
                             dir_rate[d] = 0.0
-                            tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, now, d, 0.0)
+                            if tl_size < tl_cap:
+                                tl_time[tl_size], tl_dir[tl_size], tl_rate[tl_size] = now, d, 0.0
+                            tl_size += 1
                 t = flow_task[f]
                 left[t] -= 1
                 if left[t] > 0:
@@ -776,7 +815,8 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 p = phase_of[t]
                 if p + 1 < phase_ptr[t + 1]:
                     phase_of[t] = p + 1
-                    size = _heap_push(heap_t, heap_id, size, now + phase_latency[p], t)
+                    new_t[nnew], new_id[nnew] = now + phase_latency[p], t
+                    nnew += 1
                     continue
                 fin = now + phase_latency[p]
                 end[t] = fin
@@ -788,7 +828,8 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         queue_head[x] = queue_next[nxt]
                         granted[nxt] = True
                         crit[nxt] = t
-                        size = _heap_push(heap_t, heap_id, size, fin, nxt)
+                        new_t[nnew], new_id[nnew] = fin, nxt
+                        nnew += 1
                 for k in range(succ_ptr[t], succ_ptr[t + 1]):
                     v = succ[k]
                     if fin > ready[v] or last_pred[v] < 0:
@@ -797,15 +838,31 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                     pending[v] -= 1
                     if pending[v] == 0:
                         if bounded and ready[v] + rest[v] > limit:
-                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
-                        size = _heap_push(heap_t, heap_id, size, ready[v], v)
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
+                        new_t[nnew], new_id[nnew] = ready[v], v
+                        nnew += 1
                 done += 1
             continue
         if size == 0:
             break
         r = heap_t[0]
         t = heap_id[0]
-        size = _heap_pop(heap_t, heap_id, size)
+        size -= 1
+        heap_t[0], heap_id[0] = heap_t[size], heap_id[size]
+        k = 0
+        while 2 * k + 1 < size:
+            child = 2 * k + 1
+            right = child + 1
+            if right < size and (
+                heap_t[right] < heap_t[child] or (heap_t[right] == heap_t[child] and heap_id[right] < heap_id[child])
+            ):
+                child = right
+            if heap_t[child] < heap_t[k] or (heap_t[child] == heap_t[k] and heap_id[child] < heap_id[k]):
+                heap_t[k], heap_t[child] = heap_t[child], heap_t[k]
+                heap_id[k], heap_id[child] = heap_id[child], heap_id[k]
+                k = child
+            else:
+                break
         if phase_ptr[t + 1] > phase_ptr[t]:
             if phase_of[t] < 0:
                 if granted[t]:
@@ -826,12 +883,12 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         holder[x] = t
                 if bounded:
                     if r + rest[t] > limit:
-                        return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                        return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
                     if res_ptr[t + 1] > res_ptr[t]:
                         x = res[res_ptr[t]]
                         load[x] -= shortest[t] * (1.0 - 1e-9)
                         if r + shortest[t] + load[x] > limit:
-                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
                 phase_of[t] = phase_ptr[t]
                 start[t] = r
             if r > now:
@@ -848,7 +905,7 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                         dir_left[d] -= dir_sum[d] * (now - dir_stamp[d])
                         dir_stamp[d] = now
                         if now + dir_left[d] / dir_capacity[d] > limit:
-                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                            return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
             p = phase_of[t]
             for f in range(phase_flow_ptr[p], phase_flow_ptr[p + 1]):
                 act[nact] = f
@@ -857,9 +914,17 @@ def schedule_flows(  # type: ignore[no-untyped-def]
                 if flow_dir_ptr[f + 1] == flow_dir_ptr[f]:
                     lone[nlone] = f
                     nlone += 1
-                nseed = _link(
-                    f, flow_dir_ptr, flow_dirs, dir_head, slot_next, slot_prev, slot_flow, seeds, nseed, seeded
-                )
+                for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):  # _link, inline
+                    d = flow_dirs[j]
+                    h = dir_head[d]
+                    slot_next[j], slot_prev[j], slot_flow[j] = h, -1, f
+                    if h >= 0:
+                        slot_prev[h] = j
+                    dir_head[d] = j
+                    if not seeded[d]:
+                        seeded[d] = True
+                        seeds[nseed] = d
+                        nseed += 1
                 for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
                     d = flow_dirs[j]
                     if dir_active[d] == 0:
@@ -878,12 +943,12 @@ def schedule_flows(  # type: ignore[no-untyped-def]
         fin = s + duration[t]
         if bounded:
             if s + rest[t] > limit:
-                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
             for k in range(res_ptr[t], res_ptr[t + 1]):
                 x = res[k]
                 load[x] -= duration[t] * (1.0 - 1e-9)
                 if fin + load[x] > limit:
-                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
+                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
         start[t] = s
         end[t] = fin
         ready[t] = r
@@ -899,12 +964,14 @@ def schedule_flows(  # type: ignore[no-untyped-def]
             pending[v] -= 1
             if pending[v] == 0:
                 if bounded and ready[v] + rest[v] > limit:
-                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True
-                size = _heap_push(heap_t, heap_id, size, ready[v], v)
+                    return start, end, ready, crit, dir_busy, no_time, no_dir, no_rate, True, 0
+                new_t[nnew], new_id[nnew] = ready[v], v
+                nnew += 1
         done += 1
     if done != n:
         raise ValueError("the task graph has a cycle")
-    return start, end, ready, crit, dir_busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size], False
+    kept = min(tl_size, tl_cap)
+    return start, end, ready, crit, dir_busy, tl_time[:kept], tl_dir[:kept], tl_rate[:kept], False, tl_size
 
 
 @njit(cache=True)
@@ -1309,46 +1376,27 @@ def _reshare(  # type: ignore[no-untyped-def]
                         share = flow_cap[f]
                         cap_flow = f
             if cap_flow >= 0:
-                _freeze(cap_flow, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+                rate[cap_flow] = share  # _freeze, inline (see the heap in schedule_flows)
+                frozen[cap_flow] = True
+                for jj in range(flow_dir_ptr[cap_flow], flow_dir_ptr[cap_flow + 1]):
+                    dir_rem[flow_dirs[jj]] -= share
+                    dir_n[flow_dirs[jj]] -= 1
                 left -= 1
                 continue
             j = dir_head[bottleneck]
             while j >= 0:
                 f = slot_flow[j]
                 if not frozen[f]:
-                    _freeze(f, share, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem)
+                    rate[f] = share
+                    frozen[f] = True
+                    for jj in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
+                        dir_rem[flow_dirs[jj]] -= share
+                        dir_n[flow_dirs[jj]] -= 1
                     left -= 1
                 j = slot_next[j]
         for i in range(nt):
             dir_n[touched[i]] = 0
     return pos, nq
-
-
-@njit(cache=True)
-def _freeze(f, r, rate, frozen, flow_dir_ptr, flow_dirs, dir_n, dir_rem):  # type: ignore[no-untyped-def]
-    rate[f] = r
-    frozen[f] = True
-    for j in range(flow_dir_ptr[f], flow_dir_ptr[f + 1]):
-        d = flow_dirs[j]
-        dir_rem[d] -= r
-        dir_n[d] -= 1
-
-
-@njit(cache=True)
-def _append(times, dirs, rates, size, t, d, r):  # type: ignore[no-untyped-def]
-    """Append one timeline entry, doubling the arrays when full."""
-    if size == times.shape[0]:
-        grown_t = np.empty(2 * size + 64)
-        grown_d = np.empty(2 * size + 64, np.int64)
-        grown_r = np.empty(2 * size + 64)
-        grown_t[:size] = times[:size]
-        grown_d[:size] = dirs[:size]
-        grown_r[:size] = rates[:size]
-        times, dirs, rates = grown_t, grown_d, grown_r
-    times[size] = t
-    dirs[size] = d
-    rates[size] = r
-    return times, dirs, rates, size + 1
 
 
 @njit(cache=True)
@@ -1516,10 +1564,10 @@ def interval_rates(dirs, t0, t1, nbytes, num_dirs):  # type: ignore[no-untyped-d
     order = np.argsort(ev_time[:m], kind="mergesort")
     order = order[np.argsort(ev_dir[:m][order], kind="mergesort")]
     busy = np.zeros(num_dirs)
-    tl_size = 0
-    tl_time = np.empty(64)
-    tl_dir = np.empty(64, np.int64)
-    tl_rate = np.empty(64)
+    tl_size = 0  # at most one entry per event
+    tl_time = np.empty(m)
+    tl_dir = np.empty(m, np.int64)
+    tl_rate = np.empty(m)
     i = 0
     while i < m:
         d = ev_dir[order[i]]
@@ -1538,7 +1586,8 @@ def interval_rates(dirs, t0, t1, nbytes, num_dirs):  # type: ignore[no-untyped-d
             if active == 0:
                 rate = 0.0
             if rate != last_rate:
-                tl_time, tl_dir, tl_rate, tl_size = _append(tl_time, tl_dir, tl_rate, tl_size, t, d, rate)
+                tl_time[tl_size], tl_dir[tl_size], tl_rate[tl_size] = t, d, rate
+                tl_size += 1
                 last_rate = rate
             last_t = t
     return busy, tl_time[:tl_size], tl_dir[:tl_size], tl_rate[:tl_size]

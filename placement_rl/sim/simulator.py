@@ -117,6 +117,7 @@ from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
+TIMELINE_PER_SLOT = 2  # the recorded link timeline's first capacity guess, per flow and direction it crosses
 (
     _FORWARD,
     _BACKWARD,
@@ -1283,7 +1284,7 @@ class SimContext:
                 tasks.duration, tasks.succ_ptr, tasks.succ, tasks.indegree, pp, pl, pf, fb, fc, fd, fds,
                 self.network.capacity,
             )  # fmt: skip
-        return _kernels.schedule_flows(
+        args = (
             tasks.duration,
             tasks.res_ptr,
             tasks.res,
@@ -1308,6 +1309,14 @@ class SimContext:
             rest,
             shortest,
         )
+        # The kernel keeps a timeline of a fixed capacity and counts its entries: a first guess (two
+        # entries per flow and direction it crosses, about what a data-parallel plan records), and a
+        # second run with the exact count when the guess was short.
+        capacity = TIMELINE_PER_SLOT * int(fds.shape[0]) + 64 if record else 0
+        *out, entries = _kernels.schedule_flows(*args, capacity)
+        if entries > capacity:
+            *out, _ = _kernels.schedule_flows(*args, entries)
+        return tuple(out)
 
     def transfers(self, ops: Sequence[_CompiledOp]) -> tuple[np.ndarray, ...]:
         """Flat transfer arrays of all edges plus per-edge counts (see ``_kernels.build_transfers``)."""
