@@ -633,3 +633,22 @@ def test_the_first_simulation_says_when_kernels_compile_and_how_long_it_took(mon
     with kernels.compile_notice(quiet, after_s=0.0):
         threading.Event().wait(0.05)
     assert quiet.getvalue() == ""  # every kernel cached: nothing to say
+
+
+def test_program_order_runs_forwards_in_op_order_then_backwards_reversed() -> None:
+    """The counting-sort kernel against the rule: per device (ascending), its forward tasks by id, then
+    its backward tasks (``F + i``) by descending id, as consecutive pairs."""
+    from placement_rl.sim import kernels
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        F, D = int(rng.integers(1, 40)), int(rng.integers(1, 8))
+        task_dev = rng.integers(0, D, F).astype(np.int64)
+        u, v = [], []
+        for d in range(D):
+            mine = [i for i in range(F) if task_dev[i] == d]
+            seq = mine + [F + i for i in reversed(mine)]
+            u += seq[:-1]
+            v += seq[1:]
+        got_u, got_v = kernels.program_order(task_dev, D)
+        assert got_u.tolist() == u and got_v.tolist() == v

@@ -389,6 +389,48 @@ def _pick_replica(first, replicas, task_dev, device, consumer):  # type: ignore[
 
 
 @njit(cache=True)
+def program_order(task_dev, num_devices):  # type: ignore[no-untyped-def]
+    """Consecutive pairs ``(u, v)`` of compute tasks on one device in program order (counting sort).
+
+    ``task_dev`` (F,) the device of each forward task ``i`` (its backward task is ``F + i``). A
+    device runs its forward tasks by ascending id, then its backward tasks by descending id.
+    Returns two (2F - devices used,) int64 arrays, device by device.
+    """
+    F = task_dev.shape[0]
+    count = np.zeros(num_devices + 1, np.int64)
+    for i in range(F):
+        count[task_dev[i] + 1] += 1
+    for d in range(num_devices):
+        count[d + 1] += count[d]
+    fill = count[:-1].copy()
+    forward = np.empty(F, np.int64)  # forward ids, device by device, ascending
+    for i in range(F):
+        forward[fill[task_dev[i]]] = i
+        fill[task_dev[i]] += 1
+    used = 0
+    for d in range(num_devices):
+        if count[d + 1] > count[d]:
+            used += 1
+    u = np.empty(2 * F - used, np.int64)
+    v = np.empty(2 * F - used, np.int64)
+    k = 0
+    for d in range(num_devices):
+        lo, hi = count[d], count[d + 1]
+        if hi == lo:
+            continue
+        prev = forward[lo]
+        for j in range(lo + 1, hi):
+            u[k], v[k] = prev, forward[j]
+            prev = forward[j]
+            k += 1
+        for j in range(hi - 1, lo - 1, -1):
+            u[k], v[k] = prev, F + forward[j]
+            prev = F + forward[j]
+            k += 1
+    return u, v
+
+
+@njit(cache=True)
 def csr(u, v, n):  # type: ignore[no-untyped-def]
     """Successor lists of ``n`` nodes from edges ``u -> v`` (counting sort): ``(ptr, succ, indegree)``."""
     ptr = np.zeros(n + 1, np.int64)

@@ -117,6 +117,7 @@ from placement_rl.sim.result import TASK_KINDS, LinkRates, SimResult, TaskTable
 from placement_rl.topology import DeviceTopology
 
 MAX_RANK = _kernels.MAX_RANK
+_RECENT_ALL_REDUCES = 4  # flow_all_reduce results kept per group table
 TIMELINE_PER_SLOT = 2  # the recorded link timeline's first capacity guess, per flow and direction it crosses
 (
     _FORWARD,
@@ -408,6 +409,49 @@ class _Comm:
             _concat_flows(a.flows, b.flows),
         )
 
+    def split(self, k: int) -> tuple[_Comm, _Comm]:
+        """Tasks ``[0, k)`` and ``[k, M)`` (the second's pointers and flow tasks rebased): slices, no gathers."""
+        fl = self.flows
+        p = int(fl.phase_ptr[k])
+        f = int(fl.phase_flow_ptr[p])
+        d = int(fl.dir_ptr[f])
+        r = int(self.res_ptr[k])
+        head = _Comm(
+            self.duration[:k],
+            self.res_ptr[: k + 1],
+            self.res[:r],
+            self.num_bytes[:k],
+            self.lane[:k],
+            _Flows(
+                fl.phase_ptr[: k + 1],
+                fl.phase_latency[:p],
+                fl.phase_flow_ptr[: p + 1],
+                fl.num_bytes[:f],
+                fl.cap[:f],
+                fl.dir_ptr[: f + 1],
+                fl.dirs[:d],
+                fl.task[:f],
+            ),
+        )
+        tail = _Comm(
+            self.duration[k:],
+            self.res_ptr[k:] - r,
+            self.res[r:],
+            self.num_bytes[k:],
+            self.lane[k:],
+            _Flows(
+                fl.phase_ptr[k:] - p,
+                fl.phase_latency[p:],
+                fl.phase_flow_ptr[p:] - f,
+                fl.num_bytes[f:],
+                fl.cap[f:],
+                fl.dir_ptr[f:] - d,
+                fl.dirs[d:],
+                fl.task[f:] - k,
+            ),
+        )
+        return head, tail
+
     def take(self, order: np.ndarray) -> _Comm:
         """Tasks ``order`` of this one, in that order."""
         res_ptr, res = _take_ragged(self.res_ptr, order)
@@ -452,6 +496,9 @@ class _GroupTables:
         self._hop_pair = every[crosses]
         self._fixed: dict[str, _Ring] = {}
         self._candidates: tuple[np.ndarray, ...] | None = None
+        # the last few flow_all_reduce results by their arguments: a search's proposals mostly keep the
+        # current plan's buckets, so the same buckets come back proposal after proposal
+        self._recent: dict[tuple[bytes, bytes], _Comm] = {}
 
     def ring_flows(self, groups: np.ndarray, num_bytes: np.ndarray) -> _Flows:
         """One phase per bucket: each hop of its group's ring carries ``2 (n - 1) / n`` of the message."""
@@ -533,7 +580,21 @@ class _GroupTables:
         return self._candidates
 
     def flow_all_reduce(self, groups: np.ndarray, num_bytes: np.ndarray, moved: np.ndarray) -> _Comm:
-        """Buckets under ``flow``: each the phases of flows of the algorithm fastest alone for its size."""
+        """Buckets under ``flow``: each the phases of flows of the algorithm fastest alone for its size.
+
+        The result is a function of the arguments (``moved`` follows from the other two); the last few
+        are kept and returned again, so their arrays are shared and must not be written.
+        """
+        key = (groups.astype(np.int64).tobytes(), num_bytes.astype(np.float64).tobytes())
+        found = self._recent.get(key)
+        if found is None:
+            found = self._flow_all_reduce(groups, num_bytes, moved)
+            if len(self._recent) >= _RECENT_ALL_REDUCES:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = found
+        return found
+
+    def _flow_all_reduce(self, groups: np.ndarray, num_bytes: np.ndarray, moved: np.ndarray) -> _Comm:
         B = groups.shape[0]
         cand_ptr, cand_lat, cand_spb, cand_phase_ptr, phase_lat, phase_flow_ptr, fraction, dir_ptr, dirs = (
             self._candidate_tables()
@@ -1474,16 +1535,18 @@ class SimContext:
         p2p = self._p2p(pairs, comm_bytes)
         coll = self._collectives(bk.group, bk.num_bytes)
         computed = self._sync_compute(data["sync_pair"][local] // D, data["sync_seconds"][local])
-        # tasks after the compute tasks, in id order: the p2p tasks' sources, then the block's
-        source = np.concatenate([np.arange(2 * C), np.empty(S, np.int64)])
+        # tasks after the compute tasks, in id order: the transfers and gradient transfers as _p2p made
+        # them (the first 2C of its tasks, sliced), then the block's tasks gathered from the rest of p2p
+        # (pushes, pulls, broadcasts), the buckets and the SFB compute tasks, then the partial sums
+        transfers, block_p2p = p2p.split(2 * C)
         ps_source = np.empty(S_ps, np.int64)
-        ps_source[sent] = 2 * C + np.arange(sent.shape[0])
-        ps_source[local] = 2 * C + sent.shape[0] + B + np.arange(local.shape[0])
-        source[2 * C + ps_pos] = ps_source
-        source[2 * C + bucket_pos] = 2 * C + sent.shape[0] + np.arange(B)
-        comm = _Comm.concat(
-            _Comm.concat(_Comm.concat(p2p, coll), computed).take(source), self._collectives(tp.groups, tp.num_bytes)
-        )
+        ps_source[sent] = np.arange(sent.shape[0])
+        ps_source[local] = sent.shape[0] + B + np.arange(local.shape[0])
+        source = np.empty(S, np.int64)
+        source[ps_pos] = ps_source
+        source[bucket_pos] = sent.shape[0] + np.arange(B)
+        block = _Comm.concat(_Comm.concat(block_p2p, coll), computed).take(source)
+        comm = _Comm.concat(_Comm.concat(transfers, block), self._collectives(tp.groups, tp.num_bytes))
         sync_kind = np.empty(S, np.int64)
         sync_kind[ps_pos] = data["sync_kind"]
         sync_kind[bucket_pos] = _ALL_REDUCE
@@ -1981,15 +2044,7 @@ def _program_order(task_dev: np.ndarray, F: int, keys: np.ndarray | None = None)
         seq = np.lexsort((keys, dev2))
         same = dev2[seq[1:]] == dev2[seq[:-1]]
         return seq[:-1][same].astype(np.int64), seq[1:][same].astype(np.int64)
-    forward = np.argsort(task_dev, kind="stable")
-    reverse = np.arange(F - 1, -1, -1)
-    backward = reverse[np.argsort(task_dev[reverse], kind="stable")]
-    ids = np.concatenate([forward, F + backward])
-    dev = np.concatenate([task_dev[forward], task_dev[backward]])
-    order = np.argsort(dev, kind="stable")
-    seq, seq_dev = ids[order], dev[order]
-    same = seq_dev[1:] == seq_dev[:-1]
-    return seq[:-1][same].astype(np.int64), seq[1:][same].astype(np.int64)
+    return _kernels.program_order(task_dev.astype(np.int64), int(task_dev.max()) + 1)
 
 
 def _ranges(lengths: np.ndarray) -> np.ndarray:
