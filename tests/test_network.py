@@ -92,6 +92,21 @@ def test_route_queries_are_consistent() -> None:
         net.route_dirs_of(0, 2)[0] = 1  # read-only: shared by every simulator context and FT run
 
 
+def test_transfer_routes_equal_the_route_queries() -> None:
+    net = Network(_two_machines())
+    D = net.num_devices
+    pairs = np.array([p for p in range(D * D) if p // D != p % D] * 2)  # every route twice, none to itself
+    moving = np.flatnonzero(np.arange(pairs.shape[0]) % 3 != 1)  # some carry no bytes
+    dirs, dir_ptr, latency, first = net.transfer_routes(pairs, moving)
+    expected_dirs, lengths = net.gather(pairs[moving])
+    assert dirs.tolist() == expected_dirs.tolist()
+    assert dir_ptr.tolist() == np.concatenate(([0], np.cumsum(lengths))).tolist()
+    assert latency.tolist() == net.latencies(pairs[moving]).tolist()
+    assert first.tolist() == net.first_dirs(pairs).tolist()
+    with pytest.raises(ValueError, match="crosses no link"):
+        net.transfer_routes(np.array([1, D + 1]), np.array([0]))  # g1 -> g1
+
+
 def test_routes_are_built_only_from_the_sources_asked_for() -> None:
     net = Network(_two_machines())
     assert net.sources_built == 0

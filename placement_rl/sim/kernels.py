@@ -1140,6 +1140,39 @@ def schedule_from(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def route_arrays(slots, moving, start, length, dirs, latency):  # type: ignore[no-untyped-def]
+    """The flows of point-to-point transfers along their routes, in one pass over the route table.
+
+    ``slots`` (P,) each transfer's route slot; ``moving`` (M,) the transfers that carry bytes;
+    ``start``, ``length``, ``dirs``, ``latency``: the route table (a slot's directions are
+    ``dirs[start[s] : start[s] + length[s]]``). Returns ``(flow_dirs (sum of lengths,), dir_ptr (M + 1,),
+    latency_s (M,), first_dir (P,))``: the moving transfers' directions concatenated, their offsets
+    and route latencies, and every transfer's first direction (-1 for a route that crosses no link).
+    """
+    P = slots.shape[0]
+    M = moving.shape[0]
+    first = np.empty(P, np.int64)
+    for k in range(P):
+        s = slots[k]
+        first[k] = dirs[start[s]] if length[s] > 0 else -1
+    ptr = np.empty(M + 1, np.int64)
+    ptr[0] = 0
+    lat = np.empty(M)
+    for i in range(M):
+        s = slots[moving[i]]
+        ptr[i + 1] = ptr[i] + length[s]
+        lat[i] = latency[s]
+    out = np.empty(ptr[M], np.int64)
+    for i in range(M):
+        s = slots[moving[i]]
+        b = start[s]
+        o = ptr[i]
+        for k in range(length[s]):
+            out[o + k] = dirs[b + k]
+    return out, ptr, lat, first
+
+
+@njit(cache=True)
 def drain(flow_bytes, flow_dir_ptr, flow_dirs, dir_capacity):  # type: ignore[no-untyped-def]
     """Time for flows that all start at 0 to drain under max-min sharing (rates recomputed as they end).
 

@@ -430,6 +430,31 @@ class Network:
         found.flags.writeable = False
         return found
 
+    def transfer_routes(
+        self, pairs: np.ndarray, moving: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What point-to-point transfers need of their routes, in one pass.
+
+        Args:
+            pairs: (P,) flat pair ids of the transfers.
+            moving: (M,) the positions in ``pairs`` of the transfers that carry bytes.
+
+        Returns:
+            ``(dirs, dir_ptr, latency_s, first_dir)``: the moving transfers' link directions
+            concatenated ``(sum of lengths,)`` with offsets ``(M + 1,)``, their route latencies ``(M,)``,
+            and every transfer's first direction ``(P,)`` (as :meth:`first_dirs`, which it equals).
+
+        Raises:
+            ValueError: a route from a device to itself (it crosses no link).
+        """
+        slots = self._slots(pairs)  # first: building routes may replace the arrays
+        dirs, ptr, latency, first = _kernels.route_arrays(
+            slots, np.asarray(moving, np.int64), self._start, self._len, self._dirs, self._lat
+        )
+        if first.size and first.min() < 0:
+            raise ValueError("transfer_routes: a route from a device to itself crosses no link")
+        return dirs, ptr, latency, first
+
     def gather(self, pairs: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """The directions of the routes ``pairs`` (flat pair ids), concatenated, and each route's length.
 

@@ -342,22 +342,28 @@ def _take_ragged(ptr: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.nda
     )
 
 
-def _shift(ptr: np.ndarray, offset: int) -> np.ndarray:
-    return ptr[1:] + offset
+def _chain_ptrs(ptrs: Sequence[np.ndarray]) -> np.ndarray:
+    """CSR pointers of consecutive segment lists joined: each list's pointer shifted by the ones before."""
+    parts = [ptrs[0]]
+    offset = int(ptrs[0][-1])
+    for ptr in ptrs[1:]:
+        parts.append(ptr[1:] + offset)
+        offset += int(ptr[-1])
+    return np.concatenate(parts)
 
 
-def _concat_flows(a: _Flows, b: _Flows) -> _Flows:
-    """Tasks of ``a`` then those of ``b`` (task ids of ``b`` shifted)."""
-    tasks_a = a.phase_ptr.shape[0] - 1
+def _concat_flows(parts: Sequence[_Flows]) -> _Flows:
+    """The tasks of each of ``parts`` in turn (pointers and task ids shifted); each array is copied once."""
+    tasks = np.cumsum([0] + [fl.phase_ptr.shape[0] - 1 for fl in parts[:-1]])
     return _Flows(
-        np.concatenate([a.phase_ptr, _shift(b.phase_ptr, int(a.phase_ptr[-1]))]),
-        np.concatenate([a.phase_latency, b.phase_latency]),
-        np.concatenate([a.phase_flow_ptr, _shift(b.phase_flow_ptr, int(a.phase_flow_ptr[-1]))]),
-        np.concatenate([a.num_bytes, b.num_bytes]),
-        np.concatenate([a.cap, b.cap]),
-        np.concatenate([a.dir_ptr, _shift(b.dir_ptr, int(a.dir_ptr[-1]))]),
-        np.concatenate([a.dirs, b.dirs]),
-        np.concatenate([a.task, b.task + tasks_a]),
+        _chain_ptrs([fl.phase_ptr for fl in parts]),
+        np.concatenate([fl.phase_latency for fl in parts]),
+        _chain_ptrs([fl.phase_flow_ptr for fl in parts]),
+        np.concatenate([fl.num_bytes for fl in parts]),
+        np.concatenate([fl.cap for fl in parts]),
+        _chain_ptrs([fl.dir_ptr for fl in parts]),
+        np.concatenate([fl.dirs for fl in parts]),
+        np.concatenate([fl.task + int(k) for fl, k in zip(parts, tasks, strict=True)]),
     )
 
 
@@ -399,14 +405,15 @@ class _Comm:
     flows: _Flows
 
     @staticmethod
-    def concat(a: _Comm, b: _Comm) -> _Comm:
+    def concat(*parts: _Comm) -> _Comm:
+        """The tasks of each of ``parts`` in turn (one copy of each array, however many parts)."""
         return _Comm(
-            np.concatenate([a.duration, b.duration]),
-            np.concatenate([a.res_ptr, _shift(b.res_ptr, int(a.res_ptr[-1]))]),
-            np.concatenate([a.res, b.res]),
-            np.concatenate([a.num_bytes, b.num_bytes]),
-            np.concatenate([a.lane, b.lane]),
-            _concat_flows(a.flows, b.flows),
+            np.concatenate([c.duration for c in parts]),
+            _chain_ptrs([c.res_ptr for c in parts]),
+            np.concatenate([c.res for c in parts]),
+            np.concatenate([c.num_bytes for c in parts]),
+            np.concatenate([c.lane for c in parts]),
+            _concat_flows([c.flows for c in parts]),
         )
 
     def split(self, k: int) -> tuple[_Comm, _Comm]:
@@ -1519,7 +1526,7 @@ class SimContext:
         )
         H = 2 * F if self.host_lane else 0
         T = T_plain + H
-        succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64), v.astype(np.int64), T)
+        succ_ptr, succ, indegree = _kernels.csr(u.astype(np.int64, copy=False), v.astype(np.int64, copy=False), T)
         if keys is not None:
             self._check_order(succ_ptr, succ, indegree, task_dev, op_of_task, F)
         chain_prev = np.full(2 * F, -1, np.int64)
@@ -1545,8 +1552,8 @@ class SimContext:
         source = np.empty(S, np.int64)
         source[ps_pos] = ps_source
         source[bucket_pos] = sent.shape[0] + np.arange(B)
-        block = _Comm.concat(_Comm.concat(block_p2p, coll), computed).take(source)
-        comm = _Comm.concat(_Comm.concat(transfers, block), self._collectives(tp.groups, tp.num_bytes))
+        block = _Comm.concat(block_p2p, coll, computed).take(source)
+        comm = _Comm.concat(transfers, block, self._collectives(tp.groups, tp.num_bytes))
         sync_kind = np.empty(S, np.int64)
         sync_kind[ps_pos] = data["sync_kind"]
         sync_kind[bucket_pos] = _ALL_REDUCE
@@ -1680,7 +1687,10 @@ class SimContext:
         pred_of: list[int] = []
         succ: list[int] = []
         succ_of: list[int] = []
-        for e in np.flatnonzero(has_sum[e_src] | has_grad[e_dst]).tolist():
+        # a consumer's partial input gradients are summed only where its producer's replicas are duplicates
+        dup_first = np.zeros(N, np.bool_)
+        dup_first[full] = data["duplicated"][task_ptr[full]]
+        for e in np.flatnonzero(has_sum[e_src] | (has_grad[e_dst] & dup_first[e_src])).tolist():
             i, j = int(e_src[e]), int(e_dst[e])
             pi, pj = int(task_ptr[i]), int(task_ptr[j])
             p_dev, c_dev = task_dev[pi : int(task_ptr[i + 1])], task_dev[pj : int(task_ptr[j + 1])]
@@ -1774,21 +1784,21 @@ class SimContext:
         D = self.num_devices
         M = pairs.shape[0]
         moving = np.flatnonzero(num_bytes > 0)
-        dirs, lengths = net.gather(pairs[moving])
+        dirs, dir_ptr, latency, first = net.transfer_routes(pairs, moving)
         cap = np.full(moving.shape[0], np.inf)
         if self.model.shares_links and self.cost.comm_table is not None:
             cap = self._transfer_bandwidths(pairs[moving], num_bytes[moving])
         flows = _Flows(
             np.concatenate(([0], np.cumsum(num_bytes > 0))).astype(np.int64),
-            net.latencies(pairs[moving]),
+            latency,
             np.arange(moving.shape[0] + 1, dtype=np.int64),
             num_bytes[moving],
             cap,
-            np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+            dir_ptr,
             dirs,
             moving,
         )
-        lane = D + net.first_dirs(pairs) if M else np.zeros(0, np.int64)
+        lane = D + first
         if self.model.shares_links:
             return _Comm(np.zeros(M), np.zeros(M + 1, np.int64), np.zeros(0, np.int64), num_bytes, lane, flows)
         duration = self._transfer_times(pairs, num_bytes)
