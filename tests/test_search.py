@@ -156,6 +156,40 @@ def test_delta_simulation_equals_full_simulation(
     assert cuts > 0  # the limits above did cut some proposals off
 
 
+def test_reach_counts_what_a_proposal_leaves_alone(zoo_graph) -> None:  # type: ignore[no-untyped-def]
+    graph = zoo_graph("inception_v3")
+    topo = load_preset("tensoropt")
+    ctx = SimContext(graph, topo)
+    dp = data_parallel(graph, topo)
+    delta = DeltaSimulator(ctx, [dp[op.name] for op in graph.ops])
+    before = delta.cost
+    makespan = simulate(graph, topo, dp).makespan_s
+    # the current configuration again: every task re-timed starts as it does now
+    same = delta.reach({5: delta.configs[5]})
+    assert same.kept + same.timed == same.tasks and same.makespan_change_s == 0.0
+    assert 0 < same.new < same.timed and same.unchanged == same.timed - same.new == same.shifted_tail
+    space = SearchSpace(graph, topo)
+    rng = np.random.default_rng(3)
+    kept = moved = 0
+    for _ in range(6):
+        i = int(rng.integers(graph.num_ops))
+        cfg = space.random_config(i, rng)
+        reach = delta.reach({i: cfg})
+        plan = Plan(graph.name, {**delta.plan().configs, graph.ops[i].name: cfg})
+        assert reach.makespan_s == simulate(graph, topo, plan, validate=False).makespan_s
+        assert reach.makespan_change_s == reach.makespan_s - makespan
+        assert reach.kept + reach.timed == reach.tasks and 0 <= reach.unchanged <= reach.timed - reach.new
+        assert 0 <= reach.shifted_tail <= reach.timed - reach.new
+        kept += reach.kept > 0
+        moved += reach.unchanged < reach.timed
+    assert kept > 0 and moved > 0
+    with pytest.raises(RuntimeError, match="without a pending proposal"):  # nothing is left pending
+        delta.accept()
+    assert delta.cost == before
+    with pytest.raises(ValueError, match="at least one changed op"):
+        delta.reach({})
+
+
 @pytest.mark.parametrize(
     ("model", "options", "preset", "micro_batches", "schedule", "network", "mode", "proposals"),
     [
