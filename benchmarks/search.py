@@ -8,6 +8,7 @@ Usage::
     python benchmarks/search.py headroom [--budget 10s]     # DP-to-bound headroom captured, flexflow vs new proposals
     python benchmarks/search.py exact [--proposals 6000]    # exhaustive optimum reached, seeds 0-9
     python benchmarks/search.py hand [--budget 20s]         # MCMC from data parallelism vs a hand-built plan
+    python benchmarks/search.py reach [--proposals 200]     # what a late proposal re-times, and could skip
 
 ``--models`` (delta, speedup) and ``--gpus`` (delta) narrow the tables; a tiny run:
 ``delta --models lenet --gpus 4 --proposals 5``, ``speedup --models lenet --budget 5`` (proposals).
@@ -37,6 +38,13 @@ captured: ``(DP - found) / (DP - bound)``, DP the bucketed data parallelism. ``e
 with the exhaustive optimum on the coarsened LeNet and RNNLM on 4 P100s (the test suite's exact
 instances) over seeds 0-9.
 
+``reach`` runs the ``goal`` chain for ``--warm`` proposals (default 8,000; its stopping rule may end it
+sooner), then draws ``--proposals`` FlexFlow proposals against the plan it found, each cut off at the
+chain's rejection limit and also scheduled in full (:meth:`DeltaSimulator.reach`), accepting as the
+chain would, and prints medians and quartiles: the tasks delta simulation keeps and re-times, how
+many of the re-timed ones start exactly as before, how much of the schedule is the current one
+shifted, and how far above the limit the cut-off proposals end.
+
 ``hand`` runs MCMC from data parallelism alone (no other start candidate) on two instances where a
 hand-built plan is much faster than data parallelism, once per ``--proposals-kind`` (comma-separated,
 default ``flexflow,mixed,coordinated,adaptive``), and prints found / hand (1.00: the hand plan's
@@ -49,6 +57,7 @@ the hand plan its convolutions data parallel and its classifier (flatten onwards
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -56,14 +65,19 @@ from typing import Any
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
+import numpy as np
+
 from placement_rl import zoo
 from placement_rl.cli.common import CALIBRATION_HELP, calibration, calibration_spec
 from placement_rl.graph import OpGraph
 from placement_rl.methods import compute_lower_bound_s
 from placement_rl.plan import Plan, data_parallel, data_parallel_per_tensor, expert
 from placement_rl.search import mcmc
-from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES
+from placement_rl.search.mcmc import EXTENDED_CANDIDATES, INITIAL_CANDIDATES, rejection_limit
+from placement_rl.search.proposals import Proposer
+from placement_rl.search.space import SearchSpace
 from placement_rl.sim import CostModel, SimContext
+from placement_rl.sim.delta import DeltaSimulator
 from placement_rl.sim.network import NETWORK_MODELS
 from placement_rl.sim.simulator import simulate
 from placement_rl.topology import DeviceTopology, load_preset
@@ -165,6 +179,72 @@ def goal(proposals: int, cost: CostModel | None = None) -> None:
         f"inception_v3 x flexflow-p100 (16 GPUs): {found.proposals:,} proposals in {elapsed:.1f} s "
         f"({rate:,.0f}/s); projected for {proposals:,}: {proposals / rate:.0f} s"
     )
+
+
+def reach_table(warm: int, proposals: int, cost: CostModel | None = None) -> None:
+    """What delta simulation re-times on inception_v3 x 16 GPUs late in a chain, and what it could skip."""
+    graph = zoo.load("inception_v3", batch_size=_batch("inception_v3", 16))
+    topo = load_preset("flexflow-p100")
+    ctx = SimContext(graph, topo, cost)
+    dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
+    found = mcmc(graph, topo, budget=warm, seed=0, initial=("data_parallel",), cost_model=cost)
+    sim = DeltaSimulator.for_plan(ctx, found.plan)
+    proposer = Proposer(graph, topo, SearchSpace(graph, topo), "flexflow")
+    rng = np.random.default_rng(1)
+    scale = 50.0 / dp  # MCMC's default beta over the starting (data-parallel) cost
+    rows: list[tuple[float, ...]] = []
+    margins: list[float] = []
+    cuts = 0
+    while len(rows) < proposals:
+        _, drawn = proposer.draw(sim.configs, rng)
+        changes = {i: c for i, c in drawn.items() if c != sim.configs[i]}  # type: ignore[union-attr]
+        if not changes:
+            continue
+        limit = rejection_limit(sim.cost, float(rng.random()), scale)
+        bounded = sim.propose_many(changes, limit)
+        sim.reject()
+        reach = sim.reach(changes)
+        if bounded == math.inf:
+            cuts += 1
+            margins.append(reach.makespan_s / limit)
+        rows.append(
+            (
+                reach.tasks,
+                reach.kept / reach.tasks,
+                reach.timed / reach.tasks,
+                reach.new / max(reach.timed, 1),
+                reach.unchanged / max(reach.timed, 1),
+                (reach.timed - reach.new - reach.shifted_tail) / max(reach.timed - reach.new, 1),
+            )
+        )
+        if bounded <= limit:  # accepted (the Metropolis test with this draw): the chain moves on
+            sim.propose_many(changes)
+            sim.accept()
+    table = np.array(rows)
+    print(
+        f"inception_v3 x flexflow-p100 (16 GPUs), after {found.proposals:,} proposals from data parallelism; "
+        f"{proposals:,} FlexFlow proposals (median [quartiles])"
+    )
+    print("| figure | value |")
+    print("|---|---|")
+
+    def cell(x: np.ndarray, percent: bool = True) -> str:
+        q1, q2, q3 = np.percentile(x, [25, 50, 75])
+        return f"{q2:.0%} [{q1:.0%}, {q3:.0%}]" if percent else f"{q2:,.0f} [{q1:,.0f}, {q3:,.0f}]"
+
+    figures = [
+        ("tasks", cell(table[:, 0], False)),
+        ("kept by delta simulation (ready before the change can matter)", cell(table[:, 1])),
+        ("timed again", cell(table[:, 2])),
+        ("of those, new (the changed ops' tasks, their transfers and synchronization)", cell(table[:, 3])),
+        ("of those, starting exactly as before (what re-timing only the reached tasks would skip)", cell(table[:, 4])),
+        ("of the others, before the tail that is the current schedule shifted", cell(table[:, 5])),
+        ("cut off above the rejection limit", f"{cuts / proposals:.0%}"),
+    ]
+    for figure, value in figures:
+        print(f"| {figure} | {value} |")
+    if margins:
+        print(f"| cut-off proposals' makespan / rejection limit | {cell(np.array(margins) - 1.0)} over |")
 
 
 def _new_options(args: argparse.Namespace) -> dict[str, object]:
@@ -298,7 +378,7 @@ def hand_table(budget: str, kinds: Sequence[str], restart: int | None = None, co
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["delta", "speedup", "goal", "headroom", "exact", "hand"])
+    parser.add_argument("what", choices=["delta", "speedup", "goal", "headroom", "exact", "hand", "reach"])
     parser.add_argument("--proposals", type=int, default=None)
     parser.add_argument("--budget", default="20s", help="speedup: MCMC budget, seconds ('20s') or proposals")
     parser.add_argument("--models", default=",".join(MODELS), help="delta, speedup: comma-separated zoo models")
@@ -317,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tempering", type=int, default=1, help="headroom, exact: tempering replicas")
     parser.add_argument("--restart", type=int, default=None, help="hand: restart from the best after N idle proposals")
     parser.add_argument("--seeds", type=int, default=10, help="exact: seeds 0..N-1")
+    parser.add_argument("--warm", type=int, default=8000, help="reach: MCMC proposals before the measured ones")
     parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     args = parser.parse_args(argv)
     models = args.models.split(",")
@@ -332,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         hand_table(
             args.budget, (args.proposals_kind or "flexflow,mixed,coordinated,adaptive").split(","), args.restart, cost
         )
+    elif args.what == "reach":
+        reach_table(args.warm, args.proposals or 200, cost)
     elif args.what == "exact":
         exact_table(args.proposals or 6000, _new_options(args), tuple(range(args.seeds)))
     else:

@@ -113,6 +113,17 @@ def test_search_delta_and_speedup(run: Run) -> None:
 
 
 @pytest.mark.slow
+def test_search_reach(run: Run) -> None:
+    rows = _table(run("search", "reach", "--warm", "20", "--proposals", "3"))
+    values = {r["figure"]: r["value"] for r in rows}
+    assert _number(values["tasks"].split(" [")[0]) > 20_000  # inception_v3 on 16 GPUs
+    kept = _number(values["kept by delta simulation (ready before the change can matter)"].split(" [")[0])
+    timed = _number(values["timed again"].split(" [")[0])
+    assert 0 <= kept <= 100 and 0 <= timed <= 100 and 99 <= kept + timed <= 101  # medians of shares summing to 1
+    assert 0 <= _number(values["cut off above the rejection limit"]) <= 100
+
+
+@pytest.mark.slow
 def test_search_headroom(run: Run) -> None:
     out = run("search", "headroom", "--models", "alexnet", "--presets", "tag-testbed", "--budget", "5")
     assert "MCMC-new: proposals mixed; budget 5 per search" in out
