@@ -734,14 +734,15 @@ def schedule_flows(  # type: ignore[no-untyped-def]
     while True:
         # The heap is inline, not helper calls: numba increments and decrements (atomically) the reference
         # count of every array passed to a helper that writes it, once per call, which cost more than the
-        # heap itself. The heap orders by (time, id), so the order entries join it does not matter.
+        # heap itself (its comparison, _less, takes scalars only: no reference counts). The heap orders by
+        # (time, id), so the order entries join it does not matter.
         for q in range(nnew):
             k = size
             heap_t[k], heap_id[k] = new_t[q], new_id[q]
             size += 1
             while k > 0:
                 up = (k - 1) >> 1
-                if heap_t[k] < heap_t[up] or (heap_t[k] == heap_t[up] and heap_id[k] < heap_id[up]):
+                if _less(heap_t[k], heap_id[k], heap_t[up], heap_id[up]):
                     heap_t[k], heap_t[up] = heap_t[up], heap_t[k]
                     heap_id[k], heap_id[up] = heap_id[up], heap_id[k]
                     k = up
@@ -895,11 +896,9 @@ def schedule_flows(  # type: ignore[no-untyped-def]
         while 2 * k + 1 < size:
             child = 2 * k + 1
             right = child + 1
-            if right < size and (
-                heap_t[right] < heap_t[child] or (heap_t[right] == heap_t[child] and heap_id[right] < heap_id[child])
-            ):
+            if right < size and _less(heap_t[right], heap_id[right], heap_t[child], heap_id[child]):
                 child = right
-            if heap_t[child] < heap_t[k] or (heap_t[child] == heap_t[k] and heap_id[child] < heap_id[k]):
+            if _less(heap_t[child], heap_id[child], heap_t[k], heap_id[k]):
                 heap_t[k], heap_t[child] = heap_t[child], heap_t[k]
                 heap_id[k], heap_id[child] = heap_id[child], heap_id[k]
                 k = child
