@@ -57,6 +57,7 @@ the hand plan its convolutions data parallel and its classifier (flatten onwards
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import os
 import time
@@ -185,13 +186,12 @@ def reach_table(warm: int, proposals: int, cost: CostModel | None = None) -> Non
     """What delta simulation re-times on inception_v3 x 16 GPUs late in a chain, and what it could skip."""
     graph = zoo.load("inception_v3", batch_size=_batch("inception_v3", 16))
     topo = load_preset("flexflow-p100")
-    ctx = SimContext(graph, topo, cost)
-    dp = simulate(graph, topo, data_parallel(graph, topo), cost).makespan_s
     found = mcmc(graph, topo, budget=warm, seed=0, initial=("data_parallel",), cost_model=cost)
-    sim = DeltaSimulator.for_plan(ctx, found.plan)
+    sim = DeltaSimulator.for_plan(SimContext(graph, topo, cost), found.plan)
     proposer = Proposer(graph, topo, SearchSpace(graph, topo), "flexflow")
     rng = np.random.default_rng(1)
-    scale = 50.0 / dp  # MCMC's default beta over the starting (data-parallel) cost
+    # the chain's Metropolis scale: MCMC's default beta over its starting (data-parallel) cost
+    scale = inspect.signature(mcmc).parameters["beta"].default / found.initial_costs_s["data_parallel"]
     rows: list[tuple[float, ...]] = []
     margins: list[float] = []
     cuts = 0

@@ -71,9 +71,9 @@ class Reach:
     Attributes:
         tasks: the proposal's tasks.
         kept: the tasks delta simulation keeps (they become ready before the change can matter).
-        timed: the tasks it schedules again (``tasks - kept``).
-        new: of those, the tasks without a counterpart in the current task graph (the changed ops'
-            tasks, the transfers of their tensors, the synchronization their gradients join).
+        new: of the tasks it schedules again (:attr:`timed`), those without a counterpart in the
+            current task graph (the changed ops' tasks, the transfers of their tensors, the
+            synchronization their gradients join).
         unchanged: of ``timed``, the ones that start exactly when they start now: all a simulator that
             re-timed only the tasks the change reaches could skip beyond ``kept``.
         shifted_tail: of the ``timed - new`` others, the latest-starting ones that start as now,
@@ -85,12 +85,16 @@ class Reach:
 
     tasks: int
     kept: int
-    timed: int
     new: int
     unchanged: int
     shifted_tail: int
     makespan_s: float
     makespan_change_s: float
+
+    @property
+    def timed(self) -> int:
+        """The tasks delta simulation schedules again: ``tasks - kept``."""
+        return self.tasks - self.kept
 
 
 class DeltaSimulator:
@@ -241,7 +245,6 @@ class DeltaSimulator:
         return Reach(
             tasks=int(prefix.shape[0]),
             kept=int(prefix.sum()),
-            timed=int(timed.sum()),
             new=int((~known).sum()),
             unchanged=int(same.sum()),
             shifted_tail=after,
