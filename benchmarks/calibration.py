@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/calibration.py [--data ../shared/data/h200] [--refit] [--cross-validate] [--json OUT]
+    python benchmarks/calibration.py [--data benchmarks/data/h200] [--refit] [--cross-validate] [--json OUT]
 
 For every measured iteration in ``--data`` (``iterations*.jsonl``: eager PyTorch at the zoo batch
 and at the per-GPU batches of 2-, 4- and 8-way data parallelism, in fp32 and bf16 autocast; and
@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from placement_rl import calibrate, zoo
 from placement_rl.sim.calibration import DEFAULT_CALIBRATION
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "h200"
+DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "h200"
 
 
 def _print(table: list[dict[str, object]], title: str) -> None:
@@ -50,7 +50,7 @@ def _print(table: list[dict[str, object]], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help="measurements folder (default ../shared/data/h200)")
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="measurements folder (default benchmarks/data/h200)")
     parser.add_argument("--refit", action="store_true", help="fit a calibration to --data first")
     parser.add_argument("--cross-validate", action="store_true", help="leave-one-model-out fits")
     parser.add_argument("--json", default=None, help="also write every comparison and the tables here")

@@ -1,6 +1,6 @@
 """Fit the calibrated GPU cost model (:mod:`placement_rl.sim.calibration`) to measurements of one GPU.
 
-**Data** (a folder laid out as ``../shared/data/h200/``; ``placement-rl fidelity --cluster gpu``
+**Data** (a folder laid out as ``benchmarks/data/h200/``; ``placement-rl fidelity --cluster gpu``
 writes the same files on any GPU machine):
 
 * ``iterations.jsonl`` and ``iterations_shard_batches.jsonl``: whole training iterations of zoo

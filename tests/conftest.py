@@ -5,6 +5,10 @@ Markers (registered in pyproject.toml), applied here so the test files stay as t
 on everything under tests/rl/; ``slow`` on the tests of :data:`SLOW` (new tests may also carry
 ``@pytest.mark.slow`` themselves, as the longer benchmark runs do). The fast core suite is
 ``pytest -q -m "not ray and not slow"``.
+
+Everything a test reads lies in the checkout: ``outside_reads`` fails a test that opens, lists or
+globs a path beside it (tests/checkout_guard.py), such as a ``../shared`` folder that a developer's
+or CI's machine has and a user's fresh clone does not.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import checkout_guard
 import pytest
 import torch
 import yaml
@@ -24,6 +29,7 @@ from placement_rl.graph import OpGraph
 
 TESTS = Path(__file__).resolve().parent
 RL_TESTS = TESTS / "rl"
+checkout_guard.install()
 
 
 def _is_slow(nodeid: str) -> bool:
@@ -50,6 +56,19 @@ TINY: dict[str, Any] = {
     "ppo": {"train_batch_size": 32, "minibatch_size": 16, "num_epochs": 2, "lr": 0.003},
     "run": {"iterations": 4, "num_env_runners": 0, "checkpoint_every": 2, "seed": 0},
 }
+
+
+@pytest.fixture(autouse=True)
+def outside_reads() -> Iterator[None]:
+    """Fail a test that read a path beside the checkout (tests/checkout_guard.py): what the tests need
+    lies in the repository, so a fresh clone with nothing beside it passes."""
+    checkout_guard.take()
+    yield
+    paths = checkout_guard.take()
+    if paths:
+        pytest.fail(
+            f"read beside the checkout {checkout_guard.ROOT}: {', '.join(paths[:5])}; keep what tests need in the repository"
+        )
 
 
 @pytest.fixture(scope="session")

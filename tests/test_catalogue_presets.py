@@ -35,7 +35,7 @@ from placement_rl.topology import (
 from placement_rl.topology.presets import PRESET_INFO
 
 T = 1e12
-H200_TOPOLOGY = Path(__file__).resolve().parents[2] / "shared" / "data" / "h200" / "topology_h200x1.json"
+H200_TOPOLOGY = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200" / "topology_h200x1.json"
 
 # name -> (fp32, tf32, bf16, fp16 in TFLOP/s, memory GiB, memory GB/s, NVLink): the datasheets' dense figures
 NEW_DEVICES: dict[str, tuple[float, float, float, float, int, float, bool]] = {
@@ -89,14 +89,14 @@ def test_the_h200_label_of_the_measured_data_resolves() -> None:
     assert DEVICE_TYPE_ALIASES == {"H200": "H200-SXM-141GB"}
     assert DEVICE_TYPES["H200"] == DEVICE_TYPES["H200-SXM-141GB"]
     device = make_device("m0/gpu0", "H200", "m0")
-    assert device.device_type == "H200"  # the label profiles and topologies of shared/data/h200 use
+    assert device.device_type == "H200"  # the label profiles and topologies of benchmarks/data/h200 use
     canonical = make_device("m0/gpu0", "H200-SXM-141GB", "m0")
     assert (device.peak_flops, device.peak_flops_by_dtype, device.memory_bandwidth_bytes_per_s) == (
         canonical.peak_flops,
         canonical.peak_flops_by_dtype,
         canonical.memory_bandwidth_bytes_per_s,
     )
-    # the measured machine's topology (shared/data/h200, beside the checkout): the same datasheet peaks
+    # the measured machine's topology (benchmarks/data/h200, in the repository): the same datasheet peaks
     (measured,) = DeviceTopology.from_json(H200_TOPOLOGY).devices
     spec = DEVICE_TYPES[measured.device_type]
     assert measured.device_type == "H200"

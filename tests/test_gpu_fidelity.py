@@ -30,7 +30,7 @@ from placement_rl.execute.runtime import CudaClock, Event, WallClock, Worker
 from placement_rl.plan import constructors
 from placement_rl.topology.devices import DEVICE_TYPES, GIB, DeviceSpec
 
-H200_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "h200"
+H200_DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200"
 
 
 class ScriptedEvent:
@@ -116,7 +116,7 @@ def test_match_device_type_by_model_form_factor_and_memory() -> None:
     for (name, memory), expected in cases.items():
         assert match_device_type(name, memory, catalogue) == expected, name
     assert match_device_type("NVIDIA GeForce RTX 4090", 24 * GIB, catalogue) is None
-    if "H200" in DEVICE_TYPES:  # the label of shared/data/h200, an alias of the H200 SXM
+    if "H200" in DEVICE_TYPES:  # the label of benchmarks/data/h200, an alias of the H200 SXM
         assert match_device_type("NVIDIA H200", 150_754_820_096) == "H200"
 
 
@@ -171,7 +171,7 @@ def test_plain_iterations_have_the_h200_datas_keys() -> None:
         assert r.params == 61706 and r.peak_mem_bytes == 0 and r.loss > 0
     d = rows[1].to_dict()
     assert d["mode"] == MODES["bf16-mixed"] == "bf16"
-    reference = H200_DATA / "iterations.jsonl"  # shared/data/h200, beside the checkout
+    reference = H200_DATA / "iterations.jsonl"  # benchmarks/data/h200, in the repository
     assert set(json.loads(reference.read_text().splitlines()[0])) <= set(d)
 
 

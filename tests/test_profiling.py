@@ -22,7 +22,7 @@ from placement_rl.graph import OpGraph
 from placement_rl.profiling import profile_models
 from placement_rl.sim.cost import ProfileEntry, ProfileTable
 
-SHARED_FP32 = Path(__file__).resolve().parents[2] / "shared" / "data" / "h200" / "profile_fp32.json"
+SHARED_FP32 = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200" / "profile_fp32.json"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@
 
 It also writes the one-GPU topology (``topology_<name>.json``: the device catalogue's figures for the
 GPU's device type, the GPU's own memory size), the errors (``summary.json``) and the table
-(``table.md``). The files are shaped like those of ``shared/data/h200``.
+(``table.md``). The files are shaped like those of ``benchmarks/data/h200``.
 
 Everything runs on the CPU as well (``device="cpu"``: gloo workers, a CPU device of the measured
 peak), which is how the tests run the whole pipeline; the command line measures GPUs only.
@@ -52,7 +52,7 @@ from placement_rl.topology import DeviceTopology
 from placement_rl.topology.core import Device
 from placement_rl.topology.devices import DEVICE_TYPES, DeviceSpec, make_device
 
-#: The models measured by default: those ``shared/data/h200`` covers.
+#: The models measured by default: those ``benchmarks/data/h200`` covers.
 DEFAULT_GPU_MODELS: tuple[str, ...] = (
     "alexnet",
     "vgg19",
@@ -381,7 +381,7 @@ def batches_of(batch: int, splits: Sequence[int]) -> list[int]:
 @contextlib.contextmanager
 def _profile_precision(precision: str, device: str) -> Iterator[dict[str, Any]]:
     """The keyword that asks :func:`profile_models` for ``precision``, when it takes one; else the
-    precision's math and autocast around the whole call (as ``shared/data/h200/profile_bf16.py`` did)."""
+    precision's math and autocast around the whole call (as ``benchmarks/data/h200/profile_bf16.py`` did)."""
     import torch
 
     from placement_rl.profiling import profile_models
@@ -597,7 +597,7 @@ def run_gpu_fidelity(
     device: str = "cuda",
 ) -> GpuFidelityReport:
     """Measure one GPU and simulate what was measured (module docstring); the defaults are budgeted
-    for under 10 minutes on an H100 or H200 (estimated from shared/data/h200, not yet timed).
+    for under 10 minutes on an H100 or H200 (estimated from benchmarks/data/h200, not yet timed).
 
     Args:
         models: zoo model names.

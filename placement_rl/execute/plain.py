@@ -3,7 +3,7 @@
 :func:`measure_plain_iterations` builds the zoo module on the device (weights and all), draws the
 batch as the profiler does (:func:`placement_rl.profiling._random_inputs`) and times whole training
 steps: forward (the loss), backward, an SGD step, the device synchronized around each phase (as
-``shared/data/h200/measure_iterations.py`` did for the H200 measurements). Each figure is the median
+``benchmarks/data/h200/measure_iterations.py`` did for the H200 measurements). Each figure is the median
 over ``iterations`` steps after ``warmup`` unmeasured ones.
 
 Precisions (the names of :data:`placement_rl.sim.cost.PRECISIONS`), as people train:
@@ -31,7 +31,7 @@ import torch
 from placement_rl import zoo
 from placement_rl.graph.importer import symbolic_trace
 
-#: Each precision's label in the H200 data's ``mode`` column (``shared/data/h200/README.md``).
+#: Each precision's label in the H200 data's ``mode`` column (``benchmarks/data/h200/README.md``).
 MODES: dict[str, str] = {"fp32": "default", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
 
 _AUTOCAST: dict[str, torch.dtype] = {"bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}

@@ -332,7 +332,7 @@ class Calibration:
 
 
 #: The calibration every :class:`~placement_rl.sim.cost.CostModel` uses by default: fitted to one
-#: NVIDIA H200 (eager PyTorch 2.11, CUDA 13) by ``placement-rl calibrate --data shared/data/h200``
+#: NVIDIA H200 (eager PyTorch 2.11, CUDA 13) by ``placement-rl calibrate --data benchmarks/data/h200``
 #: (:mod:`placement_rl.calibrate`), figures rounded to 4 digits. ``benchmarks/calibration.py`` measures it.
 DEFAULT_CALIBRATION = Calibration.from_dict(
     {
@@ -343,7 +343,7 @@ DEFAULT_CALIBRATION = Calibration.from_dict(
             "one NVIDIA H200 (PyTorch 2.11, CUDA 13): 101 measured iterations of 9 zoo models (eager fp32, "
             "fp32 without TF32 and bf16 autocast, zoo batch and 2-8-way data-parallel shards, CUDA-graph "
             "replays) and 5,444 op "
-            "times of the project's profiler; fitted by placement-rl calibrate --data shared/data/h200"
+            "times of the project's profiler; fitted by placement-rl calibrate --data benchmarks/data/h200"
         ),
         "compute": {
             "attention/simt": [0.6273, 0.0001928, 0.3682],

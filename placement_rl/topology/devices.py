@@ -64,7 +64,7 @@ def _peaks(**flops: float) -> tuple[tuple[str, float], ...]:
 #: * H200 SXM 141 GB (H200 datasheet, H200 SXM column): fp32 67 TFLOP/s, 141 GB HBM3e at 4.8 TB/s;
 #:   tensor cores as the H100 SXM5 (same GH100 compute): tf32 494.7, bf16 and fp16 989.4 TFLOP/s (the
 #:   datasheet's 989 / 1,979 are with sparsity). Also listed as ``H200``, the label of the measured data
-#:   in shared/data/h200 (its topology_h200x1.json has these peaks).
+#:   in benchmarks/data/h200 (its topology_h200x1.json has these peaks).
 #: * B200 (NVIDIA HGX B200 specifications, per GPU): fp32 75 TFLOP/s; tf32 1.1 and bf16 / fp16 2.25
 #:   PFLOP/s (the page's 2.2 and 4.5 PFLOP/s are with sparsity); 180 GB HBM3e at 7.7 TB/s.
 #: * A100 SXM4 and PCIe, 40 GB and 80 GB (A100 datasheet, r4): fp32 19.5; tf32 156, bf16 and fp16 312
@@ -111,7 +111,7 @@ DEVICE_TYPES: dict[str, DeviceSpec] = {
 }
 
 #: Catalogue names that are a second label of another entry (the same figures): alias -> canonical name.
-#: ``H200`` is what ``placement-rl profile --device-type H200`` and shared/data/h200 call the H200 SXM.
+#: ``H200`` is what ``placement-rl profile --device-type H200`` and benchmarks/data/h200 call the H200 SXM.
 DEVICE_TYPE_ALIASES: dict[str, str] = {"H200": "H200-SXM-141GB"}
 assert all(DEVICE_TYPES[alias] is DEVICE_TYPES[name] for alias, name in DEVICE_TYPE_ALIASES.items())
 
