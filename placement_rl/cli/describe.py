@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from placement_rl.cli.common import (
+    finite_float,
     json_parser,
     load_graph,
     name_list,
@@ -107,10 +108,28 @@ def cmd_topologies(args: argparse.Namespace) -> None:
     )
 
 
+#: ``import --timeout``'s default and largest value, seconds (:data:`placement_rl.models.IMPORT_TIMEOUT_S` and
+#: ``MAX_TIMEOUT_S``; not imported from there, which would load torch for every command's --help).
+IMPORT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 30 * 86400.0
+
+
+def timeout_seconds(text: str) -> float:
+    """``--timeout``: a number of seconds up to 30 days, 0 for no limit."""
+    value = finite_float(text)
+    if not 0 <= value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a number of seconds from 0 (no limit) to {MAX_TIMEOUT_S:g} (30 days)"
+        )
+    return value
+
+
 def cmd_import(args: argparse.Namespace) -> None:
     """``import MODEL --out graph.json``: trace a model once and save its graph for every other command."""
+    from placement_rl.models import load_model
+
     output_file(args.out)  # checked before the (possibly long) trace
-    graph = load_graph(args.model, args.batch_size, args.seq_len)
+    graph = load_model(args.model, args.batch_size, args.seq_len, timeout_s=args.timeout or None)
     graph.to_json(args.out)
     if args.json:
         print_json({"graph": graph.name, "ops": graph.num_ops, "out": str(args.out)})
@@ -232,6 +251,14 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--out", type=path, required=True, help="where to write the graph (JSON); then --model OUT anywhere")
     p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the model's)")
     p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sample of an hf: model (default 512)")
+    p.add_argument(
+        "--timeout",
+        type=timeout_seconds,
+        default=IMPORT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"the most seconds building and tracing the model may take, a factory that never returns "
+        f"included (default {IMPORT_TIMEOUT_S:g}; 0 for no limit)",
+    )
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("show-topology", parents=[js], help="describe a device topology")

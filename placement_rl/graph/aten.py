@@ -67,7 +67,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from placement_rl.graph.ir import Op, OpGraph, ParallelDim, Shape, Tensor
 from placement_rl.graph.leaves import leaf_op_type
-from placement_rl.graph.tracing import MODULE_TYPES, check_training_step, parallel_dims, report_unknown_ops
+from placement_rl.graph.tracing import (
+    MODULE_TYPES,
+    cache_off,
+    check_training_step,
+    parallel_dims,
+    quiet_fake_tensor_log,
+    report_unknown_ops,
+)
 from placement_rl.ops import OP_KINDS, VIEW_OPS, OpKind, op_kind
 
 #: ATen overload-packet name -> op type of the taxonomy (:mod:`placement_rl.ops`).
@@ -369,9 +376,22 @@ def export_module(
         dynamic_shapes = None
     module.eval()  # dropout and batch norm statistics: the graph of a training step is the same ops
     try:
-        return torch.export.export(module, tuple(args), kwargs, strict=False, dynamic_shapes=dynamic_shapes)
+        with quiet_fake_tensor_log():  # the ExportError says it once
+            return torch.export.export(module, tuple(args), kwargs, strict=False, dynamic_shapes=dynamic_shapes)
     except Exception as exc:
+        cache = _CACHE_OUTPUT.search(str(exc))
+        if cache is not None:
+            raise ExportError(
+                f"torch.export could not trace {type(module).__name__}: its forward returns a key/value cache "
+                f"({cache.group(1)}), which torch.export cannot return and a training step does not keep; expected "
+                "a module whose outputs are tensors: turn caching off (config.use_cache = False, or pass "
+                "use_cache=False to forward)"
+            ) from exc
         raise ExportError(f"torch.export could not trace {type(module).__name__}: {_describe_failure(exc)}") from exc
+
+
+#: torch.export's error for a cache object (transformers' ``DynamicCache``) among a module's outputs.
+_CACHE_OUTPUT = re.compile(r"Found <class '([\w.]*Cache\w*)'> in output")
 
 
 def _forward_arg_names(module: nn.Module, count: int) -> list[str]:
@@ -431,6 +451,10 @@ def from_export(
             (:func:`placement_rl.graph.tracing.check_training_step`: nothing allocated) and refuse a
             module whose training step fails; ``metadata["backward_check"]`` records the outcome.
 
+    Key/value caching is turned off while the module is checked and exported
+    (:func:`placement_rl.graph.tracing.cache_off`: a Hugging Face model built with its default
+    ``use_cache=True`` would return a ``DynamicCache``); ``metadata["use_cache"]`` says so when it was on.
+
     Returns:
         The graph, ops in execution order, FLOPs from ``torch.utils.flop_counter``.
 
@@ -464,22 +488,23 @@ def from_export(
 
     example_inputs = [placed(x) for x in example_inputs]
     example_kwargs = {k: placed(v) for k, v in (example_kwargs or {}).items()}
-    backward_note = check_training_step(module, example_inputs, example_kwargs) if check_backward else None
     # torch.export specializes a dimension of size 0 or 1: a batch of 1 is exported as 2, and the
     # graph's sizes are its symbolic sizes evaluated at 1.
     export_batch = max(batch, 2)
     export_args = [_grown(x, batch, export_batch) for x in example_inputs]
     export_kwargs = {k: _grown(v, batch, export_batch) for k, v in example_kwargs.items()}
-    program = export_module(module, export_args, export_kwargs)
-    specialized = _specialized_batch(program)
     plus_vals: dict[fx.Node, Any] | None = None
-    if specialized is not None:
-        if export_batch != batch:
-            raise ExportError(
-                f"from_export: {specialized}; at batch {batch} a second export cannot recover the sample "
-                "dimensions (torch.export specializes sizes 0 and 1): import at batch 2 or more"
-            )
-        plus_vals = _export_at_next_batch(module, export_args, export_kwargs, program, specialized)
+    with cache_off(module, example_kwargs) as cache_note:
+        backward_note = check_training_step(module, example_inputs, example_kwargs) if check_backward else None
+        program = export_module(module, export_args, export_kwargs)
+        specialized = _specialized_batch(program)
+        if specialized is not None:
+            if export_batch != batch:
+                raise ExportError(
+                    f"from_export: {specialized}; at batch {batch} a second export cannot recover the sample "
+                    "dimensions (torch.export specializes sizes 0 and 1): import at batch 2 or more"
+                )
+            plus_vals = _export_at_next_batch(module, export_args, export_kwargs, program, specialized)
     builder = _ExportBuilder(program, module, leaf_types, batch, plus_vals, export_batch)
     ops, edges = builder.build()
     if builder.lost:
@@ -501,6 +526,8 @@ def from_export(
         meta["batch_specialized"] = f"{specialized}; sample dimensions from a second export at batch {batch + 1}"
     if backward_note is not None:
         meta["backward_check"] = backward_note
+    if cache_note is not None:
+        meta["use_cache"] = cache_note
     meta["unknown_ops"] = report_unknown_ops("from_export", ops, builder.unknown)
     meta.update(metadata or {})
     return OpGraph(name or type(module).__name__, ops, edges, batch_size=batch_size or batch, metadata=meta)

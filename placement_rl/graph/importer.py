@@ -79,7 +79,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from placement_rl.graph.ir import Op, OpGraph, ParallelDim, Shape, SplitClass, Tensor
 from placement_rl.graph.leaves import leaf_op_type
 from placement_rl.graph.tracing import MODULE_TYPES as _MODULE_TYPES
-from placement_rl.graph.tracing import check_training_step, parallel_dims, report_unknown_ops
+from placement_rl.graph.tracing import (
+    cache_off,
+    check_training_step,
+    parallel_dims,
+    quiet_fake_tensor_log,
+    report_unknown_ops,
+)
 from placement_rl.ops import OpKind, op_kind
 
 _FUNCTION_TYPES: dict[Any, str] = {
@@ -306,6 +312,11 @@ def from_torch(
             on a tensor its backward needs) is refused; ``metadata["backward_check"]`` records
             ``"passed"`` or why the check was skipped.
 
+    Key/value caching is turned off while the module is checked and traced (a Hugging Face model built
+    with its default ``use_cache=True`` returns a ``DynamicCache``, which ``torch.export`` cannot
+    return): :func:`placement_rl.graph.tracing.cache_off` sets ``config.use_cache = False`` for the
+    import and gives the module its value back; ``metadata["use_cache"]`` says so.
+
     Returns:
         The graph, ops in execution order, with FLOPs, bytes and parallel dimensions filled in.
 
@@ -316,8 +327,10 @@ def from_torch(
     """
     if tracer not in ("auto", "export", "fx"):
         raise ValueError(f"from_torch: tracer = {tracer!r}; expected 'auto', 'export' or 'fx'")
-    note = check_training_step(module, example_inputs) if check_backward else None
-    graph = _trace(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata, tracer=tracer)
+    with cache_off(module) as cache_note:
+        note = check_training_step(module, example_inputs) if check_backward else None
+        meta = dict(metadata or {}) if cache_note is None else {"use_cache": cache_note, **(metadata or {})}
+        graph = _trace(module, example_inputs, name=name, batch_size=batch_size, metadata=meta, tracer=tracer)
     if note is not None:
         graph.metadata.setdefault("backward_check", note)
     return graph
@@ -346,7 +359,9 @@ def _trace(
             try:
                 graph = _from_fx(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
             except ValueError as fx_exc:
-                raise ExportError(f"{exc}; the fx fallback was tried and failed too: {fx_exc}") from exc
+                # fx's shape propagation errors run over several lines ("While executing ..."): the first
+                fx_line = str(fx_exc).strip().splitlines()[0] if str(fx_exc).strip() else type(fx_exc).__name__
+                raise ExportError(f"{exc}; the fx fallback was tried and failed too: {fx_line}") from exc
             graph.metadata["export_error"] = str(exc)
             return graph
     return _from_fx(module, example_inputs, name=name, batch_size=batch_size, metadata=metadata)
@@ -451,7 +466,7 @@ def _propagate(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor], extra
     weight: torch.Tensor | None = next(iter(gm.parameters()), None)
     if weight is None:
         weight = next(iter(gm.buffers()), None)
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with quiet_fake_tensor_log(), FakeTensorMode(allow_non_fake_inputs=True):
         inputs = [
             torch.empty(
                 (x.shape[0] + extra_batch, *x.shape[1:]),

@@ -1,5 +1,5 @@
 """What both importers share: module types traced as one op, the SOAP dimensions rule, the training
-check and the report of op types without a formula.
+check, key/value caching turned off (:func:`cache_off`) and the report of op types without a formula.
 
 :mod:`placement_rl.graph.importer` (``torch.fx``) and :mod:`placement_rl.graph.aten`
 (``torch.export``) both import from here; neither imports the other's internals.
@@ -13,7 +13,8 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -135,6 +136,60 @@ def _caller_outside_the_importer() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+@contextmanager
+def quiet_fake_tensor_log() -> Iterator[None]:
+    """Silence ``FakeTensorMode``'s log of every meta kernel that fails (a traceback on stderr each) for the
+    block: the importers report such a failure once, in their error."""
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    was_disabled, fake_log.disabled = fake_log.disabled, True
+    try:
+        yield
+    finally:
+        fake_log.disabled = was_disabled
+
+
+@contextmanager
+def cache_off(module: nn.Module, example_kwargs: Mapping[str, Any] | None = None) -> Iterator[str | None]:
+    """Turn key/value caching off in the configs of ``module`` and its submodules for the block.
+
+    A Hugging Face model built with its default ``use_cache=True`` returns a ``DynamicCache`` object,
+    which ``torch.export`` cannot return and a training step does not keep: every ``config`` attribute of
+    the module tree (and its nested configs, ``text_config``, ...) whose ``use_cache`` is ``True`` gets
+    ``False`` inside the block and its value back afterwards, so the caller's module is unchanged.
+    Nothing is changed when ``example_kwargs`` passes ``use_cache`` itself.
+
+    Yields:
+        A note naming what was turned off (for the graph's ``metadata["use_cache"]``), or ``None``
+        when nothing was.
+    """
+    changed: list[tuple[Any, str]] = []
+    if example_kwargs is None or "use_cache" not in example_kwargs:
+        seen: set[int] = set()
+        for path, sub in module.named_modules():
+            stack = [(f"{path + '.' if path else ''}config", getattr(sub, "config", None))]
+            while stack:
+                where, config = stack.pop()
+                if config is None or id(config) in seen or not hasattr(config, "use_cache"):
+                    continue
+                seen.add(id(config))
+                if getattr(config, "use_cache", None) is True:
+                    changed.append((config, where))
+                for name in getattr(type(config), "sub_configs", None) or {}:
+                    stack.append((f"{where}.{name}", getattr(config, name, None)))
+    try:
+        for config, _ in changed:
+            config.use_cache = False
+        yield (
+            f"turned off for the import: {', '.join(f'{w}.use_cache' for _, w in changed)} was True (a training "
+            "step keeps no key/value cache, and torch.export cannot return one); the module's config is unchanged"
+            if changed
+            else None
+        )
+    finally:
+        for config, _ in changed:
+            config.use_cache = True
 
 
 def check_training_step(
@@ -268,6 +323,63 @@ def _run_training_step(
     finally:
         module.train(was_training)
     return "passed"
+
+
+def forward_error(
+    module: nn.Module, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why ``module``'s forward refuses these inputs, ``None`` when it takes them (or cannot tell).
+
+    The forward pass runs once without autograd on meta tensors of the parameters' and inputs' shapes,
+    then, where that fails, on fake tensors (code that reads values takes its tracing path there), so
+    nothing is allocated or computed. An error that only says the pass cannot run on such tensors (an
+    op without a meta kernel, a data-dependent shape) is not the inputs' fault: ``None``.
+
+    Returns:
+        ``"Type: first line (at file:line: code)"`` of the error the forward pass raises on fake tensors,
+        e.g. ``"RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x5 and 8x4)"``, or ``None``.
+    """
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+    unsupported = (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+        GuardOnDataDependentSymNode,
+        NotImplementedError,
+    )
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    state = {n: meta(t) for n, t in (*module.named_parameters(), *module.named_buffers())}
+    args = tuple(meta(x) for x in example_inputs)
+    kwargs = {k: meta(v) for k, v in (example_kwargs or {}).items()}
+
+    def forward() -> None:
+        with torch.no_grad(), torch.device("meta"):
+            torch.func.functional_call(module, state, args, kwargs, strict=False)
+
+    try:
+        forward()
+        return None
+    except Exception:
+        pass
+    try:
+        with quiet_fake_tensor_log(), FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()):
+            forward()
+    except unsupported:
+        return None
+    except Exception as exc:
+        return f"{_first_line(exc)}{_user_frame(exc)}"
+    return None
 
 
 def _tensor_leaves(value: Any) -> list[torch.Tensor]:

@@ -13,6 +13,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -66,17 +67,46 @@ def spec(name: str) -> ZooModel:
         raise UnknownNameError("model", name, _ORDER) from None
 
 
+#: The largest integer option of a zoo model (a size, a layer or step count), as ``hf:`` sizes.
+MAX_OPTION = 2**24
+#: The most layers times unrolled steps (``num_layers`` x ``steps``) of a zoo model: its op count grows with
+#: them (15 ops a transformer layer, 2 an LSTM layer-step), and tracing takes about 2 ms an op.
+MAX_LAYER_STEPS = 10_000
+
+
 def check(name: str, batch_size: int | None, options: dict[str, Any]) -> tuple[ZooModel, int]:
     """Validate a model name, its options and a batch size; returns the record and the batch size.
 
     Raises:
         UnknownNameError: for an unknown model or option name.
-        ValueError: for a batch size below 1.
+        ValueError: for a batch size below 1; an integer option that is not one from 1 to
+            :data:`MAX_OPTION`, a number option that is not finite and above 0 (a dropout from 0 to 1);
+            ``num_layers`` x ``steps`` over :data:`MAX_LAYER_STEPS` (checked before anything is built).
     """
     model = spec(name)
     unknown = set(options) - set(model.options)
     if unknown:
         raise UnknownNameError(f"option of model {name!r}", sorted(unknown)[0], model.options)
+    for key, value in options.items():
+        default = model.options[key]
+        if isinstance(default, int) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OPTION:
+                raise ValueError(
+                    f"model {name!r}: option {key} = {value!r}; expected a positive integer (at most {MAX_OPTION})"
+                )
+        elif isinstance(default, float):
+            dropout = key == "dropout"  # a probability; other number options are scales (width_factor)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not (0 <= value <= 1 if dropout else 0 < value < math.inf):
+                expected = "a probability from 0 to 1" if dropout else "a finite number above 0"
+                raise ValueError(f"model {name!r}: option {key} = {value!r}; expected {expected}")
+    merged = {**model.options, **options}
+    layers, steps = merged.get("num_layers", 1), merged.get("steps", 1)
+    if isinstance(layers, int) and isinstance(steps, int) and layers * steps > MAX_LAYER_STEPS:
+        raise ValueError(
+            f"model {name!r}: num_layers x steps = {layers:,} x {steps:,} = {layers * steps:,}, which the op count "
+            f"grows with; expected at most {MAX_LAYER_STEPS:,} (an import within minutes)"
+        )
     batch = model.default_batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch_size = {batch_size!r}; expected a positive integer")
