@@ -607,17 +607,28 @@ def build_suite(
     """One checked instance per kind (default: every kind, in :data:`KINDS` order).
 
     Args:
-        names: kind names; every name is checked before anything is built.
+        names: kind names, or one kind name as a string (``"straggler"``); every name is checked before
+            anything is built.
         variant: 0 for the designed instances, else the held-out variant (:func:`build_instance`).
         cost_model: the judge (default cost model when ``None``).
         margin: the factor every planted plan must beat every baseline by.
 
     Raises:
         UnknownNameError: for an unknown kind name (the message lists the kinds).
+        ValueError: for ``names`` that is neither a string nor an iterable of strings.
         PlantedError: for the first instance whose planted plan fails its check.
     """
-    chosen = list(KINDS) if names is None else list(names)
+    if names is None:
+        chosen = list(KINDS)
+    elif isinstance(names, str):  # one kind, not its letters
+        chosen = [names]
+    elif isinstance(names, (bytes, Mapping)) or not isinstance(names, Iterable):
+        raise ValueError(f"names = {names!r}; expected a kind name or a list of them, among {list(KINDS)}")
+    else:
+        chosen = list(names)
     for name in chosen:
+        if not isinstance(name, str):
+            raise ValueError(f"names: {name!r} is not a kind name; expected names among {list(KINDS)}")
         get_kind(name)
     return [build_instance(k, variant, cost_model=cost_model, margin=margin) for k in chosen]
 

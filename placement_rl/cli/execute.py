@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from placement_rl.cli.common import (
@@ -25,6 +26,27 @@ from placement_rl.cli.common import (
     print_table,
 )
 from placement_rl.paths import output_file
+
+#: ``--iterations`` / ``--warmup``'s bounds: :data:`placement_rl.execute.local.MAX_ITERATIONS` and
+#: ``MAX_WARMUP`` (kept in step by a test; not imported, so ``--help`` does not import torch).
+MAX_ITERATIONS = 10_000
+MAX_WARMUP = 10_000
+
+
+def bounded_count(low: int, high: int) -> Callable[[str], int]:
+    """A ``type=`` converter: an integer from ``low`` to ``high``."""
+
+    def convert(text: str) -> int:
+        expected = f"expected an integer from {low} to {high:,}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {expected}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: {expected}")
+        return value
+
+    return convert
 
 
 def model_source(spec: str, batch_size: int | None) -> Any:
@@ -46,11 +68,16 @@ def model_source(spec: str, batch_size: int | None) -> Any:
 def cmd_execute(args: argparse.Namespace) -> None:
     from placement_rl.emulate.cluster import resolve_emulation_topology
     from placement_rl.execute import ExecutionError, RunOptions, execute
+    from placement_rl.execute.local import check_backend
     from placement_rl.execute.rendezvous import LOOPBACK
     from placement_rl.execute.runtime import DEFAULT_LR
     from placement_rl.explain import explain_plan
     from placement_rl.sim.trace import write_chrome_trace
 
+    try:  # before the model is traced: a worker would fail with a traceback when it joins the group
+        check_backend(args.backend, local=args.launcher == "local")
+    except ValueError as exc:
+        raise ValueError(f"--backend {args.backend}: {exc}") from None
     for path, flag in ((args.trace, "--trace"), (args.sim_trace, "--sim-trace")):
         if path is not None:
             output_file(path, flag)  # before the run, not after it
@@ -179,13 +206,24 @@ def add_commands(sub: Any) -> None:
         "layerwise (default data_parallel)",
     )
     p.add_argument("--batch-size", type=positive_int, default=None, help="global batch size (default: the model's)")
-    p.add_argument("--iterations", type=positive_int, default=3, help="measured iterations (default 3)")
-    p.add_argument("--warmup", type=non_negative_int, default=1, help="unmeasured iterations first (default 1)")
+    p.add_argument(
+        "--iterations",
+        type=bounded_count(1, MAX_ITERATIONS),
+        default=3,
+        help=f"measured iterations, 1 to {MAX_ITERATIONS:,} (default 3)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=bounded_count(0, MAX_WARMUP),
+        default=1,
+        help=f"unmeasured iterations first, 0 to {MAX_WARMUP:,} (default 1)",
+    )
     p.add_argument(
         "--backend",
         choices=("gloo", "nccl"),
         default="gloo",
-        help="torch.distributed backend: gloo on CPUs (default) or nccl, one GPU per worker",
+        help="torch.distributed backend: gloo on CPUs (default) or nccl, one GPU per worker (refused before "
+        "anything runs when this machine's torch has no NCCL)",
     )
     p.add_argument(
         "--launcher",

@@ -19,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from placement_rl.execute.local import MAX_LOCAL_WORKERS, ExecutionError, RunOptions, check_local_workers, run_local
+from placement_rl.execute.local import (
+    MAX_ITERATIONS,
+    MAX_LOCAL_WORKERS,
+    MAX_WARMUP,
+    ExecutionError,
+    RunOptions,
+    available_backends,
+    check_backend,
+    check_local_workers,
+    run_local,
+)
 from placement_rl.execute.lower import NotExecutableError, Program, lower
 from placement_rl.execute.report import iteration_times_s, measured_compute_s, measured_result, replay
 from placement_rl.execute.runtime import ModelSource, WorkerResult, reference_step
@@ -115,9 +125,10 @@ def execute(
 ) -> ExecutionReport:
     """Run ``plan`` for real: lower it, run its workers, and compare with the simulator.
 
-    Everything that can be checked is checked before a worker starts (the plan against the graph
-    and topology, executable configurations, the number of local workers, and the simulated peak
-    memory of every device against the topology's: :func:`check_memory`).
+    Everything that can be checked is checked before a worker starts (the backend against this
+    machine's torch, the plan against the graph and topology, executable configurations, the number
+    of local workers, and the simulated peak memory of every device against the topology's:
+    :func:`check_memory`).
 
     Args:
         source: the model (zoo name or ``package.module:factory``), traced with fx.
@@ -129,12 +140,14 @@ def execute(
         launcher: runs the workers (default :func:`run_local`).
 
     Raises:
-        ValueError, NotExecutableError: a bad plan, one that does not fit in memory, or more than
+        ValueError, NotExecutableError: a backend this machine's torch lacks (:func:`check_backend`; for
+            the local launcher also NCCL without a GPU), a bad plan, one that does not fit in memory, or more than
             :data:`~placement_rl.execute.local.MAX_LOCAL_WORKERS` devices for the local launcher, before any
             worker starts.
         ExecutionError: a worker failed or died.
     """
     options = options or RunOptions()
+    check_backend(options.backend, local=launcher is None)
     graph = graph or source.graph()
     if launcher is None:
         check_local_workers(len(plan.devices_used()))  # before lowering a plan on thousands of devices
@@ -193,7 +206,9 @@ def report_results(
 
 
 __all__ = [
+    "MAX_ITERATIONS",
     "MAX_LOCAL_WORKERS",
+    "MAX_WARMUP",
     "ExecutionError",
     "ExecutionReport",
     "Launcher",
@@ -202,6 +217,8 @@ __all__ = [
     "Program",
     "RunOptions",
     "WorkerResult",
+    "available_backends",
+    "check_backend",
     "check_memory",
     "execute",
     "lower",

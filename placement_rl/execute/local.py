@@ -34,6 +34,13 @@ from placement_rl.graph import OpGraph
 #: machine's scheduler, not the plan, and a mistyped topology (``100000x100000``) must not fork a process
 #: per device.
 MAX_LOCAL_WORKERS = 64
+#: The most measured iterations, and unmeasured warm-up iterations, one run takes: far above what a median
+#: needs; a larger count (``--iterations 1000000000000``) is a typo that would run until it is killed.
+MAX_ITERATIONS = 10_000
+MAX_WARMUP = 10_000
+#: The ``torch.distributed`` backends the executor runs on (:func:`available_backends` says which this
+#: machine's torch has).
+BACKENDS: tuple[str, ...] = ("gloo", "nccl")
 
 
 class ExecutionError(RuntimeError):
@@ -53,12 +60,14 @@ class RunOptions:
     threads: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 1:
-            raise ValueError(f"iterations = {self.iterations!r}; expected a positive integer")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup = {self.warmup!r}; expected an integer >= 0")
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend = {self.backend!r}; expected 'gloo' or 'nccl'")
+        for key, value, low, high in (
+            ("iterations", self.iterations, 1, MAX_ITERATIONS),
+            ("warmup", self.warmup, 0, MAX_WARMUP),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{key} = {value!r}; expected an integer from {low} to {high:,}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend = {self.backend!r}; expected one of {list(BACKENDS)}")
         if self.threads < 1:
             raise ValueError(f"threads = {self.threads!r}; expected a positive integer")
 
@@ -73,6 +82,34 @@ def check_local_workers(world_size: int) -> None:
         raise ValueError(
             f"the plan runs on {world_size} devices: local workers are one process per device on this machine, "
             f"at most {MAX_LOCAL_WORKERS}; expected a plan on fewer devices (or --launcher ray on a cluster)"
+        )
+
+
+def available_backends() -> list[str]:
+    """The backends of :data:`BACKENDS` this machine's torch was built with (a CPU build has no NCCL)."""
+    if not dist.is_available():
+        return []
+    built = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available()}
+    return [name for name in BACKENDS if built[name]]
+
+
+def check_backend(backend: str, *, local: bool = False) -> None:
+    """Refuse a backend this machine's torch lacks, before any worker starts (a worker would fail with a
+    traceback when it joins the group); with ``local`` (workers on this machine), NCCL without a CUDA GPU too.
+
+    Raises:
+        ValueError: naming the backend and the backends available here.
+    """
+    available = available_backends()
+    if backend not in available:
+        raise ValueError(
+            f"backend {backend!r} is not available: this machine's torch {torch.__version__} was built without "
+            f"it; expected one of the backends available here: {', '.join(available) or 'none'}"
+        )
+    if local and backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError(
+            "backend 'nccl' runs one worker per CUDA GPU, and this machine has none; expected 'gloo' (workers "
+            "on CPUs) or a machine with GPUs"
         )
 
 

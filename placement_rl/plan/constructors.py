@@ -61,6 +61,8 @@ def device_groups(topology: DeviceTopology, devices: Sequence[str]) -> list[tupl
 
 
 def _device_names(topology: DeviceTopology, devices: Sequence[str] | None) -> list[str]:
+    if isinstance(devices, (str, bytes)):  # list("m0/gpu0") would be its letters
+        raise ValueError(f"devices = {devices!r}; expected a list of device names (one device: [{devices!r}])")
     names = [d.name for d in topology.devices] if devices is None else list(devices)
     for name in names:
         topology.device(name)
@@ -399,7 +401,7 @@ def zero(graph: OpGraph, plan: Plan, stage: int = 1) -> Plan:
         ValueError: for a stage outside :data:`~placement_rl.plan.core.ZERO_STAGES`, or an op of the
             plan that is not in ``graph``.
     """
-    if isinstance(stage, bool) or stage not in ZERO_STAGES:
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or stage not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage {stage!r}; expected one of {list(ZERO_STAGES)}")
     configs: dict[str, OpConfig] = {}
     for name, cfg in plan.configs.items():
@@ -430,15 +432,7 @@ def recompute(graph: OpGraph, plan: Plan, op_types: Collection[str] | str | None
         ValueError: for an op type that is neither in the taxonomy nor in the graph, an empty
             ``op_types``, or an op of the plan that is not in ``graph``.
     """
-    wanted: frozenset[str] | None = None
-    if op_types is not None:
-        wanted = frozenset((op_types,) if isinstance(op_types, str) else op_types)
-        if not wanted:
-            raise ValueError("op_types is empty; expected at least one op type, or None for every op")
-        known = set(OP_KINDS) | {op.op_type for op in graph.ops}
-        for op_type in sorted(wanted):
-            if op_type not in known:
-                raise UnknownNameError("op type (recompute)", op_type, known)
+    wanted = None if op_types is None else _op_types(graph, "op_types", op_types, "None for every op")
     configs: dict[str, OpConfig] = {}
     for name, cfg in plan.configs.items():
         op = graph.op(name)
@@ -807,7 +801,7 @@ def _check_megatron(
             f"virtual_stages = {virtual_stages} with schedule {schedule!r} and pp = {pp}; virtual stages need "
             "schedule 'interleaved' and pp >= 2"
         )
-    if isinstance(zero_stage, bool) or zero_stage not in ZERO_STAGES:
+    if isinstance(zero_stage, bool) or not isinstance(zero_stage, (int, np.integer)) or zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero_stage = {zero_stage!r}; expected one of {list(ZERO_STAGES)}")
     need = tp * pp * dp
     if devices is None:
@@ -980,7 +974,7 @@ def _recompute_ops(graph: OpGraph, recompute: MegatronRecompute, chunk_of: np.nd
         if recompute != "full":
             raise ValueError(
                 f"recompute = {recompute!r}; expected None, one of {list(MEGATRON_RECOMPUTE)}, or a collection of "
-                "op types"
+                f"op types (one op type: [{recompute!r}])"
             )
         keep = _residual_adds(graph)
         for t in graph.tensors:  # outputs that cross a stage boundary are kept (sent, not recomputed)
@@ -989,14 +983,36 @@ def _recompute_ops(graph: OpGraph, recompute: MegatronRecompute, chunk_of: np.nd
                 keep.add(i)
         inputs = {j for j, op in enumerate(graph.ops) if not graph.predecessors[j]}
         return set(range(graph.num_ops)) - keep - inputs, "full"
-    wanted = frozenset(recompute)
+    wanted = _op_types(graph, "recompute", recompute, f"None or one of {list(MEGATRON_RECOMPUTE)}", single=False)
+    return {j for j, op in enumerate(graph.ops) if op.op_type in wanted}, sorted(wanted)
+
+
+def _op_types(graph: OpGraph, key: str, value: object, otherwise: str, *, single: bool = True) -> frozenset[str]:
+    """The op types of a ``recompute`` argument: one type (a string, with ``single``) or a collection of
+    types, each in the taxonomy (:data:`~placement_rl.ops.OP_KINDS`) or the graph.
+
+    Raises:
+        ValueError: naming ``key`` and the value: a value of another type (a number, a mapping, bytes),
+            an item that is not a string, an empty collection, or an unknown op type.
+    """
+    expected = ("an op type or " if single else "") + f"a collection of op type names, or {otherwise}"
+    if isinstance(value, str) and single:
+        items: tuple[object, ...] = (value,)
+    elif isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Collection):
+        raise ValueError(f"{key} = {value!r}; expected {expected}")
+    else:
+        items = tuple(value)
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise ValueError(f"{key} = {value!r}: {bad[0]!r} is not an op type name; expected {expected}")
+    wanted = frozenset(str(item) for item in items)
     if not wanted:
-        raise ValueError("recompute is an empty collection; expected at least one op type, or None")
+        raise ValueError(f"{key} is empty; expected at least one op type, or {otherwise}")
     known = set(OP_KINDS) | {op.op_type for op in graph.ops}
     for op_type in sorted(wanted):
         if op_type not in known:
             raise UnknownNameError("op type (recompute)", op_type, known)
-    return {j for j, op in enumerate(graph.ops) if op.op_type in wanted}, sorted(wanted)
+    return wanted
 
 
 def megatron(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -204,9 +205,9 @@ def searchable_keys(cfg: TrainConfig) -> list[str]:
 
 
 def _check_domain(where: str, kind: str, values: list[Any]) -> None:
-    """A search domain's values: ranges ``[low, high]`` with ``low < high`` (``low > 0`` for ``loguniform``,
-    integers for ``randint``), finite numbers; ``choice`` / ``grid`` values free (each trial's config is
-    validated in full before it runs)."""
+    """A search domain's shape: ranges ``[low, high]`` with ``low < high`` (``low > 0`` for ``loguniform``,
+    integers for ``randint``), finite numbers. Whether a trial can run with the values is
+    :func:`check_search_values`'."""
     if kind not in ("uniform", "loguniform", "randint"):
         return
     if len(values) != 2:
@@ -221,6 +222,71 @@ def _check_domain(where: str, kind: str, values: list[Any]) -> None:
         raise SchemaError(f"{where}: expected low < high, got [{low}, {high}]")
     if kind == "loguniform" and low <= 0:
         raise SchemaError(f"{where}: expected 0 < low for a log-uniform domain, got [{low}, {high}]")
+
+
+#: A value that fails the trial config's check with the base's values of the other searched keys is tried
+#: with up to this many combinations of their candidate values (:func:`domain_candidates`) before it is refused
+#: (a value may be valid only beside another key's value, e.g. a minibatch size beside a larger batch).
+MAX_SWEEP_COMBINATIONS = 4096
+
+
+def domain_candidates(kind: str, values: Sequence[Any]) -> list[tuple[str, Any]]:
+    """The values of a search domain that stand for all its samples, each with what it is: every value of
+    a ``choice`` or ``grid``; a range's ends (``uniform`` and ``loguniform`` sample floats in ``[low, high]``;
+    ``randint`` integers in ``[low, high)``, so ``high - 1``). The fields' rules are ranges, so a range whose
+    ends pass passes throughout."""
+    if kind in ("choice", "grid"):
+        return [("value", v) for v in values]
+    low, high = values
+    if kind == "randint":
+        return [("low end", low), ("largest value (high - 1; randint excludes high)", high - 1)]
+    return [("low end", float(low)), ("high end", float(high))]
+
+
+def _trial_error(resolved: Mapping[str, Any], values: Mapping[str, Any]) -> str | None:
+    """Why a trial with ``values`` (dotted key -> value) set in the ``resolved`` base config cannot run;
+    ``None`` when its config passes :meth:`TrainConfig.from_dict`."""
+    config = copy.deepcopy(dict(resolved))
+    for key, value in values.items():
+        set_dotted(config, key, copy.deepcopy(value))
+    try:
+        TrainConfig.from_dict(config, where="trial")
+    except (SchemaError, ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def check_search_values(base: TrainConfig, search: Mapping[str, tuple[str, Sequence[Any]]], where: str) -> None:
+    """Refuse a sweep with a value no trial can run, before any trial starts: every value of a
+    ``choice`` / ``grid`` and both ends of a range (:func:`domain_candidates`) must pass the field's own
+    validation in the trial's config (:meth:`TrainConfig.from_dict`), beside the base's values of the
+    other searched keys or, failing that, some combination of their candidate values.
+
+    Raises:
+        SchemaError: naming the searched key, the domain, the bad value and the field's complaint.
+    """
+    resolved = base.to_dict()
+    candidates = {key: domain_candidates(kind, values) for key, (kind, values) in search.items()}
+    for key, (kind, _) in search.items():
+        others = [k for k in search if k != key]
+        for what, value in candidates[key]:
+            error = _trial_error(resolved, {key: value})
+            if error is None:
+                continue
+            combos = itertools.islice(itertools.product(*(candidates[k] for k in others)), MAX_SWEEP_COMBINATIONS)
+            if any(
+                _trial_error(resolved, {key: value, **{k: v for k, (_, v) in zip(others, combo, strict=True)}}) is None
+                for combo in combos
+            ):
+                continue
+            hint = ""
+            if kind in ("uniform", "loguniform") and float(value).is_integer():
+                if _trial_error(resolved, {key: int(value)}) is None:
+                    hint = f"; {kind} samples floats: for an integer field, expected randint or choice"
+            raise SchemaError(
+                f"{where}.search.{key}.{kind}: {what}: {value!r} is not a valid {key}, so no trial could run with "
+                f"it ({error}){hint}"
+            )
 
 
 def _merge(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -329,5 +395,6 @@ def load_sweep_config(path: str | Path, sets: Sequence[str] = ()) -> SweepConfig
             raise SchemaError(f"{where}.search.{key}.{kind}: expected a non-empty list, got {values!r}")
         _check_domain(f"{where}.search.{key}.{kind}", kind, values)
         search[str(key)] = (kind, tuple(values))
+    check_search_values(base, search, where)
     options = parse(SweepOptions, {k: v for k, v in data.items() if k not in ("base", "overrides", "search")}, where)
     return SweepConfig(base=base, search=search, options=options)

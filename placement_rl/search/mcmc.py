@@ -192,7 +192,8 @@ class MCMCResult:
             ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps, the
             proposals cut off (``cut_off``) and those whose schedule waits for itself (``deadlocks``).
         interrupted: the search was stopped by Ctrl-C (``KeyboardInterrupt``) before its budget was
-            spent; ``plan`` is the best found until then, the chains after the interrupted one did not run.
+            spent; ``plan`` is the best found until then, the chains after the interrupted one did not run
+            (chains run as Ray tasks: the best plan they had reported, :func:`partial_outcome`).
         search_s: seconds spent proposing, all chains together: what a seconds budget counts (the
             initial plans' simulations are not in it).
     """
@@ -246,7 +247,7 @@ def plan_cost(result: SimResult, oom_penalty: float) -> float:
 
 
 def initial_plan(
-    name: str,
+    name: str | Plan,
     graph: OpGraph,
     topology: DeviceTopology,
     space: SearchSpace,
@@ -254,7 +255,11 @@ def initial_plan(
     cost_model: CostModel | None = None,
 ) -> Plan:
     """One of FlexFlow's initial candidates, on the search space's devices (``cost_model`` judges
-    subset data parallelism's device groups)."""
+    subset data parallelism's device groups); a :class:`Plan` given as a candidate is itself (checked
+    against the graph and topology)."""
+    if isinstance(name, Plan):
+        name.validate(graph, topology)
+        return name
     if name == "data_parallel":
         return data_parallel(graph, topology, space.devices)
     if name == "expert":
@@ -268,7 +273,8 @@ def initial_plan(
     raise ValueError(f"initial candidate {name!r}; expected one of {list(ALL_CANDIDATES)}")
 
 
-Reporter = Callable[[int, float, float], None]
+#: ``report(proposals, best_cost_s, search_s)``, and with ``report_best`` the best plan so far (:func:`run_chain`).
+Reporter = Callable[..., None]
 
 #: Adaptive temperature: every ADAPT_WINDOW worse proposals the temperature multiplier moves by
 #: ADAPT_FACTOR toward the target rate of accepted worse proposals, within ADAPT_LIMITS.
@@ -283,7 +289,7 @@ def run_chain(
     budget: Budget,
     *,
     seed: int,
-    candidates: Sequence[str],
+    candidates: Sequence[str | Plan],
     beta: float,
     oom_penalty: float,
     space_options: dict[str, Any],
@@ -298,6 +304,7 @@ def run_chain(
     restart: int | None = None,
     started_at: float | None = None,
     interruptible: bool = False,
+    report_best: bool = False,
 ) -> dict[str, Any]:
     """One Markov chain over its initial candidates, each given an equal share of ``budget``.
 
@@ -308,7 +315,10 @@ def run_chain(
     has, marked ``interrupted`` (no configurations when it came before the first candidate was evaluated).
 
     ``report(proposals, best_cost_s, search_s)`` is called when the first candidate's search begins,
-    then about every 0.5 s and at the end; ``search_s`` counts only the seconds spent proposing.
+    then about every 0.5 s and at the end; ``search_s`` counts only the seconds spent proposing. With
+    ``report_best`` every report has a fourth value, the best plan so far as :func:`partial_outcome`
+    takes it (``None`` before a plan was evaluated): a chain run elsewhere (a Ray task) thus leaves its
+    best plan with the driver, which keeps it when Ctrl-C stops the search.
 
     Returns plain data (picklable, for Ray): the best op configurations, costs, counters, traces.
     """
@@ -339,6 +349,24 @@ def run_chain(
     restarts = 0  # returns of every replica to the best plan so far
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     interrupted = False
+
+    def post(search_s: float) -> None:
+        if report is None:
+            return
+        if not report_best:
+            report(proposals_made, best_cost, search_s)
+            return
+        best = None
+        if best_cfgs:
+            best = {
+                "configs": best_cfgs,
+                "pipeline": (best_pipeline.micro_batches, best_pipeline.schedule, best_pipeline.virtual_stages),
+                "cost_s": best_cost,
+                "initial_costs_s": dict(initial_costs),
+                "accepted": accepted,
+            }
+        report(proposals_made, best_cost, search_s, best)
+
     try:
         for name in candidates:
             plan = initial_plan(name, graph, topology, space, rng, ctx.cost)
@@ -347,7 +375,7 @@ def run_chain(
                 for _ in range(replicas)
             ]
             current = [sim.cost for sim in sims]
-            initial_costs[name] = current[0]
+            initial_costs[candidate_name(name)] = current[0]
             scale = beta / current[0] if current[0] > 0 else beta
             betas = [scale / beta_ratio**k for k in range(replicas)]  # replica 0 is the coldest
             if current[0] < best_cost:
@@ -355,8 +383,8 @@ def run_chain(
             start = searching_since = time.perf_counter()
             last_improvement = start
             steps = 0
-            if report is not None and name == candidates[0]:
-                report(proposals_made, best_cost, searched_s)
+            if name is candidates[0]:
+                post(searched_s)
             last_improvement_step = last_restart_step = 0
             while True:
                 now = time.perf_counter()
@@ -451,7 +479,7 @@ def run_chain(
                 best_trace.append(best_cost)
                 times.append(offset + time.perf_counter() - chain_start)
                 if report is not None and now - last_report > 0.5:
-                    report(proposals_made, best_cost, searched_s + now - start)
+                    post(searched_s + now - start)
                     last_report = now
             searched_s += time.perf_counter() - start
             searching_since = None
@@ -463,8 +491,7 @@ def run_chain(
             searched_s += time.perf_counter() - searching_since
         steps_traced = min(len(costs), len(best_trace), len(times))  # the interrupt may fall between appends
         del costs[steps_traced:], best_trace[steps_traced:], times[steps_traced:]
-    if report is not None:
-        report(proposals_made, best_cost, searched_s)
+    post(searched_s)
     stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
     if deadlocks:
         stats["deadlocks"] = deadlocks
@@ -602,7 +629,7 @@ def mcmc(
     seed: int = 0,
     beta: float = 50.0,
     oom_penalty: float = 10.0,
-    initial: Sequence[str] = EXTENDED_CANDIDATES,
+    initial: Sequence[str | Plan] = EXTENDED_CANDIDATES,
     cost_model: CostModel | None = None,
     delta: bool = True,
     cutoff: bool = True,
@@ -629,7 +656,8 @@ def mcmc(
         initial: initial candidates, spread round-robin over the chains: FlexFlow's ``data_parallel``,
             ``expert`` and ``random`` (:data:`INITIAL_CANDIDATES`, FlexFlow's own setting),
             ``subset_data_parallel`` and ``layerwise``; the default is the first four
-            (:data:`EXTENDED_CANDIDATES`), as in ``placement-rl plan``.
+            (:data:`EXTENDED_CANDIDATES`), as in ``placement-rl plan``; a :class:`Plan` among them is a
+            start of its own (``placement-rl plan`` adds the best plan of the methods it ran before MCMC).
         cost_model: the simulator's cost model.
         delta: evaluate proposals with delta simulation (same results, faster).
         cutoff: stop simulating a proposal once its makespan is certainly above the cost at which
@@ -660,10 +688,11 @@ def mcmc(
             never. The candidate still ends by FlexFlow's rule (half its share without improvement).
         interruptible: Ctrl-C (``KeyboardInterrupt``) ends the search early and the best plan found so
             far is returned, marked ``interrupted`` (the chains after the interrupted one do not run);
-            ``KeyboardInterrupt`` is raised only when no plan had been evaluated yet. Chains run by a
-            ``task_map`` other than the default are not interruptible (their plans are elsewhere). Off
-            by default: a caller that records results (``compare``) must not take a cut-short search
-            for a finished one.
+            ``KeyboardInterrupt`` is raised only when no plan had been evaluated yet. Chains run by
+            another ``task_map`` (Ray tasks) report their best plan with their progress (about every
+            0.5 s, :func:`run_chain`'s ``report_best``); Ctrl-C in the driver returns the best of those
+            reports (its traces empty, its counts those reported). Off by default: a caller that records
+            results (``compare``) must not take a cut-short search for a finished one.
         **space_options: passed to :class:`SearchSpace` (``max_partitions``, ``dim_kinds``, ``devices``).
 
     Returns:
@@ -685,14 +714,18 @@ def mcmc(
     if isinstance(beta_ratio, bool) or not isinstance(beta_ratio, (int, float)) or not beta_ratio > 1:
         raise ValueError(f"beta_ratio = {beta_ratio!r}; expected a number > 1")
     check_restart(restart)
-    bad = [c for c in initial if c not in ALL_CANDIDATES]
+    bad = [c for c in initial if not isinstance(c, Plan) and c not in ALL_CANDIDATES]
     if bad or not initial:
-        raise ValueError(f"initial candidates {list(initial)}; expected a non-empty subset of {list(ALL_CANDIDATES)}")
+        raise ValueError(
+            f"initial candidates {[candidate_name(c) for c in initial]}; expected a non-empty subset of "
+            f"{list(ALL_CANDIDATES)} (or plans to start from)"
+        )
     SearchSpace(graph, topology, **space_options)  # validate options before starting any chain
     options = {"beta": beta, "oom_penalty": oom_penalty, "space_options": space_options, "cost_model": cost_model,
                "delta": delta, "cutoff": cutoff, "proposals": proposals, "adaptive": adaptive,
                "tempering": tempering, "beta_ratio": beta_ratio, "restart": restart, "started_at": time.time(),
-               "interruptible": interruptible and task_map is None}  # fmt: skip
+               "interruptible": interruptible and task_map is None,
+               "report_best": interruptible and task_map is not None}  # fmt: skip
     args = [
         (graph, topology, budget, seed + k, cands, options) for k, cands in enumerate(chain_candidates(initial, chains))
     ]
@@ -701,16 +734,17 @@ def mcmc(
     total = (budget.proposals if budget.proposals is not None else budget.seconds or 0.0) * chains
     label = "mcmc" if chains == 1 else f"mcmc x{chains}"
     timed = budget.seconds is not None
+    remote_best = options["report_best"]  # chains elsewhere: their reports carry their best plans
     with Progress(total, f"{label}: simulating the initial plans", "proposal", enabled=progress, seconds=timed) as bar:
-        latest: dict[int, tuple[int, float, float]] = {}
+        latest: dict[int, tuple[Any, ...]] = {}
 
-        def report(chain: int, value: tuple[int, float, float]) -> None:
+        def report(chain: int, value: tuple[Any, ...]) -> None:
             if not latest:
                 bar.describe(label)
             latest[chain] = value
-            done = sum(p for p, _, _ in latest.values())
-            searched_s = sum(s for _, _, s in latest.values())
-            best_s = min(b for _, b, _ in latest.values())
+            done = sum(v[0] for v in latest.values())
+            searched_s = sum(v[2] for v in latest.values())
+            best_s = min(v[1] for v in latest.values())
             shown = (
                 {"proposals": done}
                 if not math.isfinite(best_s)
@@ -718,8 +752,39 @@ def mcmc(
             )
             bar.update_to(searched_s if timed else done, **shown)
 
-        outcomes = (task_map or _serial_until_interrupted)(_chain_task, args, report if progress else None)
+        try:
+            outcomes = (task_map or _serial_until_interrupted)(
+                _chain_task, args, report if progress or remote_best else None
+            )
+        except KeyboardInterrupt:
+            if not remote_best:
+                raise
+            # Ctrl-C in the driver: the chains' last reports hold their best plans (finish() raises
+            # KeyboardInterrupt again when none had reported one)
+            outcomes = [partial_outcome(v) for _, v in sorted(latest.items())]
     return finish(graph, topology, outcomes, time.perf_counter() - start, cost_model, oom_penalty)
+
+
+def partial_outcome(value: tuple[Any, ...]) -> dict[str, Any]:
+    """A chain's outcome (as :func:`run_chain` returns it) from its last report with ``report_best``
+    (``(proposals, best_cost_s, search_s, best)``), for a search interrupted before the chain returned:
+    its best plan and counts, no traces, marked ``interrupted``; no configurations when it reported no plan."""
+    proposals, best_cost_s, search_s, best = value
+    best = best or {}
+    return {
+        "configs": best.get("configs", []),
+        "pipeline": best.get("pipeline", (1, "1f1b", 1)),
+        "cost_s": best.get("cost_s", best_cost_s),
+        "initial_costs_s": best.get("initial_costs_s", {}),
+        "costs_s": np.zeros(0),
+        "best_costs_s": np.zeros(0),
+        "times_s": np.zeros(0),
+        "proposals": proposals,
+        "accepted": best.get("accepted", 0),
+        "search_s": search_s,
+        "stats": {},
+        "interrupted": True,
+    }
 
 
 def check_restart(restart: object) -> None:
@@ -745,7 +810,12 @@ def _serial_until_interrupted(
     return out
 
 
-def chain_candidates(initial: Sequence[str], chains: int) -> list[list[str]]:
+def candidate_name(candidate: str | Plan) -> str:
+    """How results name an initial candidate: its name, or a plan's ``plan:<its name>``."""
+    return f"plan:{candidate.name}" if isinstance(candidate, Plan) else candidate
+
+
+def chain_candidates(initial: Sequence[str | Plan], chains: int) -> list[list[str | Plan]]:
     """Initial candidates per chain: round-robin, every chain at least one."""
     return [[c for j, c in enumerate(initial) if j % chains == k] or [initial[k % len(initial)]] for k in range(chains)]
 
@@ -755,7 +825,7 @@ def _chain_task(
     topology: DeviceTopology,
     budget: Budget,
     seed: int,
-    candidates: list[str],
+    candidates: list[str | Plan],
     options: dict[str, Any],
     report: Callable[[tuple[int, float, float]], None] | None = None,
 ) -> dict[str, Any]:

@@ -230,32 +230,74 @@ Proposal = Changes | PipelineFields | Plan
 def parse_proposals(value: str | Mapping[str, float]) -> dict[str, float]:
     """Proposal weights from a kind, a mix name or a ``{kind: weight}`` mapping (normalized to sum 1).
 
+    A mix (:data:`MIXES`) or a mapping may also weigh other mixes by name: a mix stands for its own
+    normalized weights times its weight (``{"soap": 1, "block": 1}``: half FlexFlow's SOAP mix, half
+    ``block``), expanded until only kinds remain.
+
     Raises:
-        ValueError: an unknown kind or mix, or weights that are negative, not finite or all zero.
+        ValueError: an unknown kind or mix, a mix that names itself (directly or through other mixes:
+            the message names the cycle), or weights that are negative, not finite or all zero.
     """
     names = [*PROPOSAL_KINDS, *MIXES]
     if isinstance(value, str):
         if value in MIXES:
-            weights = dict(MIXES[value])
+            weights = _expand_mix(value, (value,))
         elif value in PROPOSAL_KINDS:
             weights = {value: 1.0}
         else:
             raise ValueError(f"proposals = {value!r}; expected one of {names} or a {{kind: weight}} mapping")
     elif isinstance(value, Mapping):
-        unknown = [k for k in value if k not in PROPOSAL_KINDS]
+        unknown = [k for k in value if k not in PROPOSAL_KINDS and k not in MIXES]
         if unknown:
-            raise ValueError(f"proposal kinds {unknown}; expected kinds among {list(PROPOSAL_KINDS)}")
-        weights = {}
-        for k, w in value.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-                raise ValueError(f"proposal weight {k} = {w!r}; expected a finite number >= 0")
-            weights[k] = float(w)
+            raise ValueError(
+                f"proposal kinds {unknown}; expected kinds among {list(PROPOSAL_KINDS)} (or mixes among {list(MIXES)})"
+            )
+        weights = _weigh(value, (), "proposal weight")
     else:
         raise ValueError(f"proposals = {value!r}; expected one of {names} or a {{kind: weight}} mapping")
     total = sum(weights.values())
     if total <= 0:
         raise ValueError(f"proposals = {value!r}; expected at least one kind with a weight > 0")
     return {k: w / total for k, w in weights.items() if w > 0}
+
+
+def _expand_mix(name: str, path: tuple[str, ...]) -> dict[str, float]:
+    """The weights of mix ``name`` over kinds only, normalized (``path``: the mixes being expanded, ``name`` last)."""
+    mix = MIXES[name]
+    if not isinstance(mix, Mapping):
+        raise ValueError(f"proposal mix {name!r} = {mix!r}; expected a {{kind or mix: weight}} mapping")
+    unknown = [k for k in mix if k not in PROPOSAL_KINDS and k not in MIXES]
+    if unknown:
+        raise ValueError(
+            f"proposal mix {name!r} names {unknown}; expected kinds among {list(PROPOSAL_KINDS)} or mixes among "
+            f"{list(MIXES)}"
+        )
+    weights = _weigh(mix, path, f"proposal mix {name!r}: weight")
+    total = sum(weights.values())
+    if total <= 0:
+        raise ValueError(f"proposal mix {name!r} = {dict(mix)!r}; expected at least one kind with a weight > 0")
+    return {k: w / total for k, w in weights.items()}
+
+
+def _weigh(mix: Mapping[str, float], path: tuple[str, ...], what: str) -> dict[str, float]:
+    """``mix``'s weights over kinds: its kinds as they are, its mixes expanded (refusing a cycle through ``path``)."""
+    weights: dict[str, float] = {}
+    for k, w in mix.items():
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"{what} {k} = {w!r}; expected a finite number >= 0")
+        if k in MIXES:
+            if k in path:
+                cycle = " -> ".join((*path[path.index(k) :], k))
+                raise ValueError(
+                    f"proposal mix {k!r} names itself ({cycle}); expected mixes defined by kinds and other mixes "
+                    "without a cycle"
+                )
+            if w > 0:
+                for kind, share in _expand_mix(k, (*path, k)).items():
+                    weights[kind] = weights.get(kind, 0.0) + float(w) * share
+        else:
+            weights[k] = weights.get(k, 0.0) + float(w)
+    return weights
 
 
 class Proposer:
