@@ -33,6 +33,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from placement_rl import calibrate, zoo
+from placement_rl.paths import output_file
 from placement_rl.sim.calibration import DEFAULT_CALIBRATION
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "h200"
@@ -55,15 +56,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cross-validate", action="store_true", help="leave-one-model-out fits")
     parser.add_argument("--json", default=None, help="also write every comparison and the tables here")
     args = parser.parse_args(argv)
+    try:
+        if args.json:
+            output_file(args.json, "--json")  # before minutes of work, not after them
+        calibrate.check_folder(args.data)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
     started = time.perf_counter()
-    data = calibrate.build_dataset(
-        args.data, profile_models=zoo.names(), progress=lambda line: print(line, file=sys.stderr, flush=True)
-    )
+    try:
+        data = calibrate.build_dataset(
+            args.data, profile_models=zoo.names(), progress=lambda line: print(line, file=sys.stderr, flush=True)
+        )
+    except (ValueError, FileNotFoundError) as exc:  # a malformed folder: the error names the file and line
+        parser.error(str(exc))
     cal = DEFAULT_CALIBRATION
     if args.refit:
-        cal, figures = calibrate.fit(data)
+        cal, figures = calibrate.fit(data, progress=True)
         print(f"refitted: {figures}", file=sys.stderr)
-    comparisons = calibrate.compare(data, cal, ("roofline", "calibrated", "profiled"))
+    comparisons = calibrate.compare(data, cal, ("roofline", "calibrated", "profiled"), progress=True)
     table = calibrate.error_table(comparisons)
     print(
         f"{len(data.measurements)} measured iterations on {data.device.device_type} ({args.data}); "
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         models = sorted({m.model for m in data.measurements})
         for model in models:
             fit_data = calibrate.subset(data, exclude=model)
-            left_cal, _ = calibrate.fit(fit_data, name=f"without-{model}")
+            left_cal, _ = calibrate.fit(fit_data, name=f"without-{model}", progress=True)
             held += calibrate.compare(calibrate.subset(data, only=model), left_cal, ("calibrated",))
             print(f"  fitted without {model}", file=sys.stderr, flush=True)
         cv = calibrate.error_table(held)
@@ -103,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         report["cross_validation"] = cv
     print(f"\n(wall {time.perf_counter() - started:.0f} s)")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 

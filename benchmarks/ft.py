@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
         _, model, method, mc, tol = argv
         print(json.dumps(_one(model, method, int(mc) or None, float(tol))))
         return
+    from placement_rl.cli.common import calibration_spec
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["time", "estimate", "devices"])
     parser.add_argument("--models", default="rnnlm,transformer,wideresnet")
@@ -281,8 +283,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--calibration",
+        type=calibration_spec,
         default="default",
-        help="estimate: the GPU model of FT and the simulator: default (calibrated, host lanes) or roofline",
+        help="estimate: the GPU model of FT and the simulator: default (calibrated, host lanes), roofline or a "
+        "calibration .json (placement-rl calibrate --out FILE)",
     )
     parser.add_argument(
         "--instances", default="alexnet:mixed-10g,vgg16:tag-cloud,alexnet:8x1-10g", help="devices: model:cluster pairs"

@@ -23,7 +23,8 @@ the paper ran it and simulated with the project's ordinary cost model:
   these rail-optimized clusters);
 * the cost model: mixed precision (``bf16-mixed``: the A100's FP16 and BF16 peaks are equal), the
   shipped GPU calibration (fitted to an H200, carried to the A100 by its datasheet peaks), or
-  ``--calibration FILE`` (``placement-rl calibrate --out FILE``); nothing is fitted to any row.
+  ``--calibration FILE`` (``placement-rl calibrate --out FILE``; ``roofline``: the flat roofline);
+  nothing is fitted to any row.
 
 Throughput per GPU uses the paper's FLOP count (its Eq. 3, with recomputation:
 :func:`placement_rl.zoo.gpt.paper_flops`) over the simulated iteration time, as the paper reports it.
@@ -35,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
 
 from placement_rl import zoo
+from placement_rl.cli.common import CALIBRATION_HELP, calibration, calibration_spec
 from placement_rl.plan import megatron
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.replicas import simulate_replica
@@ -141,18 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-size", type=int, default=1, help="sequences per micro-batch (default 1)")
     parser.add_argument("--virtual-stages", type=int, default=1, help="interleaved stages per GPU group (default 1)")
     parser.add_argument("--max-tasks", type=int, default=DEFAULT_MAX_TASKS, help="skip rows needing more tasks")
-    parser.add_argument(
-        "--calibration", default=None, help="a calibration JSON (placement-rl calibrate --out) for the shipped one"
-    )
+    parser.add_argument("--calibration", type=calibration_spec, default="default", help=CALIBRATION_HELP)
     args = parser.parse_args(argv)
-    cost = CostModel(precision="bf16-mixed")
-    if args.calibration:
-        from placement_rl.calibrate import read_calibration
-
-        cost = CostModel(precision="bf16-mixed", calibration=read_calibration(args.calibration))
+    cost = CostModel(precision="bf16-mixed", calibration=calibration(args.calibration))
     rows = MEGATRON_TABLE1
     if args.rows:
-        wanted = {float(x) for x in args.rows.split(",")}
+        try:
+            wanted = {float(x) for x in args.rows.split(",")}
+        except ValueError:
+            wanted = {math.nan}
+        if not all(math.isfinite(x) for x in wanted):
+            parser.error(f"--rows: {args.rows!r}; expected comma-separated sizes in billions of parameters, of "
+                         f"{[r.params_b for r in MEGATRON_TABLE1]}")  # fmt: skip
         rows = tuple(r for r in rows if r.params_b in wanted)
         missing = wanted - {r.params_b for r in rows}
         if missing:
@@ -160,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{[r.params_b for r in MEGATRON_TABLE1]}")  # fmt: skip
     if args.micro_batch_size < 1 or args.virtual_stages < 1:
         parser.error("--micro-batch-size and --virtual-stages must be positive integers")
+    if args.max_tasks < 1:
+        parser.error(f"--max-tasks {args.max_tasks}; expected a positive number of tasks")
     if not args.json:
         print(f"{'params':>8} {'GPUs':>5} {'t':>2} {'p':>3} {'d':>3} {'m':>5} {'published':>9} {'simulated':>9} "
               f"{'ratio':>6}  note")  # fmt: skip

@@ -15,6 +15,12 @@ writes the same files on any GPU machine):
   files say nothing, so a file name containing ``bf16`` is ``bf16-mixed`` and others ``fp32``).
 * ``topology_*.json``: the one-GPU topology (its device's datasheet peaks and bandwidth).
 
+Every row is checked before any work (:func:`load_measurements`): a JSON object with ``model`` (a
+zoo model), ``mode``, a whole ``batch`` >= 1 and a finite ``iteration_ms`` of at least
+:data:`MIN_ITERATION_S` (1 us: no measured iteration is shorter); a bad row is a ``SchemaError``
+naming the file, the line, the model and the field. A fit takes at most :data:`MAX_MEASUREMENTS`
+rows (every evaluation of the fit simulates each of them) and refuses more, naming the count.
+
 **Model of the measurement.** A single-device plan is simulated as the simulator does it (program
 order on one stream, the host lane issuing each task, :mod:`placement_rl.sim.simulator`), which on
 one device reduces to: the host issues task ``i`` by ``I_i = h_1 + ... + h_i`` and the GPU ends it at
@@ -53,8 +59,17 @@ import numpy as np
 
 from placement_rl.errors import SchemaError
 from placement_rl.graph import OpGraph
+from placement_rl.io import read_user_text
 from placement_rl.ops import Family, op_kind
-from placement_rl.sim.calibration import COMPUTE_CLASSES, HOST_GROUPS, Calibration, Curve, host_group
+from placement_rl.sim.calibration import (
+    COMPUTE_CLASSES,
+    HOST_GROUPS,
+    MAX_SECONDS,
+    MIN_FRACTION,
+    Calibration,
+    Curve,
+    host_group,
+)
 from placement_rl.sim.cost import CostModel, ProfileTable
 from placement_rl.topology import Device, DeviceTopology
 
@@ -71,6 +86,17 @@ MODE_PRECISIONS: dict[str, str] = {
     "bf16": "bf16-mixed",
     "bf16_cuda_graph": "bf16-mixed",
 }
+#: The files of measured iterations a data folder may hold (module docstring).
+MEASUREMENT_FILES: tuple[str, ...] = (
+    "iterations.jsonl",
+    "iterations_shard_batches.jsonl",
+    "iterations_cuda_graphs.jsonl",
+)
+#: The shortest iteration a row may report: 1 us (a GPU kernel alone takes a few): shorter is no measurement.
+MIN_ITERATION_S = 1e-6
+#: The most measured iterations one fit takes (10x the H200 data's 101): every evaluation of the fit (it
+#: makes thousands) simulates each of them, and each distinct (model, batch) is a graph built and kept.
+MAX_MEASUREMENTS = 1000
 #: Modes measured with TF32 off everywhere: convolutions on CUDA cores, as on a GPU without TF32 (the
 #: device is taken without its TF32 peak, so the ``conv/simt`` curve is what times them).
 NO_TF32_MODES = frozenset({"fp32"})
@@ -129,46 +155,133 @@ class Dataset:
     profiles: dict[str, ProfileTable] = field(default_factory=dict)  # precision -> the folder's profile
 
 
-def load_measurements(folder: str | os.PathLike[str], models: Iterable[str] | None = None) -> list[Measurement]:
-    """The measured iterations in ``folder`` (see the module docstring), optionally only of ``models``."""
-    folder = Path(folder)
+def load_measurements(
+    folder: str | os.PathLike[str],
+    models: Iterable[str] | None = None,
+    max_measurements: int | None = MAX_MEASUREMENTS,
+) -> list[Measurement]:
+    """The measured iterations in ``folder`` (see the module docstring), optionally only of ``models``.
+
+    Every row is checked before any is used: a JSON object with a ``model`` name, a ``mode`` (rows of
+    other modes and rows with an ``error`` are skipped), a whole ``batch`` >= 1 and a finite
+    ``iteration_ms`` of at least :data:`MIN_ITERATION_S`.
+
+    Raises:
+        FileNotFoundError: when ``folder`` does not exist or holds no row of a fitted mode.
+        SchemaError: naming the file, the line, the row's model and the field of a bad row, or the folder
+            when it has more than ``max_measurements`` rows to fit (``None``: no bound).
+    """
+    folder = check_folder(folder)
     wanted = set(models) if models is not None else None
     found: list[Measurement] = []
-    for name in ("iterations.jsonl", "iterations_shard_batches.jsonl", "iterations_cuda_graphs.jsonl"):
+    for name in MEASUREMENT_FILES:
         path = folder / name
         if not path.exists():
             continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = read_user_text(path, "JSON Lines")
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SchemaError(f"{path}:{n}: not JSON ({exc.msg})") from None
-            if "error" in row or row.get("mode") not in MODE_PRECISIONS:
-                continue
-            if wanted is not None and row["model"] not in wanted:
-                continue
-            try:
-                ms = float(row["iteration_ms"])
-                batch = int(row["batch"])
-            except (KeyError, TypeError, ValueError):
-                raise SchemaError(f"{path}:{n}: expected 'iteration_ms' and 'batch', got {sorted(row)}") from None
-            mode = "cuda_graphs" if row["mode"].endswith("cuda_graph") else "eager"
-            found.append(
-                Measurement(
-                    row["model"],
-                    batch,
-                    MODE_PRECISIONS[row["mode"]],
-                    mode,
-                    ms / 1e3,
-                    f"{name}:{n}",
-                    tf32=row["mode"] not in NO_TF32_MODES,
-                )
-            )
+            m = _measurement(line, f"{path}:{n}", f"{name}:{n}")
+            if m is not None and (wanted is None or m.model in wanted):
+                found.append(m)
     if not found:
-        raise FileNotFoundError(f"{folder}: no iterations*.jsonl with modes {sorted(MODE_PRECISIONS)}")
+        raise FileNotFoundError(
+            f"{str(folder)!r}: no rows of modes {sorted(MODE_PRECISIONS)} in {', '.join(MEASUREMENT_FILES)}"
+            + (f" of models {sorted(wanted)}" if wanted is not None else "")
+        )
+    if max_measurements is not None and len(found) > max_measurements:
+        raise SchemaError(
+            f"{str(folder)!r}: {len(found):,} measured iterations to fit; expected at most {max_measurements:,} "
+            "(every evaluation of the fit simulates each one): fit fewer rows or fewer models"
+        )
     return found
+
+
+def check_zoo_models(folder: str | os.PathLike[str], measurements: Sequence[Measurement]) -> None:
+    """Refuse a measurement of a model the zoo does not have, naming its row (before any graph is built)."""
+    from placement_rl import zoo
+
+    known = set(zoo.names())
+    for m in measurements:
+        if m.model not in known:
+            names = ", ".join(sorted(known))
+            raise SchemaError(f"{Path(folder) / m.source}: unknown model {m.model!r}; expected a zoo model: {names}")
+
+
+def check_folder(folder: str | os.PathLike[str]) -> Path:
+    """``folder`` as a :class:`~pathlib.Path`, if it is a folder (a ``FileNotFoundError`` or ``SchemaError`` if not)."""
+    path = Path(folder)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no such folder: {str(path)!r}; expected a folder of measurements (iterations*.jsonl, topology_*.json)"
+        )
+    if not path.is_dir():
+        raise SchemaError(
+            f"{str(path)!r} is a file; expected a folder of measurements (iterations*.jsonl, topology_*.json)"
+        )
+    return path
+
+
+def _measurement(line: str, where: str, source: str) -> Measurement | None:
+    """One row of an ``iterations*.jsonl`` file (``where``: ``path:line``), or ``None`` for a row not fitted."""
+    try:  # NaN and Infinity parse (a diverged loss is written so): the fields fitted are checked below
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{where}: not JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # an integer too long to convert, nesting too deep
+        raise SchemaError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(row, dict):
+        raise SchemaError(
+            f"{where}: expected a JSON object (one measured iteration: model, mode, batch, iteration_ms), "
+            f"got a JSON {_json_type(row)}"
+        )
+    if "error" in row:  # a measurement that failed (out of memory, ...): nothing to fit
+        return None
+    model = row.get("model")
+    if not isinstance(model, str) or not model:
+        got = "no 'model'" if "model" not in row else f"model = {model!r}"
+        raise SchemaError(f"{where}: {got}; expected the name of the measured model (a string)")
+    mode = row.get("mode")
+    if not isinstance(mode, str):
+        got = "no 'mode'" if "mode" not in row else f"mode = {mode!r}"
+        raise SchemaError(f"{where} (model {model!r}): {got}; expected a string such as {sorted(MODE_PRECISIONS)}")
+    if mode not in MODE_PRECISIONS:  # another measurement mode (tf32, compiled, ...): not fitted
+        return None
+    batch = row.get("batch")
+    if isinstance(batch, float) and batch.is_integer():
+        batch = int(batch)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        got = "no 'batch'" if "batch" not in row else f"batch = {batch!r}"
+        raise SchemaError(f"{where} (model {model!r}): {got}; expected a whole number of samples >= 1")
+    ms = row.get("iteration_ms")
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms / 1e3 < MIN_ITERATION_S:
+        got = "no 'iteration_ms'" if "iteration_ms" not in row else f"iteration_ms = {ms!r}"
+        raise SchemaError(
+            f"{where} (model {model!r}): {got}; expected a finite time of at least {MIN_ITERATION_S * 1e3:g} ms"
+        )
+    return Measurement(
+        model,
+        batch,
+        MODE_PRECISIONS[mode],
+        "cuda_graphs" if mode.endswith("cuda_graph") else "eager",
+        float(ms) / 1e3,
+        source,
+        tf32=mode not in NO_TF32_MODES,
+    )
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type name of a parsed value."""
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return "number"
 
 
 def without_tf32(topology: DeviceTopology) -> DeviceTopology:
@@ -182,7 +295,7 @@ def without_tf32(topology: DeviceTopology) -> DeviceTopology:
 
 def load_topology(folder: str | os.PathLike[str]) -> DeviceTopology:
     """The one-device topology (``topology_*.json``) the data in ``folder`` was measured on."""
-    tops = sorted(Path(folder).glob("topology_*.json"))
+    tops = sorted(check_folder(folder).glob("topology_*.json"))
     if not tops:
         raise FileNotFoundError(f"{folder}: no topology_*.json (the one-GPU topology the data was measured on)")
     topology = DeviceTopology.from_json(tops[0])
@@ -314,24 +427,26 @@ _HOST_KEYS: tuple[tuple[str, int], ...] = tuple((g, d) for g in HOST_GROUPS for 
 def _unpack(
     x: np.ndarray, classes: Sequence[str], families: Sequence[str], name: str, backward_ramp: bool = False
 ) -> tuple[Calibration, tuple[float, float, float, float]]:
+    # Figures are kept within the calibration's physical bounds (MIN_FRACTION, MAX_SECONDS), so that every
+    # calibration the fit writes reads back; the fitted figures lie far inside them.
     k = 0
 
-    def frac() -> float:
+    def frac(least: float = MIN_FRACTION) -> float:
         nonlocal k
         k += 1
-        return float(1.0 / (1.0 + math.exp(-min(max(x[k - 1], -30.0), 30.0))))
+        return max(float(1.0 / (1.0 + math.exp(-min(max(x[k - 1], -30.0), 30.0)))), least)
 
     def pos() -> float:
         nonlocal k
         k += 1
-        return float(math.exp(min(max(x[k - 1], -60.0), 10.0)))
+        return min(float(math.exp(min(max(x[k - 1], -60.0), 10.0))), MAX_SECONDS)
 
     def compute_curve() -> Curve:
         fraction, half, backward = frac(), pos(), frac()
         return Curve(fraction, half, backward, pos() if backward_ramp else half)
 
     compute = {c: compute_curve() for c in classes}
-    serial = {c: frac() for c in classes}
+    serial = {c: frac(0.0) for c in classes}
     memory = Curve(frac(), pos(), frac())
     by_family = {f: Curve(frac(), pos(), frac()) for f in families}
     kernel = (pos(), pos())
@@ -381,6 +496,7 @@ def build_dataset(
     with_profiles: bool = True,
     profile_models: Iterable[str] = (),
     progress: Callable[[str], None] | None = None,
+    max_measurements: int | None = MAX_MEASUREMENTS,
 ) -> Dataset:
     """Read ``folder`` and turn every measurement and profile entry into task features.
 
@@ -395,6 +511,7 @@ def build_dataset(
             elsewhere, are not read. Left-out cross-validation drops an op's entries only when the
             left-out model has that op.
         progress: called with a line per graph built.
+        max_measurements: the most measured iterations accepted (:func:`load_measurements`; ``None``: no bound).
     """
     from placement_rl import zoo
 
@@ -411,11 +528,18 @@ def build_dataset(
             graphs[(model, batch)] = load(model, batch)
         return graphs[(model, batch)]
 
-    for m in load_measurements(folder, models):
+    measurements = load_measurements(folder, models, max_measurements)
+    if graph_loader is None:
+        check_zoo_models(folder, measurements)
+    for m in measurements:
         cost = CostModel(precision=m.precision, optimizer="sgd")
         data.measurements.append(m)
         measured_on = device if m.tf32 else without_tf32(topology).devices[0]
-        data.tasks.append(graph_tasks(graph(m.model, m.batch), measured_on, cost))
+        try:
+            measured_graph = graph(m.model, m.batch)
+        except ValueError as exc:  # an unknown model, a batch the model cannot take
+            raise SchemaError(f"{Path(folder) / m.source} (model {m.model!r}, batch {m.batch}): {exc}") from None
+        data.tasks.append(graph_tasks(measured_graph, measured_on, cost))
     if with_profiles:
         for model in profile_models:
             full = zoo.spec(model).default_batch_size
@@ -503,14 +627,43 @@ def fit(
     max_evaluations: int = 4000,
     prior_weight: float = 0.05,
     backward_ramp: bool = False,
+    progress: bool = False,
 ) -> tuple[Calibration, dict[str, Any]]:
     """Fit a :class:`Calibration` to ``data`` (module docstring). Returns it and the fit's figures.
 
     ``backward_ramp`` also fits each compute class a backward ramp of its own
     (:attr:`~placement_rl.sim.calibration.Curve.backward_half_s`; default: one ramp for both
-    directions, as the shipped calibration was fitted).
+    directions, as the shipped calibration was fitted). ``progress`` shows a bar on stderr counting
+    the evaluations of the residuals (each simulates every measured iteration) with the current cost.
+
+    Raises:
+        ValueError: for a weight that is not a finite number >= 0, ``max_evaluations`` < 1, no
+            measurement, or a measured time that is not finite and at least :data:`MIN_ITERATION_S`
+            (naming its row).
     """
+    for label, w in (("profile_weight", profile_weight), ("prior_weight", prior_weight)):
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"{label} = {w!r}; expected a finite weight >= 0")
+    if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) or max_evaluations < 1:
+        raise ValueError(f"max_evaluations = {max_evaluations!r}; expected a whole number >= 1")
+    if not data.measurements:
+        raise ValueError("no measured iterations to fit; expected at least one")
+    for m in data.measurements:
+        if not (math.isfinite(m.iteration_s) and m.iteration_s >= MIN_ITERATION_S):
+            raise ValueError(
+                f"{m.source} (model {m.model!r}): iteration_s = {m.iteration_s!r}; expected a finite time of at "
+                f"least {MIN_ITERATION_S:g} s"
+            )
+    bad = np.flatnonzero(~(np.isfinite(data.profile_seconds) & (data.profile_seconds > 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"{data.profile_sources[i] if i < len(data.profile_sources) else 'profile'}: op time "
+            f"{float(data.profile_seconds[i])!r} s; expected a finite time > 0"
+        )
     from scipy.optimize import least_squares
+
+    from placement_rl.progress import Progress
 
     classes = [
         c
@@ -528,9 +681,13 @@ def fit(
     modes = [m.execution_mode for m in data.measurements]
     weight = math.sqrt(profile_weight)
 
+    bar = Progress(None, f"fitting {len(measured)} iterations", "evaluation", enabled=progress, leave=False)
+
     def residuals(x: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", divide="ignore"):
-            return _residuals(x)
+            r = _residuals(x)
+        bar.advance(1, cost=f"{0.5 * float(r @ r):.4g}")
+        return r
 
     def _residuals(x: np.ndarray) -> np.ndarray:
         cal, sync = _unpack(x, classes, families, name, backward_ramp)
@@ -547,7 +704,10 @@ def fit(
         parts.append(prior_weight * (x - x0))  # a weak pull to the generic start: figures no data decides stay sane
         return np.concatenate(parts)
 
-    result = least_squares(residuals, x0, method="trf", max_nfev=max_evaluations, x_scale="jac", ftol=1e-10, xtol=1e-10)
+    with bar:
+        result = least_squares(
+            residuals, x0, method="trf", max_nfev=max_evaluations, x_scale="jac", ftol=1e-10, xtol=1e-10
+        )
     cal, _ = _unpack(result.x, classes, families, name, backward_ramp)
     errors = [
         abs(iteration_seconds(cal, t, mode) / m - 1.0) for t, mode, m in zip(data.tasks, modes, measured, strict=True)
@@ -574,8 +734,9 @@ def read_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read a ``placement_rl.calibration`` JSON file (errors name the file and the field)."""
     from placement_rl.io import read_json
 
+    document = read_json(path)  # its errors name the file already
     try:
-        return Calibration.from_dict(read_json(path))
+        return Calibration.from_dict(document)
     except SchemaError as exc:
         raise SchemaError(f"{path}: {exc}") from None
 
@@ -595,34 +756,49 @@ class Comparison:
         return self.simulated_s / self.measurement.iteration_s - 1.0
 
 
-def compare(data: Dataset, calibration: Calibration, cost_models: Sequence[str] = ("calibrated",)) -> list[Comparison]:
+def compare(
+    data: Dataset, calibration: Calibration, cost_models: Sequence[str] = ("calibrated",), progress: bool = False
+) -> list[Comparison]:
     """Simulate every measurement's single-device plan under each named cost model.
 
     ``roofline``: the flat efficiency table, no host; ``calibrated``: ``calibration``; ``profiled``:
     ``calibration`` with the folder's profile of the measurement's precision (a synchronized
     profile's round trip removed, :meth:`CostModel._profiled`). The execution mode is the
-    measurement's (``cuda_graphs`` for captured iterations).
+    measurement's (``cuda_graphs`` for captured iterations). ``progress`` shows a bar over the
+    measurements on stderr.
     """
-    from placement_rl.plan import constructors
-    from placement_rl.sim.simulator import simulate
+    from placement_rl.progress import Progress
 
     out: list[Comparison] = []
     strict = without_tf32(data.topology)
-    for m in data.measurements:
-        topology = data.topology if m.tf32 else strict
-        graph = data.graphs[(m.model, m.batch)]
-        plan = constructors.single_device(graph, topology)
-        for name in cost_models:
-            if name == "profiled" and (m.precision not in data.profiles or not m.tf32):
-                continue
-            cost = CostModel(
-                precision=m.precision,
-                optimizer="sgd",
-                execution_mode=m.execution_mode,
-                calibration=None if name == "roofline" else calibration,
-                profile=data.profiles[m.precision] if name == "profiled" else None,
-            )
-            out.append(Comparison(m, name, simulate(graph, topology, plan, cost).makespan_s))
+    with Progress(len(data.measurements), "simulating", "iteration", enabled=progress, leave=False) as bar:
+        for m in data.measurements:
+            out += _compare_one(data, m, data.topology if m.tf32 else strict, calibration, cost_models)
+            bar.advance()
+    return out
+
+
+def _compare_one(
+    data: Dataset, m: Measurement, topology: DeviceTopology, calibration: Calibration, cost_models: Sequence[str]
+) -> list[Comparison]:
+    """One measurement simulated under each of ``cost_models`` (:func:`compare`)."""
+    from placement_rl.plan import constructors
+    from placement_rl.sim.simulator import simulate
+
+    graph = data.graphs[(m.model, m.batch)]
+    plan = constructors.single_device(graph, topology)
+    out: list[Comparison] = []
+    for name in cost_models:
+        if name == "profiled" and (m.precision not in data.profiles or not m.tf32):
+            continue
+        cost = CostModel(
+            precision=m.precision,
+            optimizer="sgd",
+            execution_mode=m.execution_mode,
+            calibration=None if name == "roofline" else calibration,
+            profile=data.profiles[m.precision] if name == "profiled" else None,
+        )
+        out.append(Comparison(m, name, simulate(graph, topology, plan, cost).makespan_s))
     return out
 
 

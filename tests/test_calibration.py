@@ -205,7 +205,7 @@ def test_the_fit_recovers_a_known_calibration(tmp_path: Path, zoo_graph) -> None
 def test_bad_measurement_files_name_the_line(tmp_path: Path) -> None:
     folder = _folder(tmp_path, [])
     (folder / "iterations.jsonl").write_text('{"model": "lenet", "mode": "default", "batch": 8}\nnot json\n')
-    with pytest.raises(SchemaError, match=r"iterations\.jsonl:1: expected 'iteration_ms' and 'batch'"):
+    with pytest.raises(SchemaError, match=r"iterations\.jsonl:1 \(model 'lenet'\): no 'iteration_ms'; expected a"):
         calibrate.load_measurements(folder)
     (folder / "iterations.jsonl").write_text(
         '{"model": "lenet", "mode": "default", "batch": 8, "iteration_ms": 1}\n{\n'
@@ -213,7 +213,7 @@ def test_bad_measurement_files_name_the_line(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match=r"iterations\.jsonl:2: not JSON"):
         calibrate.load_measurements(folder)
     (folder / "iterations.jsonl").write_text("")
-    with pytest.raises(FileNotFoundError, match="no iterations"):
+    with pytest.raises(FileNotFoundError, match=r"no rows of modes \['bf16', .*\] in iterations\.jsonl"):
         calibrate.load_measurements(folder)
 
 

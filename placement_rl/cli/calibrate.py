@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -20,7 +21,11 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         if not args.json:
             print(line, file=sys.stderr, flush=True)
 
-    say(f"reading {args.data} and building the measured models' graphs")
+    # every row is checked before any work, and before anything is said (a bad row is the one line printed)
+    rows = calibrate.load_measurements(args.data, args.models)
+    calibrate.check_zoo_models(args.data, rows)
+    calibrate.load_topology(args.data)
+    say(f"read {len(rows)} measured iterations from {args.data}; building the measured models' graphs")
     data = calibrate.build_dataset(
         args.data, models=args.models, profile_models=profile_models(args.profile_models), progress=say
     )
@@ -29,11 +34,17 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         f"times on {data.device.device_type}"
     )
     cal, figures = calibrate.fit(
-        data, profile_weight=args.profile_weight, name=args.name, backward_ramp=args.backward_ramp
+        data,
+        profile_weight=args.profile_weight,
+        name=args.name,
+        backward_ramp=args.backward_ramp,
+        progress=not args.json,
     )
+    say(f"simulating the {len(data.measurements)} measured iterations under each cost model")
     if args.out:
         calibrate.write_calibration(args.out, cal)
-    table = calibrate.error_table(calibrate.compare(data, cal, ("roofline", "calibrated", "profiled")))
+    comparisons = calibrate.compare(data, cal, ("roofline", "calibrated", "profiled"), progress=not args.json)
+    table = calibrate.error_table(comparisons)
     if args.json:
         print_json({"out": args.out, "fit": figures, "errors": table, "calibration": cal.to_dict()})
         return
@@ -58,6 +69,17 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         print(f"  wrote {args.out}; use it with --calibration {args.out}")
 
 
+def weight(text: str) -> float:
+    """A fit weight: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number >= 0")
+    return value
+
+
 def profile_models(spec: str) -> list[str]:
     """``zoo`` (every zoo model), ``none`` or a comma-separated list of zoo models."""
     from placement_rl import zoo
@@ -75,17 +97,23 @@ def profile_models(spec: str) -> list[str]:
 
 def add_commands(sub: Any) -> None:
     """Add this module's commands to the ``placement-rl`` sub-parsers."""
+    from placement_rl.calibrate import MAX_MEASUREMENTS, MIN_ITERATION_S
+
     p = sub.add_parser(
         "calibrate",
         parents=[json_parser()],
         help="fit the analytic GPU model (efficiency curves, kernel floor, host) to measured iterations",
+        description="Fit the analytic GPU model to measured iterations of one GPU. Shows its progress on stderr "
+        f"(not with --json). Takes at most {MAX_MEASUREMENTS:,} measured iterations (rows of iterations*.jsonl "
+        "of the fitted modes) and refuses more, naming the count: each evaluation of the fit simulates every one.",
     )
     p.add_argument(
         "--data",
         type=path,
         required=True,
         help="a folder of measurements: iterations*.jsonl, profile_*.json, topology_*.json (as written by "
-        "'placement-rl fidelity --cluster gpu')",
+        f"'placement-rl fidelity --cluster gpu'); at most {MAX_MEASUREMENTS:,} rows, each a JSON object with "
+        f"model, mode, a whole batch >= 1 and a finite iteration_ms >= {MIN_ITERATION_S * 1e3:g}",
     )
     p.add_argument(
         "--out", type=path, default=None, help="write the calibration (JSON); then --calibration OUT anywhere"
@@ -94,7 +122,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--name", default="fitted", help="the calibration's name (default 'fitted')")
     p.add_argument(
         "--profile-weight",
-        type=float,
+        type=weight,
         default=0.1,
         help="weight of each profiled op time against a whole iteration's (default 0.1; 0 ignores profiles)",
     )

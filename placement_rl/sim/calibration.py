@@ -49,11 +49,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from placement_rl.errors import SchemaError
-from placement_rl.io import as_float, check_header, check_keys
-from placement_rl.ops import op_kind
+from placement_rl.io import as_float, as_str, check_header, check_keys
+from placement_rl.ops import Family, op_kind
 
 CALIBRATION_FORMAT = "placement_rl.calibration"
 
@@ -65,6 +65,22 @@ CORES: tuple[str, ...] = ("simt", "tensor")
 COMPUTE_CLASSES: tuple[str, ...] = tuple(f"{f}/{c}" for f in COMPUTE_FAMILIES for c in CORES)
 #: Host groups: the keys of :attr:`Calibration.host_s` (``update``: per parameter tensor of the optimizer step).
 HOST_GROUPS: tuple[str, ...] = ("layer", "pointwise", "view", "update")
+#: Op families that may have a bandwidth curve of their own (the keys of :attr:`Calibration.memory_by_family`):
+#: every family but ``input`` (graph inputs and constants run no kernel).
+MEMORY_FAMILIES: tuple[str, ...] = tuple(f for f in get_args(Family) if f != "input")
+#: Keys of :attr:`Calibration.notes` the cost model reads: ``(forward, backward)`` seconds of a synchronized
+#: profile's round trip (:meth:`placement_rl.sim.cost.CostModel._profiled`); other notes are free-form.
+SYNC_NOTES: tuple[str, ...] = ("sync_overhead_s", "sync_overhead_mixed_s")
+
+# Physical bounds of a calibration's figures (docs/formats.md, "Calibration"). Every measured figure lies well
+# inside them (fractions 0.17-0.99, times 0.1-200 us); beyond them op times are no model of a GPU, and a tiny
+# fraction or a huge time overflows them to infinity.
+#: The least fraction of a peak (FLOP/s or bandwidth) a curve may reach: 0.1%.
+MIN_FRACTION = 1e-3
+#: The most seconds a ramp, a kernel floor, a host dispatch or a synchronization overhead may take.
+MAX_SECONDS = 1.0
+#: The most bytes the optimizer step may move per parameter element (its base and per optimizer moment).
+MAX_UPDATE_BYTES_PER_ELEMENT = 1024.0
 
 _LAYER_FAMILIES = frozenset({*COMPUTE_FAMILIES, "norm", "pool", "embedding", "loss", "routing"})
 
@@ -100,28 +116,31 @@ class Curve:
     so that small backward ops can be slow without making a very large one slow too.
 
     Attributes:
-        peak_fraction: the fraction of the peak a very large forward op reaches, in (0, 1].
-        half_s: seconds of peak work at which half of the best fraction is reached, >= 0.
-        backward_fraction: the same as ``peak_fraction`` for backward work; default ``peak_fraction``.
-        backward_half_s: the same as ``half_s`` for backward work; default ``half_s``.
+        peak_fraction: the fraction of the peak a very large forward op reaches, in
+            [:data:`MIN_FRACTION`, 1].
+        half_s: seconds of peak work at which half of the best fraction is reached, in [0, :data:`MAX_SECONDS`].
+        backward_fraction: the same as ``peak_fraction`` for backward work; default (NaN) ``peak_fraction``.
+        backward_half_s: the same as ``half_s`` for backward work; default (NaN) ``half_s``.
     """
 
     peak_fraction: float
     half_s: float
-    backward_fraction: float = 0.0
+    backward_fraction: float = math.nan
     backward_half_s: float = math.nan
 
     def __post_init__(self) -> None:
-        if self.backward_fraction == 0.0:
+        if math.isnan(self.backward_fraction):
             object.__setattr__(self, "backward_fraction", self.peak_fraction)
         if math.isnan(self.backward_half_s):
             object.__setattr__(self, "backward_half_s", self.half_s)
         for name in ("peak_fraction", "backward_fraction"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected a fraction in (0, 1]")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_FRACTION <= value <= 1.0:
+                raise ValueError(f"Curve.{name} = {value!r}; expected a fraction of the peak in [{MIN_FRACTION:g}, 1]")
         for name in ("half_s", "backward_half_s"):
-            if not (getattr(self, name) >= 0.0 and math.isfinite(getattr(self, name))):
-                raise ValueError(f"Curve.{name} = {getattr(self, name)}; expected finite seconds >= 0")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= MAX_SECONDS:
+                raise ValueError(f"Curve.{name} = {value!r}; expected seconds in [0, {MAX_SECONDS:g}]")
 
     def seconds(self, size: float, peak_per_s: float, backward: bool = False) -> float:
         """Time to process ``size`` units at ``peak_per_s`` under this curve (0 for no work)."""
@@ -147,7 +166,7 @@ class Calibration:
             missing here uses ``default_compute``.
         default_compute: the curve of compute classes without one.
         memory: the bandwidth :class:`Curve`, over bytes, of ops whose family has none in ``memory_by_family``.
-        memory_by_family: op family (:data:`placement_rl.ops.Family`) -> its bandwidth :class:`Curve`
+        memory_by_family: op family (:data:`MEMORY_FAMILIES`) -> its bandwidth :class:`Curve`
             (normalization reads its input more than once, a pooling window overlaps, ...).
         kernel_s: ``(forward, backward)`` GPU seconds every task with work takes at least.
         host_s: host group (:data:`HOST_GROUPS`) -> ``(forward, backward)`` seconds the host takes to
@@ -158,6 +177,12 @@ class Calibration:
         update_bytes_per_element: bytes the optimizer step moves per parameter element, by number
             of optimizer moments: ``base + per_moment * moments``.
         source: where the figures come from (data and procedure).
+        notes: free-form figures of the fit; :data:`SYNC_NOTES`, when present, are ``(forward, backward)`` seconds.
+
+    Every time (``kernel_s``, ``host_s``, ``autocast_host_s``, the curves' ramps, the sync notes) lies in
+    [0, :data:`MAX_SECONDS`], every fraction in [:data:`MIN_FRACTION`, 1] and ``update_bytes_per_element``
+    in [0, :data:`MAX_UPDATE_BYTES_PER_ELEMENT`], so that every op time is finite; a ``ValueError`` names
+    the figure otherwise.
     """
 
     name: str
@@ -174,10 +199,17 @@ class Calibration:
     serial: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"Calibration.name = {self.name!r}; expected a string")
         unknown = sorted(set(self.compute) - set(COMPUTE_CLASSES))
         if unknown:
             raise ValueError(
                 f"Calibration.compute: unknown classes {unknown}; expected some of {list(COMPUTE_CLASSES)}"
+            )
+        unknown = sorted(set(self.memory_by_family) - set(MEMORY_FAMILIES))
+        if unknown:
+            raise ValueError(
+                f"Calibration.memory_by_family: unknown op families {unknown}; expected some of {list(MEMORY_FAMILIES)}"
             )
         missing = sorted(set(HOST_GROUPS) - set(self.host_s))
         if missing or set(self.host_s) - set(HOST_GROUPS):
@@ -187,14 +219,16 @@ class Calibration:
         bad = {k: v for k, v in self.serial.items() if k not in COMPUTE_CLASSES or not 0.0 <= v <= 1.0}
         if bad:
             raise ValueError(f"Calibration.serial = {bad}; expected compute classes -> shares in [0, 1]")
-        for label, values in (
-            ("kernel_s", self.kernel_s),
-            *((f"host_s[{g!r}]", v) for g, v in self.host_s.items()),
-            ("autocast_host_s", (self.autocast_host_s,)),
-            ("update_bytes_per_element", self.update_bytes_per_element),
+        for label, values, upper, unit in (
+            ("kernel_s", self.kernel_s, MAX_SECONDS, "seconds"),
+            *((f"host_s[{g!r}]", v, MAX_SECONDS, "seconds") for g, v in self.host_s.items()),
+            ("autocast_host_s", (self.autocast_host_s,), MAX_SECONDS, "seconds"),
+            ("update_bytes_per_element", self.update_bytes_per_element, MAX_UPDATE_BYTES_PER_ELEMENT, "bytes"),
+            *((f"notes[{k!r}]", self.notes[k], MAX_SECONDS, "seconds") for k in SYNC_NOTES if k in self.notes),
         ):
-            if not all(math.isfinite(v) and v >= 0 for v in values):
-                raise ValueError(f"Calibration.{label} = {values}; expected finite values >= 0")
+            count = 1 if label == "autocast_host_s" else 2
+            if not _numbers_in(values, upper, count):
+                raise ValueError(f"Calibration.{label} = {values!r}; expected {_range_text(upper, unit, count)}")
 
     def curve(self, compute_class_name: str) -> Curve:
         """The curve of a compute class (``default_compute`` when the calibration has none for it)."""
@@ -213,14 +247,28 @@ class Calibration:
         bandwidth_bytes_per_s: float,
         backward: bool,
         family: str = "",
+        op_name: str = "",
     ) -> float:
-        """GPU seconds of one task: the kernel floor plus the larger of the compute and memory terms (0 for no work)."""
+        """GPU seconds of one task: the kernel floor plus the larger of the compute and memory terms (0 for no work).
+
+        Raises:
+            ValueError: when the time is not finite (an op's FLOPs or bytes beyond any GPU), naming the op
+                (``op_name``, else its ``family``) and the calibration.
+        """
         if flops <= 0 and num_bytes <= 0:
             return 0.0
         memory = self.memory_curve(family).seconds(num_bytes, bandwidth_bytes_per_s, backward)
         compute = self.curve(compute_class_name).seconds(flops, peak_flops, backward) if compute_class_name else 0.0
         overlap = self.serial.get(compute_class_name, 0.0) if compute_class_name else 0.0
-        return self.kernel_s[1 if backward else 0] + max(compute, memory) + overlap * min(compute, memory)
+        seconds = self.kernel_s[1 if backward else 0] + max(compute, memory) + overlap * min(compute, memory)
+        if not math.isfinite(seconds):
+            what = f"op {op_name!r}" if op_name else f"a {family or compute_class_name or 'memory'} op"
+            raise ValueError(
+                f"calibration {self.name!r}: {what} takes {seconds} s ({'backward' if backward else 'forward'}: "
+                f"{flops:g} FLOPs, {num_bytes:g} bytes at {peak_flops:g} FLOP/s and {bandwidth_bytes_per_s:g} "
+                "bytes/s); expected a finite time: check the calibration's curves and the op's FLOPs and bytes"
+            )
+        return seconds
 
     def host_seconds(self, op_type: str, mixed_precision: bool) -> tuple[float, float]:
         """``(forward, backward)`` host seconds to issue one op of ``op_type`` (0 for inputs and constants)."""
@@ -266,7 +314,12 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, document: Any) -> Calibration:
-        """Parse a ``placement_rl.calibration`` document; errors name the field and what was expected."""
+        """Parse a ``placement_rl.calibration`` document, checking every field's JSON type and range.
+
+        Raises:
+            SchemaError: naming the field's path (``calibration.compute['matmul/tensor'][0]``), the value
+                and what was expected.
+        """
         check_header(document, CALIBRATION_FORMAT, (1,))
         required = {
             "format", "schema_version", "name", "compute", "default_compute", "memory", "kernel_s", "host_s",
@@ -274,61 +327,106 @@ class Calibration:
         optional = {"source", "autocast_host_s", "update_bytes_per_element", "notes", "memory_by_family", "serial"}
         check_keys(document, "calibration", required, optional)
 
-        def pair(value: Any, where: str) -> tuple[float, float]:
+        def number(value: Any, where: str, upper: float, unit: str) -> float:
+            figure = as_float(value, f"calibration.{where}")
+            if not 0.0 <= figure <= upper:
+                what = "a share" if unit == "share" else unit
+                raise SchemaError(f"calibration.{where} = {figure!r}; expected {what} in [0, {upper:g}]")
+            return figure
+
+        def pair(value: Any, where: str, upper: float = MAX_SECONDS, unit: str = "seconds") -> tuple[float, float]:
             if not isinstance(value, list | tuple) or len(value) != 2:
-                raise SchemaError(f"calibration.{where}: expected a pair of numbers, got {value!r}")
-            return as_float(value[0], f"calibration.{where}[0]"), as_float(value[1], f"calibration.{where}[1]")
+                raise SchemaError(f"calibration.{where}: expected a pair of numbers ({unit}), got {_short(value)}")
+            return number(value[0], f"{where}[0]", upper, unit), number(value[1], f"{where}[1]", upper, unit)
 
         def curve(value: Any, where: str) -> Curve:
             if not isinstance(value, list | tuple) or len(value) not in (2, 3, 4):
                 raise SchemaError(
                     f"calibration.{where}: expected [peak fraction, half seconds(, backward fraction"
-                    f"(, backward half seconds))], got {value!r}"
+                    f"(, backward half seconds))], got {_short(value)}"
                 )
             numbers = [as_float(v, f"calibration.{where}[{i}]") for i, v in enumerate(value)]
-            try:
-                return Curve(*numbers)
-            except ValueError as exc:
-                raise SchemaError(f"calibration.{where}: {exc}") from None
+            for i, figure in enumerate(numbers):
+                fraction = i % 2 == 0
+                if fraction and not MIN_FRACTION <= figure <= 1.0:
+                    raise SchemaError(
+                        f"calibration.{where}[{i}]: {_CURVE_FIGURES[i]} = {figure!r}; expected a fraction of the peak "
+                        f"in [{MIN_FRACTION:g}, 1]"
+                    )
+                if not fraction and not 0.0 <= figure <= MAX_SECONDS:
+                    raise SchemaError(
+                        f"calibration.{where}[{i}]: {_CURVE_FIGURES[i]} = {figure!r}; expected seconds in "
+                        f"[0, {MAX_SECONDS:g}]"
+                    )
+            return Curve(*numbers)
 
-        by_family = document.get("memory_by_family", {})
-        if not isinstance(by_family, dict):
-            raise SchemaError(f"calibration.memory_by_family: expected an object of family -> curve, got {by_family!r}")
+        def table(key: str, keys: tuple[str, ...], noun: str, what: str) -> dict[str, Any]:
+            value = document.get(key, {})
+            if not isinstance(value, dict):
+                raise SchemaError(f"calibration.{key}: expected an object of {what}, got {_short(value)}")
+            unknown = sorted(set(value) - set(keys))
+            if unknown:
+                raise SchemaError(f"calibration.{key}: unknown {noun} {unknown}; expected some of {list(keys)}")
+            return value
 
-        compute = document["compute"]
-        host = document["host_s"]
-        if not isinstance(compute, dict):
-            raise SchemaError(
-                f"calibration.compute: expected an object of class -> [fraction, half FLOPs], got {compute!r}"
-            )
-        if not isinstance(host, dict):
-            raise SchemaError(
-                f"calibration.host_s: expected an object of group -> [forward_s, backward_s], got {host!r}"
-            )
+        compute = table("compute", COMPUTE_CLASSES, "classes", "compute class -> curve")
+        by_family = table("memory_by_family", MEMORY_FAMILIES, "op families", "op family -> curve")
+        host = table("host_s", HOST_GROUPS, "groups", "host group -> [forward_s, backward_s]")
+        missing = [g for g in HOST_GROUPS if g not in host]
+        if missing:
+            raise SchemaError(f"calibration.host_s: missing group(s) {missing}; expected exactly {list(HOST_GROUPS)}")
+        serial = table("serial", COMPUTE_CLASSES, "classes", "compute class -> share in [0, 1]")
         notes = document.get("notes", {})
+        if not isinstance(notes, dict):
+            raise SchemaError(f"calibration.notes: expected an object, got {_short(notes)}")
+        notes = {k: list(pair(v, f"notes[{k!r}]")) if k in SYNC_NOTES else v for k, v in notes.items()}
+        source = document.get("source", "")
         try:
             return cls(
-                name=str(document["name"]),
+                name=as_str(document["name"], "calibration.name"),
                 compute={k: curve(v, f"compute[{k!r}]") for k, v in compute.items()},
                 default_compute=curve(document["default_compute"], "default_compute"),
                 memory=curve(document["memory"], "memory"),
                 memory_by_family={k: curve(v, f"memory_by_family[{k!r}]") for k, v in by_family.items()},
                 kernel_s=pair(document["kernel_s"], "kernel_s"),
                 host_s={k: pair(v, f"host_s[{k!r}]") for k, v in host.items()},
-                autocast_host_s=as_float(document.get("autocast_host_s", 0.0), "calibration.autocast_host_s"),
+                autocast_host_s=number(document.get("autocast_host_s", 0.0), "autocast_host_s", MAX_SECONDS, "seconds"),
                 update_bytes_per_element=pair(
-                    document.get("update_bytes_per_element", [12.0, 8.0]), "update_bytes_per_element"
+                    document.get("update_bytes_per_element", [12.0, 8.0]),
+                    "update_bytes_per_element",
+                    MAX_UPDATE_BYTES_PER_ELEMENT,
+                    "bytes",
                 ),
-                source=str(document.get("source", "")),
-                serial={
-                    k: as_float(v, f"calibration.serial[{k!r}]") for k, v in dict(document.get("serial", {})).items()
-                },
-                notes=notes if isinstance(notes, dict) else {},
+                source=as_str(source, "calibration.source"),
+                serial={k: number(v, f"serial[{k!r}]", 1.0, "share") for k, v in serial.items()},
+                notes=notes,
             )
-        except ValueError as exc:
+        except ValueError as exc:  # every field is checked on the way: a safety net naming the document
             if isinstance(exc, SchemaError):
                 raise
             raise SchemaError(f"calibration: {exc}") from None
+
+
+#: What each figure of a curve's list is (:meth:`Calibration.from_dict`'s errors).
+_CURVE_FIGURES = ("peak_fraction", "half_s", "backward_fraction", "backward_half_s")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a whole document given where a number belongs)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _range_text(upper: float, unit: str, count: int = 1) -> str:
+    """What ``count`` bounded figures may be, for error messages."""
+    return f"{'a pair of ' if count == 2 else ''}{unit} in [0, {upper:g}]"
+
+
+def _numbers_in(values: Any, upper: float, length: int) -> bool:
+    """Whether ``values`` is a sequence of ``length`` real numbers (not bools) in [0, ``upper``]."""
+    if not isinstance(values, (list, tuple)) or len(values) != length:
+        return False
+    return all(not isinstance(v, bool) and isinstance(v, (int, float)) and 0.0 <= v <= upper for v in values)
 
 
 #: The calibration every :class:`~placement_rl.sim.cost.CostModel` uses by default: fitted to one
