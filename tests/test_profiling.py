@@ -19,8 +19,12 @@ from placement_rl import profiling
 from placement_rl.cli import main
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import OpGraph
+from placement_rl.plan import single_device
 from placement_rl.profiling import profile_models
-from placement_rl.sim.cost import ProfileEntry, ProfileTable
+from placement_rl.sim import simulate
+from placement_rl.sim.cost import CostModel, ProfileEntry, ProfileTable
+from placement_rl.sim.result import TASK_KINDS
+from placement_rl.topology import Device, DeviceTopology
 
 SHARED_FP32 = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200" / "profile_fp32.json"
 
@@ -87,6 +91,25 @@ def test_every_costed_op_finds_its_own_entry(lenet_table: ProfileTable, zoo_grap
             assert lenet_table.lookup(*key, op_name=op.name) is named
             # The shape key's fallback is the first op measured with it (no two LeNet ops share one).
             assert lenet_table.lookup(*key) == named == lenet_table.lookup(*key, op_name="not_an_op")
+
+
+def test_the_profiled_partitions_time_each_micro_batch_under_its_op_name(
+    lenet_table: ProfileTable, zoo_graph: Callable[..., OpGraph]
+) -> None:
+    """Two micro-batches of batch 8 on one device: every op's forward takes its measured batch-4 time
+    (the 2-way split's named entry) in each micro-batch; the scalar loss, one shape at every batch,
+    half its batch-8 time. No op falls back to the analytic model."""
+    graph, half = zoo_graph("lenet", batch_size=8), zoo_graph("lenet", batch_size=4)
+    cpu = DeviceTopology("cpu", [Device("cpu0", "CPU", "host", 1e11, 2**33, 1e10)], [])
+    cost = CostModel(profile=lenet_table, execution_mode="cuda_graphs")  # no host lane: GPU times alone
+    result = simulate(graph, cpu, single_device(graph, cpu).with_schedule(2), cost)
+    assert cost.analytic_ops == {}
+    forward = result.tasks.kind == TASK_KINDS.index("forward")
+    for op in _costed(half):
+        entry = lenet_table.entries["CPU", op.op_type, op.output_shapes[0], op.param_bytes, op.name]
+        expected = entry.forward_s / 2 if op.output_shapes[0] == () else entry.forward_s
+        mine = forward & (result.tasks.op == graph.index(op.name))
+        assert (result.tasks.end_s - result.tasks.start_s)[mine].tolist() == pytest.approx([expected] * 2), op.name
 
 
 def test_table_round_trips_through_json(lenet_table: ProfileTable, tmp_path: Path) -> None:

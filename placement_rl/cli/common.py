@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -103,15 +104,25 @@ def budget(text: str) -> Any:
     return value
 
 
+#: What ``--mcmc-budget`` and ``--mcts-budget`` of ``plan`` take to mean "scaled to the instance".
+AUTO = "auto"
+
+
+def budget_or_auto(text: str) -> Any:
+    """:func:`budget`, or ``auto`` (:data:`AUTO`): the budget :func:`placement_rl.methods.default_methods`
+    scales to the instance."""
+    return AUTO if text.strip() == AUTO else budget(text)
+
+
 #: The help of ``--proposals`` / ``--mcmc-proposals`` (names kept in step with
 #: :data:`placement_rl.search.proposals.PROPOSAL_KINDS` and ``MIXES`` by a test; not imported, so
 #: ``--help`` stays fast).
 PROPOSALS_HELP = (
-    "MCMC's proposal kinds: flexflow (FlexFlow's one-op move, the default); neighbour, group, sync, replicas, "
-    "micro_batches, schedule, recompute, zero; the coordinated param_group, block, stage_shift, device_subset; "
-    "restage (the whole plan as a pipeline over machines); "
-    "a mix: mixed, soap, memory, coordinated, adaptive (weights follow what improves); or weights like "
-    "'flexflow=2,block=1'"
+    "MCMC's proposal kinds: flexflow (FlexFlow's one-op move alone, as in the paper); neighbour, group, sync, "
+    "replicas, micro_batches, schedule, recompute, zero; the coordinated param_group, block, stage_shift, "
+    "device_subset; restage (the whole plan as a pipeline over machines); "
+    "a mix: mixed, soap, memory, coordinated (every kind; the default), adaptive (weights follow what improves); "
+    "or weights like 'flexflow=2,block=1'"
 )
 
 
@@ -442,23 +453,27 @@ def check_profile(profile: Any, topology: Any, path: str) -> None:
     )
 
 
-def report_profile_coverage(profile: Any, graph: Any, topology: Any, path: str) -> None:
-    """Say on stderr how many of ``graph``'s costed ops have no entry in ``profile`` for a device type of
-    ``topology`` (by name or by shape key): those are timed by the analytic model."""
-    from placement_rl.ops import INPUT_OPS, VIEW_OPS
+#: How many unprofiled ops :func:`report_profile_coverage` names.
+PROFILE_MISSES_SHOWN = 5
 
-    types = sorted({d.device_type for d in topology.devices})
-    costed = [op for op in graph.ops if op.op_type not in INPUT_OPS and op.op_type not in VIEW_OPS]
-    missing = [
-        op
-        for op in costed
-        if any(profile.lookup(t, op.op_type, op.output_shapes[0], op.param_bytes, op.name) is None for t in types)
-    ]
+
+def report_profile_coverage(profile: Any, graph: Any, topology: Any, path: str) -> None:
+    """Say on stderr, in one line, how many of ``graph``'s ops that do work have no entry in ``profile`` for
+    their whole batch on a device type of ``topology`` (by name or by shape key), naming the first few
+    with their op types: the analytic model times those (unless the profile has a task's exact shape),
+    while every other op is timed from the profile at every partitioning and micro-batch count
+    (:meth:`~placement_rl.sim.cost.CostModel.profile_entry`). After a simulation the cost model's
+    ``analytic_ops`` lists the ops it did time analytically."""
+    from placement_rl.sim.cost import NO_WORK_OPS
+
+    costed = [op for op in graph.ops if op.op_type not in NO_WORK_OPS]
+    missing = profile.missing_ops(costed, {d.device_type for d in topology.devices})
     if missing:
-        kinds = sorted({op.op_type for op in missing})
+        shown = ", ".join(f"{op.name} ({op.op_type})" for op in missing[:PROFILE_MISSES_SHOWN])
+        more = f", and {len(missing) - PROFILE_MISSES_SHOWN} more" if len(missing) > PROFILE_MISSES_SHOWN else ""
         print(
-            f"--profile {path}: {len(missing)} of {len(costed)} ops of {graph.name!r} have no entry "
-            f"({', '.join(kinds[:8])}{', ...' if len(kinds) > 8 else ''}); the analytic model times them",
+            f"warning: --profile {path}: {len(missing)} of {len(costed)} ops of {graph.name!r} have no entry for "
+            f"their whole batch, so the analytic model (FLOPs and bytes) times them: {shown}{more}",
             file=sys.stderr,
         )
 
@@ -490,7 +505,9 @@ def chain_map(chains: int, budget: Any) -> Any:
         return None
     from placement_rl.rl.parallel import RayMap
     from placement_rl.rl.runtime import cluster_cpus
+    from placement_rl.search import Budget
 
+    budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
     cpus = cluster_cpus()
     if budget.seconds is not None and chains > cpus:
         raise ValueError(
@@ -554,7 +571,10 @@ def method_rows_table(rows: list[Any]) -> None:
 
     def per_tensor(r: Any) -> str:
         speedup = r.speedups.get("data_parallel_per_tensor")
-        return "-" if speedup is None else f"{speedup:.2f}x"
+        return times(speedup)
+
+    def times(speedup: float | None) -> str:  # "-" where the reference could not be simulated
+        return "-" if speedup is None or math.isnan(speedup) else f"{speedup:.2f}x"
 
     def headroom(r: Any) -> str:
         share = r.headroom_captured
@@ -579,7 +599,7 @@ def method_rows_table(rows: list[Any]) -> None:
                 r.method,
                 f"{r.makespan_s * 1e3:,.2f}",
                 f"{r.result.samples_per_s(r.batch_size):,.0f}",
-                f"{r.speedup_over_dp:.2f}x",
+                times(r.speedup_over_dp),
                 per_tensor(r),
                 headroom(r),
                 f"{r.max_peak_memory_bytes / 2**30:.2f}",
@@ -593,9 +613,12 @@ def method_rows_table(rows: list[Any]) -> None:
     )
     if rows and rows[0].lower_bound_s > 0:
         first = rows[0]
+        dp = (
+            "data parallelism was too large to simulate here"
+            if math.isnan(first.dp_makespan_s)
+            else f"data parallelism is {first.dp_makespan_s / first.lower_bound_s:.2f}x from it"
+        )
         print(
             f"compute lower bound {first.lower_bound_s * 1e3:,.2f} ms (1 / sum over devices of 1 / the whole "
-            f"graph's compute on one device of its type): data parallelism is "
-            f"{first.dp_makespan_s / first.lower_bound_s:.2f}x from it; "
-            "headroom = the share of that distance a plan closed"
+            f"graph's compute on one device of its type): {dp}; headroom = the share of that distance a plan closed"
         )

@@ -33,6 +33,23 @@ from placement_rl.cli.common import (
 from placement_rl.paths import output_file, output_folder, safe_name
 from placement_rl.plots import format_bytes
 
+#: ``--tempering`` / ``--chains``' bounds: :data:`placement_rl.methods.MAX_TEMPERING` and ``MAX_CHAINS``, as
+#: the method's options are bounded (kept in step by a test; not imported, so ``--help`` stays fast).
+MAX_TEMPERING = 64
+MAX_CHAINS = 1024
+
+
+def at_most(high: int, what: str) -> Any:
+    """A ``type=`` converter: an integer from 1 to ``high`` (``what`` it counts, for the message)."""
+
+    def convert(text: str) -> int:
+        value = positive_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer from 1 to {high:,} ({what})")
+        return value
+
+    return convert
+
 
 def interrupted_plan_path(graph: Any, topology: Any) -> Path:
     """Where ``search mcmc`` without ``--out`` writes the best plan when Ctrl-C stops it."""
@@ -55,7 +72,11 @@ def cmd_search(args: argparse.Namespace) -> int | None:
     costs = cost_model(args, topology, graph)
     task_map = chain_map(args.chains, args.budget)
     if not args.json:
-        stop = "Ctrl-C stops it and keeps the best plan so far" if task_map is None else "chains run as Ray tasks"
+        stop = (
+            "Ctrl-C stops it and keeps the best plan so far"
+            if task_map is None
+            else "chains run as Ray tasks; Ctrl-C stops them and keeps the best plan they reported"
+        )
         print(
             f"searching {graph.name} x {topology.name} for {args.budget.describe()} per chain ({stop})",
             file=sys.stderr,
@@ -154,13 +175,35 @@ def cmd_frontier(args: argparse.Namespace) -> None:
     from placement_rl.plots import frontier_png, memory_unit, profiling_png
     from placement_rl.progress import step_progress
     from placement_rl.search import mcmc
-    from placement_rl.search.ft import default_device_counts, device_memory_bytes, profiling, run_ft
+    from placement_rl.search.ft import (
+        FT_MAX_DEVICES,
+        default_device_counts,
+        device_memory_bytes,
+        profiling,
+        run_ft,
+    )
     from placement_rl.sim import SimContext
 
     graph, topology = load_instance(args)
     costs = cost_model(args, topology)
     if args.devices is not None and args.devices > topology.num_devices:
         raise ValueError(f"--devices {args.devices}; topology {topology.name!r} has 1..{topology.num_devices} devices")
+    # FT's cost graph grows as the square of the devices (placement_rl.search.ft.devices): refuse before any work
+    used = args.devices or topology.num_devices
+    if args.mode not in ("profiling", "mini-parallelism") and used > FT_MAX_DEVICES:
+        given = f"--devices {args.devices}" if args.devices else f"all {used:,} devices of {topology.name!r}"
+        raise ValueError(
+            f"{given}: FT's cost graph grows as the square of the device count (it prices every layout change "
+            f"over every pair of devices), {(used / FT_MAX_DEVICES) ** 2:,.0f}x the work of {FT_MAX_DEVICES:,} "
+            f"devices here; frontier runs on at most {FT_MAX_DEVICES:,} devices: pass --devices {FT_MAX_DEVICES} "
+            "(the fastest) or fewer"
+        )
+    too_many = [n for n in args.device_counts or [] if n > FT_MAX_DEVICES]
+    if too_many:
+        raise ValueError(
+            f"--device-counts {too_many}: FT runs on at most {FT_MAX_DEVICES:,} devices (its cost graph grows as "
+            f"the square of the device count); expected counts from 1 to {FT_MAX_DEVICES:,}"
+        )
     out_dir = output_folder(args.out_dir or Path("out") / safe_name(f"frontier-{graph.name}-{topology.name}"))
     ctx = SimContext(graph, topology, costs)
     options = _ft_options(args, graph, costs)
@@ -171,7 +214,13 @@ def cmd_frontier(args: argparse.Namespace) -> None:
         if bad:
             raise ValueError(f"--device-counts {bad}; topology {topology.name!r} has 1..{topology.num_devices} devices")
         found = []
-        for n in sorted(args.device_counts or default_device_counts(topology.num_devices)):
+        if not args.device_counts and topology.num_devices > FT_MAX_DEVICES and not args.json:
+            print(
+                f"FT runs on at most {FT_MAX_DEVICES:,} devices: counts up to {FT_MAX_DEVICES:,} of "
+                f"{topology.name!r}'s {topology.num_devices:,} (--device-counts to choose)",
+                file=sys.stderr,
+            )
+        for n in sorted(args.device_counts or default_device_counts(topology.num_devices, FT_MAX_DEVICES)):
             # One count at a time, so that each progress bar names its device count.
             with step_progress(graph.num_ops, f"{desc} x {n}", not args.json) as report:
                 found += profiling(graph, topology, [n], args.memory_limit, progress=report, **options)
@@ -365,14 +414,20 @@ def add_commands(sub: Any) -> None:
         default="30s",
         help="per chain: seconds ('30s', '2m', '1.5h'; at most 30 days) or proposals ('100000'; at most a billion)",
     )
-    p.add_argument("--chains", type=positive_int, default=1, help="independent chains; more than one run as Ray tasks")
+    p.add_argument(
+        "--chains",
+        type=at_most(MAX_CHAINS, "chains"),
+        default=1,
+        help=f"independent chains, at most {MAX_CHAINS:,}; more than one run as Ray tasks (Ctrl-C keeps the best "
+        "plan they reported, at most about a second old)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--beta", type=finite_float, default=50.0, help="scale-free inverse temperature")
     p.add_argument("--full-simulation", action="store_true", help="evaluate proposals by full simulation (slower)")
     p.add_argument(
         "--proposals",
         type=proposal_kinds,
-        default="flexflow",
+        default="coordinated",
         help=PROPOSALS_HELP,
     )
     p.add_argument(
@@ -387,7 +442,12 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="adapt the temperature toward this rate of accepted worse proposals (e.g. 0.1; default: fixed beta)",
     )
-    p.add_argument("--tempering", type=positive_int, default=1, help="parallel-tempering replicas per chain")
+    p.add_argument(
+        "--tempering",
+        type=at_most(MAX_TEMPERING, "parallel-tempering replicas per chain"),
+        default=1,
+        help=f"parallel-tempering replicas per chain, 1 to {MAX_TEMPERING} (default 1: none)",
+    )
     p.add_argument(
         "--initial",
         type=name_list,
@@ -409,12 +469,17 @@ def add_commands(sub: Any) -> None:
         choices=["frontier", "mini-time", "mini-parallelism", "profiling"],
         help="frontier (all points; mini-time marked), mini-time, mini-parallelism or profiling",
     )
-    p.add_argument("--devices", type=positive_int, default=None, help="devices in use: the N fastest (default all)")
+    p.add_argument(
+        "--devices",
+        type=positive_int,
+        default=None,
+        help="devices in use: the N fastest (default all; FT takes at most 512)",
+    )
     p.add_argument(
         "--device-counts",
         type=int_list,
         default=None,
-        help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,..)",
+        help="profiling / mini-parallelism: comma-separated counts (default 1,2,4,.. up to all or 512)",
     )
     p.add_argument(
         "--memory-limit",

@@ -60,6 +60,7 @@ from placement_rl.experiments.cells import (
     Prepared,
     load_model,
     prepare,
+    with_methods,
 )
 from placement_rl.experiments.driver import (
     MAX_DAMAGED_WARNINGS,
@@ -101,6 +102,7 @@ from placement_rl.experiments.running import (
     measure_cell,
     measure_cells,
     plan_file_name,
+    refused_note,
     resolve_registered,
     serial_cells,
 )
@@ -191,7 +193,9 @@ __all__ = [
     "parse_experiment",
     "parse_method_entry",
     "plan_file_name",
+    "refused_note",
     "prepare",
+    "with_methods",
     "read_rows",
     "reference_names",
     "resolve_registered",

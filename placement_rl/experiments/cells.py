@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,18 @@ def prepare(experiment: Experiment, where: str = "experiment", *, cost_model: Co
                 Instance(f"{model.name}@{topo.name}", model.name, spec, graphs[cache_key], topo, model.model)
             )
     cost = cost_model or experiment.cost_model()
+    return Prepared(experiment, tuple(instances), _cells(experiment, instances, where), cost)
+
+
+def with_methods(prepared: Prepared, experiment: Experiment, where: str = "experiment") -> Prepared:
+    """``prepared``'s instances (loaded once) with the method entries of ``experiment``, an experiment
+    of the same models and topologies (``plan`` chooses its default methods and budgets once it knows
+    the instance); every method is checked on every instance again, and the cells listed anew."""
+    return dataclasses.replace(prepared, experiment=experiment, cells=_cells(experiment, prepared.instances, where))
+
+
+def _cells(experiment: Experiment, instances: Sequence[Instance], where: str) -> tuple[Cell, ...]:
+    """Every method entry checked on every instance, and the cells (one per seed of a seeded method)."""
     cells: list[Cell] = []
     models = {m.name: m for m in experiment.models}
     for inst in instances:
@@ -178,4 +191,4 @@ def prepare(experiment: Experiment, where: str = "experiment", *, cost_model: Co
             )
             for seed in experiment.seeds if entry.seeded else (None,):
                 cells.append(Cell(inst.id, entry.name, seed, digest))
-    return Prepared(experiment, tuple(instances), tuple(cells), cost)
+    return tuple(cells)

@@ -13,6 +13,7 @@ from placement_rl.io import finite_or_none
 from placement_rl.methods import Method, MethodResult, compare_methods, get_method
 from placement_rl.plan import Plan
 from placement_rl.sim import CostModel
+from placement_rl.sim.limits import SimulationTooLarge
 
 # ------------------------------------------------------------------------------------ running cells
 #: ``resolve(entry, model_label) -> Method``: the method a cell runs (learned ones are resolved at the edge).
@@ -70,9 +71,14 @@ def measure_cells(
     extra_options: Callable[[MethodEntry], Mapping[str, Any]] | None = None,
     progress: bool = False,
     on_result: Callable[[Measured], None] | None = None,
+    on_refused: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[Measured]:
     """Run every cell one after the other in this process and keep the full results (``plan`` and
-    ``evaluate``: the same cells and rows as ``compare``, no output folder). Errors propagate.
+    ``evaluate``: the same cells and rows as ``compare``, no output folder). Errors propagate, except
+    with ``on_refused`` a simulation too large for this machine's memory
+    (:class:`~placement_rl.sim.limits.SimulationTooLarge`): the cell is left out of the results and its
+    row (``status: error``, the note ``refused: <why>``, :func:`refused_note`) goes to ``on_refused``,
+    and the other cells still run.
 
     Args:
         prepared: the experiment, checked.
@@ -80,6 +86,7 @@ def measure_cells(
         extra_options: per method entry, runtime options (e.g. MCMC's ``task_map``).
         progress: let the methods show their progress bars.
         on_result: called with each cell as soon as it is done.
+        on_refused: called with the row of each cell whose method refused the instance as too large.
     """
     out = []
     for cell in prepared.cells:
@@ -87,15 +94,27 @@ def measure_cells(
         if entry.kind == "unavailable":
             continue
         extra = extra_options(entry) if extra_options is not None else None
-        result = measure_cell(
-            inst, cell, entry, prepared.cost_model, resolve=resolve, extra_options=extra, progress=progress
-        )
+        try:
+            result = measure_cell(
+                inst, cell, entry, prepared.cost_model, resolve=resolve, extra_options=extra, progress=progress
+            )
+        except SimulationTooLarge as exc:
+            if on_refused is None:
+                raise
+            name = prepared.experiment.name
+            on_refused(cell_row(cell, inst, None, experiment=name, status="error", note=refused_note(exc)))
+            continue
         row = cell_row(cell, inst, result, experiment=prepared.experiment.name, note=held_out_note(entry, inst))
         measured = Measured(cell, row, result)
         out.append(measured)
         if on_result is not None:
             on_result(measured)
     return out
+
+
+def refused_note(exc: SimulationTooLarge) -> str:
+    """The note of a cell whose method refused its instance: ``refused: simulating ... needs about ...``."""
+    return f"refused: {exc}"
 
 
 def plan_file_name(cell: Cell) -> str:
@@ -190,7 +209,7 @@ def execute_cell(
         result = measure_cell(instance, cell, entry, cost_model, resolve=resolve, extra_options=extra_options)
     except Exception as exc:  # a failed cell must not take the others down; its row says why
         first = str(exc).splitlines()[0] if str(exc) else ""
-        note = f"{type(exc).__name__}: {first}"
+        note = refused_note(exc) if isinstance(exc, SimulationTooLarge) else f"{type(exc).__name__}: {first}"
         return CellOutcome(cell_row(cell, instance, None, experiment=experiment, status="error", note=note), None)
     row = cell_row(cell, instance, result, experiment=experiment, note=note, plan_file=plan_file_name(cell))
     return CellOutcome(row, result.plan)

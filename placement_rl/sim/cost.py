@@ -12,8 +12,13 @@ with ``bytes = bytes_read + bytes_written`` converted to the precision (below; b
 forward bytes) and ``peak_flops(d)`` the device's peak in the precision's compute dtype
 (:meth:`CostModel.peak_flops`). ``efficiency`` is the fraction of peak an op type reaches
 (:data:`DEFAULT_EFFICIENCY`, typical cuDNN/cuBLAS fp32 figures, applied at every dtype's peak).
-A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate: an entry
-for the task's exact output shape wins; else an entry for the whole op scaled by ``f``.
+A :class:`ProfileTable` (``placement-rl profile --out table.json``) overrides the estimate
+(:meth:`CostModel.profile_entry`): an entry for the task's exact output shape wins; else an entry for
+the whole op scaled by ``f``. A task of a micro-batch copy (``m`` micro-batches: the op at batch
+``B / m``) is looked up under the whole-batch op's name: its exact shape, else the copy's shape scaled
+by ``f``, else the whole-batch op's entry scaled by ``f / m``. Ops whose sample dimension is a
+reduction (the scalar loss: one shape at every batch) take their entry as the whole batch's and scale
+it. Ops a profile does not time are listed in :attr:`CostModel.analytic_ops`.
 
 **Communication** (A2): a transfer of ``s`` bytes along a route alone takes ``latency_s + s / bandwidth``
 (alpha-beta, bandwidth = the route's bottleneck). How transfers in flight share links is the
@@ -68,7 +73,7 @@ from typing import Any
 from placement_rl.errors import SchemaError, UnknownNameError
 from placement_rl.graph import Op, Shape
 from placement_rl.io import as_float, as_int, as_list, as_str, check_header, check_keys, read_json, write_json
-from placement_rl.ops import OP_KINDS, op_kind
+from placement_rl.ops import INPUT_OPS, OP_KINDS, VIEW_OPS, op_kind
 from placement_rl.sim.calibration import DEFAULT_CALIBRATION, Calibration, compute_class
 from placement_rl.topology.core import COMPUTE_DTYPES, Device
 
@@ -85,6 +90,9 @@ EXECUTION_MODES: tuple[str, ...] = ("eager", "cuda_graphs")
 SYNCHRONIZED_TRUST = 2.0
 #: ... and kept within this factor of the analytic time either way.
 SYNCHRONIZED_CLAMP = 1.5
+
+#: Op types that do no work (graph inputs, constants, views): never profiled, never reported as unprofiled.
+NO_WORK_OPS = INPUT_OPS | VIEW_OPS
 
 #: Optimizer state elements per parameter element (Adam keeps two moments).
 OPTIMIZER_STATE_FACTOR: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rmsprop": 1.0, "adam": 2.0}
@@ -236,6 +244,29 @@ class ProfileTable:
             if named is not None:
                 return named
         return self.entries.get((device_type, op_type, shape, int(param_bytes), None))
+
+    def missing_ops(self, ops: Iterable[Op], device_types: Iterable[str]) -> list[Op]:
+        """The ops that do work (not inputs, constants or views) with no entry for their whole batch on one
+        of ``device_types``.
+
+        The cost model times such an op by the analytic model in every plan but where the table has its
+        task's exact shape (:meth:`CostModel.profile_entry`); every other op is timed from the table at
+        every partitioning and micro-batch count.
+
+        Args:
+            ops: graph ops (:attr:`placement_rl.graph.OpGraph.ops`).
+            device_types: the device types the ops may run on (a topology's).
+
+        Returns:
+            The ops without an entry, in the given order.
+        """
+        types = sorted(set(device_types))
+        return [
+            op
+            for op in ops
+            if op.op_type not in NO_WORK_OPS
+            and any(self.lookup(t, op.op_type, op.output_shapes[0], op.param_bytes, op.name) is None for t in types)
+        ]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -482,6 +513,12 @@ class CostModel:
             :data:`DEFAULT_CALIBRATION` (fitted to an H200, carried to other GPUs by their datasheet
             peaks); ``None`` is the flat roofline of the papers (``efficiency`` per op type, no host,
             no optimizer step).
+        analytic_ops: with a profile, the ops whose GPU times the analytic model gave because the
+            profile has no entry for them (:meth:`profile_entry`), by op name (a micro-batch copy under
+            its whole-batch op's name) -> op type, in the order first met; ops that do no work
+            (:data:`NO_WORK_OPS`) are left out. Filled as tasks are timed (by every simulation with this
+            cost model, cumulatively; clear it between runs to tell them apart), never compared or
+            copied by ``dataclasses.replace``.
     """
 
     efficiency: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY))
@@ -495,6 +532,7 @@ class CostModel:
     bucket_bytes: int = 25 * 2**20
     execution_mode: str = "eager"
     calibration: Calibration | None = field(default_factory=lambda: DEFAULT_CALIBRATION)
+    analytic_ops: dict[str, str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         from placement_rl.sim.network import network_model
@@ -654,7 +692,15 @@ class CostModel:
         return dtype
 
     def device_task_times_s(
-        self, op: Op, fraction: float, task_output_shape: Shape, task_param_bytes: int, device: Device
+        self,
+        op: Op,
+        fraction: float,
+        task_output_shape: Shape,
+        task_param_bytes: int,
+        device: Device,
+        *,
+        batch_op: Op | None = None,
+        micro_batches: int = 1,
     ) -> tuple[float, float]:
         """:meth:`task_times_s` on ``device`` (its type, peak in the op's compute dtype and bandwidth)."""
         dtype = self.op_compute_dtype(op.op_type, device)
@@ -669,24 +715,111 @@ class CostModel:
             peak,
             device.memory_bandwidth_bytes_per_s,
             compute_dtype=dtype,
+            batch_op=batch_op,
+            micro_batches=micro_batches,
         )
 
     def host_times_s(
-        self, op: Op, task_output_shape: Shape, task_param_bytes: int, device_type: str
+        self,
+        op: Op,
+        task_output_shape: Shape,
+        task_param_bytes: int,
+        device_type: str,
+        *,
+        fraction: float = 1.0,
+        batch_op: Op | None = None,
+        micro_batches: int = 1,
     ) -> tuple[float, float]:
         """(forward, backward) host seconds to issue one task of ``op`` (0 without a host lane).
 
-        A profile entry with measured host times wins; else the calibration's per-group dispatch times.
+        The profile entry that times the task (:meth:`profile_entry`, the same as its GPU times'), if it
+        has measured host times, wins, unscaled: issuing an op's kernels takes the host as long at any
+        batch. Else the calibration's per-group dispatch times. The arguments are :meth:`task_times_s`'s.
         """
         if not self.host_lane:
             return 0.0, 0.0
-        if self.profile is not None:
-            entry = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes, op.name)
-            if entry is not None and entry.host_forward_s is not None:
-                return entry.host_forward_s, entry.host_backward_s or 0.0
+        found = self.profile_entry(
+            op,
+            fraction,
+            task_output_shape,
+            task_param_bytes,
+            device_type,
+            batch_op=batch_op,
+            micro_batches=micro_batches,
+        )
+        if found is not None and found[0].host_forward_s is not None:
+            return found[0].host_forward_s, found[0].host_backward_s or 0.0
         if self.calibration is None:
             return 0.0, 0.0
         return self.calibration.host_seconds(op.op_type, self.mixed_precision)
+
+    def profile_entry(
+        self,
+        op: Op,
+        fraction: float,
+        task_output_shape: Shape,
+        task_param_bytes: int,
+        device_type: str,
+        *,
+        batch_op: Op | None = None,
+        micro_batches: int = 1,
+    ) -> tuple[ProfileEntry, float] | None:
+        """The profile entry that times one task of ``op``, and the factor its GPU times scale by.
+
+        Looked up under the name of ``batch_op`` (else ``op``) on ``device_type``, the first found of:
+
+        1. the task's exact output shape and parameter bytes, unscaled (left out for an op whose sample
+           dimension is a reduction, e.g. the scalar loss: its shape is the same at every batch, so an
+           entry there is taken as the whole batch's, as the profiler records it);
+        2. ``op``'s whole output shape and parameter bytes, scaled by ``fraction`` (left out when ``op``
+           has the shape of ``batch_op``);
+        3. with ``batch_op``: its whole output shape and parameter bytes, scaled by ``fraction / m``
+           (``fraction`` alone when the op has no sample dimension: each micro-batch then runs all of it).
+
+        So a profile measured at the whole batch times every partition and every micro-batch of an
+        op by linear scaling, and a measured partition or micro-batch shape wins over the scaling.
+
+        Args:
+            op: the op the task computes a part of: a graph op, or a micro-batch copy
+                (:func:`placement_rl.sim.pipeline.scaled_op`: the op at batch ``B / micro_batches``).
+            fraction: the share of ``op`` the task computes.
+            task_output_shape: the task's first output shape.
+            task_param_bytes: the parameter bytes the task holds.
+            device_type: the task's device type.
+            batch_op: for a micro-batch copy, the whole-batch op it was copied from; else ``None``.
+            micro_batches: ``m``, how many micro-batch copies ``batch_op`` has (1 without ``batch_op``).
+
+        Returns:
+            ``(entry, scale)``, or ``None`` without a profile or when it has none of the three.
+
+        Raises:
+            ValueError: for ``micro_batches`` below 1, or above 1 without ``batch_op``.
+        """
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError(f"micro_batches = {micro_batches!r}; expected a positive integer")
+        if micro_batches > 1 and batch_op is None:
+            raise ValueError(f"op {op.name!r}: micro_batches = {micro_batches} needs the whole-batch op (batch_op)")
+        profile = self.profile
+        if profile is None:
+            return None
+        name = (batch_op or op).name
+        dim = op.sample_dim
+        shape = tuple(op.output_shapes[0])
+        if dim is None or not dim.reduction:
+            exact = profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes, name)
+            if exact is not None:
+                return exact, 1.0
+        if batch_op is None or shape != tuple(batch_op.output_shapes[0]) or op.param_bytes != batch_op.param_bytes:
+            whole = profile.lookup(device_type, op.op_type, shape, op.param_bytes, name)
+            if whole is not None:
+                return whole, fraction
+        if batch_op is not None:
+            entry = profile.lookup(
+                device_type, batch_op.op_type, batch_op.output_shapes[0], batch_op.param_bytes, batch_op.name
+            )
+            if entry is not None:
+                return entry, fraction / micro_batches if batch_op.sample_dim is not None else fraction
+        return None
 
     def update_times_s(self, op: Op, param_fraction: float, bandwidth_bytes_per_s: float) -> tuple[float, float]:
         """(GPU, host) seconds of the optimizer step over ``param_fraction`` of ``op``'s parameters.
@@ -710,21 +843,34 @@ class CostModel:
         peak_flops: float,
         memory_bandwidth_bytes_per_s: float,
         compute_dtype: str | None = None,
+        *,
+        batch_op: Op | None = None,
+        micro_batches: int = 1,
     ) -> tuple[float, float]:
         """(forward, backward) GPU seconds of one task computing ``fraction`` of ``op`` on one device.
 
         ``compute_dtype`` is the dtype ``peak_flops`` is for (default: the precision's), which picks
-        the calibration's curve (:meth:`op_compute_dtype`).
+        the calibration's curve (:meth:`op_compute_dtype`). With a profile, the entry of
+        :meth:`profile_entry` times the task (``batch_op`` and ``micro_batches``: for a micro-batch
+        copy ``op``, the whole-batch op and the count); without one the analytic model does, and the op
+        is recorded in :attr:`analytic_ops`.
         """
         measured: tuple[float, float] | None = None
         if self.profile is not None:
-            exact = self.profile.lookup(device_type, op.op_type, task_output_shape, task_param_bytes, op.name)
-            if exact is not None:
-                measured = (exact.forward_s, exact.backward_s)
-            else:
-                whole = self.profile.lookup(device_type, op.op_type, op.output_shapes[0], op.param_bytes, op.name)
-                if whole is not None:
-                    measured = (whole.forward_s * fraction, whole.backward_s * fraction)
+            found = self.profile_entry(
+                op,
+                fraction,
+                task_output_shape,
+                task_param_bytes,
+                device_type,
+                batch_op=batch_op,
+                micro_batches=micro_batches,
+            )
+            if found is not None:
+                entry, scale = found
+                measured = (entry.forward_s * scale, entry.backward_s * scale)
+            elif op.op_type not in NO_WORK_OPS:
+                self.analytic_ops.setdefault((batch_op or op).name, op.op_type)
         if measured is not None and (self.calibration is None or self._trusted_profile()):
             return measured
         analytic = self._analytic_times_s(
@@ -760,8 +906,10 @@ class CostModel:
             cls, traffic = self.calibrated_work(op, compute_dtype)
             traffic *= fraction
             bw = bandwidth_bytes_per_s
-            fwd = cal.gpu_seconds(op.forward_flops * fraction, traffic, cls, peak_flops, bw, False, family)
-            bwd = cal.gpu_seconds(op.backward_flops * fraction, 2.0 * traffic, cls, peak_flops, bw, True, family)
+            fwd = cal.gpu_seconds(op.forward_flops * fraction, traffic, cls, peak_flops, bw, False, family, op.name)
+            bwd = cal.gpu_seconds(
+                op.backward_flops * fraction, 2.0 * traffic, cls, peak_flops, bw, True, family, op.name
+            )
             return fwd, (bwd if op.backward_flops > 0 or op_kind(op.op_type).backward_factor > 0 else 0.0)
         rate = peak_flops * self.op_efficiency(op.op_type)
         fwd = max(op.forward_flops * fraction / rate, traffic / bandwidth_bytes_per_s)

@@ -109,6 +109,7 @@ import numpy as np
 from placement_rl.graph import Op, OpGraph
 from placement_rl.plan.core import OpConfig, Plan, pipeline_stages, sample_shares, zero_holders
 from placement_rl.sim import kernels as _kernels
+from placement_rl.sim import limits as _limits
 from placement_rl.sim import network as _network
 from placement_rl.sim import pipeline as _pipeline
 from placement_rl.sim import sfb as _sfb
@@ -813,6 +814,10 @@ class SimContext:
             self._lanes += tuple(f"{d.name} host" for d in devices)
         self._groups: dict[tuple[int, ...], int] = {}
         self._group_tables: _GroupTables | None = None
+        # per group id: devices and the most flows per device of its all-reduce algorithms (size estimates)
+        self._group_size: list[int] = []
+        self._group_rings: list[int] = []
+        self._group_shape_arrays = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._build_edges()
         self._owner: dict[str, int] = {}
         self._key_ops: dict[str, list[int]] = {}
@@ -832,6 +837,8 @@ class SimContext:
         # its parent's graph, whose plans' schedules order its tasks
         self.micro_batches = int(graph.metadata.get("micro_batches", 1)) if "micro_batches_of" in graph.metadata else 1
         self.schedule_plan: tuple[OpGraph, Plan] | None = None
+        # a micro-batch context: its parent's ops (op i m + k is op i's copy), which profiles time them as
+        self.parent_ops: Sequence[Op] | None = None
         self._micro: dict[int, SimContext] = {}
         self._shared_owners = sorted({self._owner[k] for k, users in self._key_ops.items() if len(users) > 1})
         self._shared_cache: dict[Any, dict[str, np.ndarray]] = {}
@@ -887,6 +894,17 @@ class SimContext:
     def compile_uncached(self, index: int, cfg: OpConfig) -> _CompiledOp:
         """Like :meth:`compile` without touching the cache (for searches)."""
         return self._compile(self.graph.ops[index], index, cfg)
+
+    def _batch_op(self, index: int) -> tuple[Op | None, int]:
+        """For op ``index`` of a micro-batch graph, the whole-batch op its tasks are profiled as (the whole
+        plan's under a symmetry) and the micro-batch count; ``(None, 1)`` elsewhere
+        (:meth:`~placement_rl.sim.cost.CostModel.profile_entry`)."""
+        if self.symmetry is not None:
+            m = self.symmetry.cost_micro
+            return (self.symmetry.cost_graph.ops[index // m], m) if m > 1 else (None, 1)
+        if self.parent_ops is not None and self.micro_batches > 1:
+            return self.parent_ops[index // self.micro_batches], self.micro_batches
+        return None, 1
 
     def _compile(self, op: Op, index: int, cfg: OpConfig) -> _CompiledOp:
         try:
@@ -948,6 +966,7 @@ class SimContext:
             holders *= 1 + len(next(iter(symmetry.tp_peers.values())))  # replicated over the ranks too
         update_fraction = 1.0 / shards / (holders if cfg.zero else 1)
         sample_dim = op.sample_dim
+        batch_op, micro = self._batch_op(index)
         fwd, bwd, host_fwd, host_bwd = np.empty(T), np.empty(T), np.empty(T), np.empty(T)
         device_kind = self._device_kind
         for t, dev in enumerate(devices.tolist()):
@@ -964,8 +983,18 @@ class SimContext:
                 # a symmetric rank's task is the whole plan's task: its share of the whole op
                 scale = self.symmetry.cost_scale[index] if self.symmetry else 1.0
                 fraction = float(share_of[part]) / P / scale
-                f, b = self.cost.device_task_times_s(timed, fraction, shape, task_param_bytes, d)
-                hf, hb = self.cost.host_times_s(timed, shape, task_param_bytes, d.device_type)
+                f, b = self.cost.device_task_times_s(
+                    timed, fraction, shape, task_param_bytes, d, batch_op=batch_op, micro_batches=micro
+                )
+                hf, hb = self.cost.host_times_s(
+                    timed,
+                    shape,
+                    task_param_bytes,
+                    d.device_type,
+                    fraction=fraction,
+                    batch_op=batch_op,
+                    micro_batches=micro,
+                )
                 if cfg.recompute:  # the forward runs again before backward
                     b, hb = b + f, hb + hf
                 if owner:  # the optimizer step of the parameter shard this task holds
@@ -1177,6 +1206,162 @@ class SimContext:
             tables = self._group_tables = _GroupTables(self, list(self._groups))
         return tables
 
+    # ------------------------------------------------------------ size bound
+    def _group_shapes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(G,)`` devices of each group and ``(G,)`` the most flows per device any of its all-reduce
+        algorithms has (:meth:`~placement_rl.sim.network.Network.all_reduce_algorithms`: a ring 1, ``k``
+        rings ``k`` up to the fewest devices of a machine, hierarchical at most 3), extended as groups come."""
+        if len(self._group_size) < len(self._groups):
+            machine = self.network.device_machine
+            for group in list(self._groups)[len(self._group_size) :]:
+                per = np.bincount(machine[list(group)]) if group else np.zeros(0, np.int64)
+                per = per[per > 0]
+                rings = 1 if per.shape[0] < 2 else max(int(per.min()), 3 if int(per.max()) >= 2 else 1)
+                self._group_size.append(len(group))
+                self._group_rings.append(rings)
+            self._group_shape_arrays = (np.array(self._group_size, np.int64), np.array(self._group_rings, np.int64))
+        return self._group_shape_arrays
+
+    def _bucket_flows(self, ops: OpArrays) -> tuple[int, int, int]:
+        """The buckets of ``ops``, and the flows and the link directions they cross of the all-reduce
+        algorithm each takes under ``flow`` (:meth:`_GroupTables.flow_all_reduce`'s choice, counted
+        without building the flows)."""
+        bk = self._buckets(ops)
+        B = bk.group.shape[0]
+        if B == 0:
+            return 0, 0, 0
+        cand_ptr, cand_lat, cand_spb, cand_phase_ptr, _, phase_flow_ptr, _, dir_ptr, _ = (
+            self.group_tables()._candidate_tables()
+        )
+        counts = np.diff(cand_ptr)[bk.group]
+        cands = np.repeat(cand_ptr[bk.group], counts) + _ranges(counts)
+        time = cand_lat[cands] + np.repeat(bk.num_bytes, counts) * cand_spb[cands]
+        first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        chosen = cands[np.lexsort((time, np.repeat(np.arange(B), counts)))[first]]  # each bucket's first fastest
+        flow_start, flow_end = phase_flow_ptr[cand_phase_ptr[:-1]], phase_flow_ptr[cand_phase_ptr[1:]]
+        directions = dir_ptr[flow_end] - dir_ptr[flow_start]
+        return B, int((flow_end - flow_start)[chosen].sum()), int(directions[chosen].sum())
+
+    def _degrees(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(N,)`` float64 tensors out of and into each op (cached)."""
+        found: tuple[np.ndarray, np.ndarray] | None = getattr(self, "_op_degrees", None)
+        if found is None:
+            N = len(self.graph.ops)
+            found = self._op_degrees = (
+                np.bincount(self.e_src, minlength=N).astype(np.float64),
+                np.bincount(self.e_dst, minlength=N).astype(np.float64),
+            )
+        return found
+
+    def size_estimate(
+        self, ops: OpArrays, num_transfers: int = 0, *, exact_all_reduces: bool = False
+    ) -> _limits.SizeEstimate:
+        """What assembling and scheduling ``ops`` with ``num_transfers`` transfers (each with its gradient
+        transfer) will need, computed from per-op counts before any task array exists
+        (:mod:`placement_rl.sim.limits`). Buckets are bounded by their groups' bytes: every bucket but a
+        group's last holds at least ``bucket_bytes``, and each has as many flows as its group's largest
+        all-reduce algorithm; ``exact_all_reduces`` (the ``flow`` model) makes the buckets and picks each
+        one's algorithm instead, as assembly will (building the groups' routes and algorithms, which the
+        simulation needs anyway). Tensor-parallel partial sums are bounded by their groups."""
+        F = int(ops.ptr["task"][-1])
+        C = int(num_transfers)
+        S_ps = int(ops.ptr["sync"][-1])
+        group = ops.data["ar_group"]
+        buckets = flows = 0
+        bucket_dirs: int | None = None
+        if group.shape[0] and exact_all_reduces and self.model.shares_links:
+            buckets, flows, bucket_dirs = self._bucket_flows(ops)
+        elif group.shape[0]:
+            size, rings = self._group_shapes()
+            G = size.shape[0]
+            alone = ops.data["ar_alone"].astype(np.bool_)
+            per_group = np.bincount(group[alone], minlength=G).astype(np.float64)
+            together = group[~alone]
+            if self.cost.bucket_bytes > 0:
+                counts = np.bincount(together, minlength=G)
+                total = np.bincount(together, weights=ops.data["ar_bytes"][~alone], minlength=G)
+                per_group += np.minimum(counts, np.where(counts > 0, np.floor(total / self.cost.bucket_bytes) + 1, 0))
+            else:
+                per_group += np.bincount(together, minlength=G)
+            buckets = int(per_group.sum())
+            flows = int((per_group * size * (rings if self.model.shares_links else 1)).sum())
+        # tensor-parallel partial sums: at most one all-reduce per sum group of a producer and edge out of it
+        # (forward), per gradient group of a consumer and edge into it (backward), each over its group's tasks
+        partials = partial_flows = 0
+        sums, grads = ops.data["sum_group"], ops.data["grad_group"]
+        if sums.shape[0] and (int(sums.max()) >= 0 or int(grads.max()) >= 0):
+            task_ptr = ops.ptr["task"]
+            n_tasks = np.diff(task_ptr)
+            full = np.flatnonzero(n_tasks > 0)
+            sum_groups, grad_groups = np.zeros(n_tasks.shape[0]), np.zeros(n_tasks.shape[0])
+            sum_groups[full] = np.maximum.reduceat(sums, task_ptr[full]) + 1
+            grad_groups[full] = np.maximum.reduceat(grads, task_ptr[full]) + 1
+            out_degree, in_degree = self._degrees()
+            partials = int(sum_groups @ out_degree + grad_groups @ in_degree)
+            partial_flows = int(((sum_groups > 0) * n_tasks) @ out_degree + ((grad_groups > 0) * n_tasks) @ in_degree)
+            if self.symmetry is not None and self.symmetry.tp_peers:  # each group spans the other ranks too
+                partial_flows *= 1 + len(next(iter(self.symmetry.tp_peers.values())))
+        tasks = 2 * F + 2 * C + S_ps + buckets + partials + (2 * F if self.host_lane else 0)
+        flows += partial_flows
+        devices = ops.data["devices"]
+        if self.peers:  # a symmetric rank's all-reduces span its peers' devices too
+            devices = np.concatenate([devices, np.array([p for ps in self.peers.values() for p in ps], np.int64)])
+        others = partial_flows + 2 * C + S_ps  # their routes' directions: about DIRECTIONS_PER_FLOW each
+        directions = None if bucket_dirs is None else bucket_dirs + others * _limits.DIRECTIONS_PER_FLOW
+        return _limits.SizeEstimate(tasks, flows + 2 * C + S_ps, self.network.unbuilt_route_bytes(devices), directions)
+
+    def check_plan_size(self, plan: Plan) -> None:
+        """:meth:`check_size` from the plan alone, before any op is compiled: its compute and host tasks
+        (ops x devices x micro-batches), a lower bound of the task graph."""
+        m = plan.micro_batches
+        F = m * sum(len(plan[op.name].devices) for op in self.graph.ops)
+        tasks = 2 * F + (2 * F if self.host_lane else 0)
+
+        def what() -> str:
+            used = len({d for op in self.graph.ops for d in plan[op.name].devices})
+            micro = f" in {m} micro-batches" if m > 1 else ""
+            where = f"{used:,} of {self.topology.name}'s {self.num_devices:,} devices"
+            return f"plan {plan.name!r} of {self.graph.name}{micro} on {where}"
+
+        _limits.check_size(_limits.SizeEstimate(tasks, 0), what, at_least=True)
+
+    def check_size(self, ops: OpArrays, num_transfers: int = 0) -> None:
+        """Raise :class:`~placement_rl.sim.limits.SimulationTooLarge` (a ``ValueError``) when simulating
+        ``ops`` would need more memory than :func:`~placement_rl.sim.limits.memory_bound_bytes` allows."""
+        # a quick upper bound first (a search checks every proposal): each shard its own bucket over the
+        # largest group, routes from every device not built yet
+        F, S_ps, A = (int(ops.ptr[k][-1]) for k in ("task", "sync", "allreduce"))
+        C = int(num_transfers)
+        size, rings = self._group_shapes()
+        widest = int((size * rings).max()) if size.shape[0] else 0
+        out_degree, in_degree = self._degrees()
+        fan = int(max(out_degree.max(initial=0), in_degree.max(initial=0)))  # partial sums: per task and edge
+        upper = _limits.SizeEstimate(
+            4 * F + 2 * C + S_ps + A + 2 * F * fan,
+            A * widest + 2 * C + S_ps + 2 * F * fan,
+            (self.num_devices - self.network.sources_built) * self.num_devices * _network.ROUTE_BYTES_PER_PAIR,
+        )
+        threshold = _limits.check_above_bytes()
+        if upper.num_bytes <= threshold:
+            return
+        estimate = self.size_estimate(ops, num_transfers)
+        if A and self.model.shares_links and estimate.num_bytes > threshold:
+            if estimate.num_bytes > _limits.memory_bound_bytes()[0]:  # the buckets' own algorithms, exactly
+                estimate = self.size_estimate(ops, num_transfers, exact_all_reduces=True)
+
+        def what() -> str:
+            used = int(np.count_nonzero(np.bincount(ops.data["devices"], minlength=self.num_devices)))
+            graph = self.graph.metadata.get("micro_batches_of", self.graph.name)
+            micro = f" in {self.micro_batches} micro-batches" if self.micro_batches > 1 else ""
+            where = f"{used:,} of {self.topology.name}'s {self.num_devices:,} devices"
+            if self.symmetry is not None:  # one replica's rank 0 simulated for the whole plan (sim.replicas)
+                ranks = 1 + len(next(iter(self.symmetry.tp_peers.values()), ()))
+                alike = f"{self.replica_count:,} alike replicas" + (f" of {ranks} alike ranks" if ranks > 1 else "")
+                return f"a plan of {graph}{micro} as one of its {alike} ({where})"
+            return f"a plan of {graph}{micro} on {where}"
+
+        _limits.check_size(estimate, what)
+
     @staticmethod
     def _set_sync(c: _CompiledOp, template: dict[str, np.ndarray]) -> None:
         for name, value in template.items():
@@ -1252,6 +1437,7 @@ class SimContext:
         g = self.graph
         if validate:
             plan.validate(g, self.topology)
+        self.check_plan_size(plan)
         if plan.micro_batches > 1:
             return self.simulate_micro_batches(plan)
         ops = [self.compile(i, plan[op.name]) for i, op in enumerate(g.ops)]
@@ -1265,6 +1451,7 @@ class SimContext:
             found = SimContext(
                 _pipeline.micro_batch_graph(self.graph, micro_batches), self.topology, self.cost, symmetry
             )
+            found.parent_ops = self.graph.ops
             if len(self._micro) >= 4:
                 self._micro.pop(next(iter(self._micro)))
             self._micro[micro_batches] = found
@@ -1293,6 +1480,7 @@ class SimContext:
         """Simulate compiled op configurations (one per op, graph order) into a full :class:`SimResult`."""
         with _kernels.compile_notice():
             arrays = self.with_shared(OpArrays.from_ops(ops), ops)
+            self.check_size(arrays)  # before the transfers: the compute, host and synchronization tasks
             tasks = self.assemble(arrays, EdgeArrays.from_flat(*self.transfers(ops)))
             start, end, _, crit, busy, *timeline = self.schedule(tasks, record=True)
             return self._result(arrays, tasks, start, end, crit, busy, timeline)
@@ -1440,7 +1628,12 @@ class SimContext:
         Task ids: forward ``[0, F)``, backward ``[F, 2F)``, transfers ``[2F, 2F + C)``, gradient
         transfers ``[2F + C, 2F + 2C)``, then the synchronization block: parameter-server pushes and
         pulls and all-reduce buckets, ordered by op (a bucket at its last shard's op).
+
+        Raises:
+            SimulationTooLarge: (a ``ValueError``) before allocating a task graph that would need more
+                memory than the simulator's bound (:mod:`placement_rl.sim.limits`).
         """
+        self.check_size(ops, int(edges.com_ptr[-1]))
         D = self.num_devices
         data = ops.data
         task_ptr = ops.ptr["task"]

@@ -33,7 +33,10 @@ peak FLOP/s and then by machine and name, never by the order the topology lists 
 :func:`pick_over_device_counts` runs FT on each of :func:`~.devices.candidate_device_sets`: the
 ``n`` fastest devices for each count, the best whole machines and the devices of each type where
 no faster set of as many devices exists (at most :data:`~.devices.MAX_DEVICE_SETS` sets), so its
-answer is the same however the cluster is listed.
+answer is the same however the cluster is listed. One FT run takes at most
+:data:`~.devices.FT_MAX_DEVICES` (512) devices: its cost graph grows as the square of the device
+count, so :func:`run_ft` refuses more, and the default counts stop there (on a 3,072-GPU cluster FT
+searches the fastest 1, 2, 4, ..., 512 devices).
 
 **A mesh per stage** (opt-in, :func:`run_ft`'s ``stage_meshes``; the ``ft`` method's option of the
 same name). TensorOpt runs every op on one mesh over the whole set. With ``stage_meshes = m`` every
@@ -55,9 +58,11 @@ from placement_rl.plan import OpConfig, Plan
 from placement_rl.search.ft.configs import resolve_devices
 from placement_rl.search.ft.costs import CostGraph, build_cost_graph
 from placement_rl.search.ft.devices import (
+    FT_MAX_DEVICES,
     MAX_DEVICE_SETS,
     DeviceSet,
     candidate_device_sets,
+    check_device_count,
     default_device_counts,
     machine_meshes,
 )
@@ -134,6 +139,7 @@ def run_ft(
     zero: int = 0,
     recompute: bool = False,
     stage_meshes: int = 0,
+    max_devices: int = FT_MAX_DEVICES,
 ) -> FTResult:
     """Run FT and unroll every frontier point into a plan.
 
@@ -148,7 +154,8 @@ def run_ft(
         max_configs: cap on configurations per op (see :func:`~placement_rl.search.ft.configs.op_configs`).
         map_chunks: a :class:`placement_rl.parallel.TaskMap` for independent chunks of work (serial by
             default; :class:`placement_rl.rl.parallel.RayMap` runs them as Ray tasks).
-        progress: called with (steps done, total) as the eliminations proceed.
+        progress: called with (steps done, total): first with the tensors whose layout changes are priced
+            (building the cost graph), then as the eliminations proceed (ops).
         tolerance: relative time resolution of every frontier reduce. 0 gives the exact frontier
             (TensorOpt's algorithm as published). The default 0.01 keeps a point only when it is at
             least 1% faster than a point with less memory. Without it, graphs with many parallel
@@ -164,9 +171,16 @@ def run_ft(
             none when the set is one machine), so that layers can run on different machines. 0:
             TensorOpt's space (one mesh over the whole set). ``m`` meshes multiply the configurations
             per op by up to ``1 + m`` and FT's work by about its square.
+        max_devices: the most devices FT takes (default :data:`~.devices.FT_MAX_DEVICES`; its cost graph
+            grows as the square of the device count).
+
+    Raises:
+        ValueError: for more than ``max_devices`` devices (before any work), and as
+            :func:`~placement_rl.search.ft.costs.build_cost_graph` and ``frontier_of`` do.
     """
     start = time.perf_counter()
     names = resolve_devices(topology, devices, cost_model)
+    check_device_count(len(names), topology, max_devices)
     costs, configs = build_cost_graph(
         graph,
         topology,
@@ -177,6 +191,7 @@ def run_ft(
         zero=zero,
         recompute=recompute,
         stage_meshes=machine_meshes(topology, names, stage_meshes, cost_model) if stage_meshes else (),
+        progress=progress,
     )
     built = time.perf_counter()
     result = frontier_of(
@@ -343,7 +358,8 @@ def pick_over_device_counts(
     Args:
         graph: the op graph.
         topology: the cluster.
-        device_counts: the counts of the candidate sets (default 1, 2, 4, ..., all).
+        device_counts: the counts of the candidate sets (default 1, 2, 4, ..., all, up to
+            :data:`~.devices.FT_MAX_DEVICES`: on a larger cluster FT searches its fastest devices only).
         cost_model: the shared cost model (default :class:`CostModel`); it also ranks the devices.
         device_sets: the sets to search (default :func:`~.devices.candidate_device_sets` of the
             counts: the ``n`` fastest devices, the best whole machines, each device type; the same
@@ -353,7 +369,11 @@ def pick_over_device_counts(
             ``progress`` restarts for each set).
         kwargs: keyword arguments of :func:`run_ft` (``progress``, ``max_configs``, ...).
     """
-    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    counts = (
+        list(device_counts)
+        if device_counts is not None
+        else default_device_counts(topology.num_devices, FT_MAX_DEVICES)
+    )
     sets = (
         list(device_sets)
         if device_sets is not None
@@ -423,14 +443,18 @@ def profiling(
     stop_at_first_fit: bool = False,
     **kwargs: object,
 ) -> list[tuple[int, FrontierPoint | None, FTResult]]:
-    """Profiling mode: for each device count (default 1, 2, 4, ... and the total, ascending), the
-    fastest point that fits (None when none does) and the FT result. Count ``n`` runs on the ``n``
-    fastest devices (:func:`~.devices.fastest_devices`).
+    """Profiling mode: for each device count (default 1, 2, 4, ... and the total, ascending, up to
+    :data:`~.devices.FT_MAX_DEVICES`), the fastest point that fits (None when none does) and the FT
+    result. Count ``n`` runs on the ``n`` fastest devices (:func:`~.devices.fastest_devices`).
 
     With ``stop_at_first_fit`` the counts stop at the first that has a fitting point (the last row
     is then mini-parallelism's answer). Keyword arguments go to :func:`run_ft`.
     """
-    counts = list(device_counts) if device_counts is not None else default_device_counts(topology.num_devices)
+    counts = (
+        list(device_counts)
+        if device_counts is not None
+        else default_device_counts(topology.num_devices, FT_MAX_DEVICES)
+    )
     out = []
     for n in sorted(counts):
         point, result = mini_time(graph, topology, n, memory_limit_bytes, **kwargs)

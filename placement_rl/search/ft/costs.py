@@ -167,6 +167,7 @@ def build_cost_graph(
     zero: int = 0,
     recompute: bool = False,
     stage_meshes: Sequence[Sequence[str]] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[CostGraph, list[list[OpConfig]]]:
     """TensorOpt's per-op configurations and additive node and edge costs (module docstring).
 
@@ -189,6 +190,7 @@ def build_cost_graph(
         stage_meshes: further device sets, each a subset of ``devices`` in mesh order (a mesh per
             stage, module docstring): every op also gets the configurations over each of them (up to
             ``max_configs`` per mesh), after those over all of ``devices``.
+        progress: called with (tensors priced, tensors) as the edge costs are built (without stage meshes).
 
     Returns:
         ``(cost_graph, configs)`` with ``configs[v][s]`` the OpConfig of op ``v``'s config ``s``: a
@@ -228,7 +230,7 @@ def build_cost_graph(
         )
     else:
         node_memory, node_time, recomputed = _node_costs(graph, topology, names, cost, comm, cands, zero)
-        edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost)
+        edges, edge_memory, edge_time = _edge_costs(graph, comm, cands, cost, progress=progress)
     if recompute:  # twins: config s + K_v is config s recomputed; edges cost the same
         configs = [cs + [c.replace(recompute=True) for c in cs] for cs in configs]
         node_memory = [_frozen(np.concatenate([m, r[0]])) for m, r in zip(node_memory, recomputed, strict=True)]
@@ -456,10 +458,12 @@ def _edge_costs(
     cands: Sequence[Sequence[_Candidate]],
     cost: CostModel,
     consumer: tuple[_Comm, Sequence[Sequence[_Candidate]]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[tuple[tuple[int, int], ...], list[np.ndarray], list[np.ndarray]]:
     """Edge arrays of every tensor, producers under ``cands`` over ``comm``'s mesh and consumers under
     the same (``consumer`` None) or under ``consumer = (its comm, its cands)``, another mesh: then every
-    layout change is a direct redistribution between the meshes (:class:`_CrossComm`)."""
+    layout change is a direct redistribution between the meshes (:class:`_CrossComm`). ``progress`` is
+    called with (tensors priced, tensors) after each tensor."""
     cons_comm, cons_cands = consumer if consumer is not None else (comm, cands)
     cross = (_CrossComm(comm, cons_comm), _CrossComm(cons_comm, comm)) if consumer is not None else None
     ops = graph.ops
@@ -474,7 +478,7 @@ def _edge_costs(
     layout_cache: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = {}
     edge_cache: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = {}
     merged: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
-    for t in graph.tensors:
+    for priced, t in enumerate(graph.tensors, 1):
         u, v = index[t.src], index[t.dst]
         src, dst = ops[u], ops[v]
         box = t.src_output == 0 or len(src.output_shapes[t.src_output]) == len(src.output_shapes[0])
@@ -513,6 +517,8 @@ def _edge_costs(
                     *cross, *layout_cache[pkey], *layout_cache[ckey], comm.signature(sig)[0], needs_grad[u], share
                 )
         merged.setdefault((u, v), []).append(edge_cache[key])
+        if progress is not None:
+            progress(priced, len(graph.tensors))
 
     edges = tuple(merged)
     memory, time = [], []

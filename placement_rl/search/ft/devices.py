@@ -34,6 +34,16 @@ sets before deduplication; the list is then cut to ``max_sets`` (default
 :data:`MAX_DEVICE_SETS`), which drops the slowest types' sets first. On a homogeneous cluster of
 ``N`` devices in machines of a power-of-two size only the ``|C|`` sets of rule 1 remain; on
 ``tag-testbed`` 7 sets remain (5 before), on ``tag-cloud`` 7 (6 before).
+
+**At most** :data:`FT_MAX_DEVICES` **devices.** FT prices a layout change between two
+configurations over every pair of the set's devices (the point-to-point redistribution of
+:mod:`.rescheduling`: ``n x n`` arrays, built once per pair of layouts and tensor size) and builds
+the routes between all of them, so its cost graph grows as ``n**2``: about 4 s on ``lenet`` over
+128 GPUs, 9 s over 256, 21 s over 512, and without end in sight over 3,072. :func:`run_ft
+<placement_rl.search.ft.run_ft>` refuses a larger set; the default counts and candidate sets stop
+at it (:func:`default_device_counts` with ``limit``, :func:`candidate_device_sets`), so on a larger
+cluster FT searches its ``FT_MAX_DEVICES`` fastest devices and fewer (a coarsening: the plans it
+finds use at most that many devices).
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ from placement_rl.topology import Device, DeviceTopology
 
 #: the most device sets :func:`candidate_device_sets` returns unless told otherwise (each is one FT run).
 MAX_DEVICE_SETS = 16
+
+#: the most devices one FT run takes (module docstring, "At most FT_MAX_DEVICES devices").
+FT_MAX_DEVICES = 512
 
 #: the rules a candidate set comes from (:attr:`DeviceSet.rule`), in priority order.
 SET_RULES: tuple[str, ...] = ("fastest", "machines", "type")
@@ -77,10 +90,27 @@ def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name))
 
 
-def default_device_counts(total: int) -> list[int]:
-    """1, 2, 4, ... up to ``total``, and ``total`` itself."""
-    counts = [1 << k for k in range(total.bit_length()) if 1 << k <= total]
-    return counts if counts[-1] == total else [*counts, total]
+def default_device_counts(total: int, limit: int | None = None) -> list[int]:
+    """1, 2, 4, ... up to ``total``, and ``total`` itself; with ``limit``, only the counts up to it
+    (and ``limit`` itself when ``total`` is larger)."""
+    top = total if limit is None else min(total, limit)
+    counts = [1 << k for k in range(top.bit_length()) if 1 << k <= top]
+    return counts if counts[-1] == top else [*counts, top]
+
+
+def check_device_count(n: int, topology: DeviceTopology, max_devices: int = FT_MAX_DEVICES) -> None:
+    """Refuse an FT run over more than ``max_devices`` devices (module docstring).
+
+    Raises:
+        ValueError: naming the count, the limit and what to do instead.
+    """
+    if n > max_devices:
+        raise ValueError(
+            f"FT over {n:,} devices of {topology.name!r}: its cost graph grows as the square of the device count "
+            f"(it prices every layout change over every pair of devices, {n:,} x {n:,}); it runs on at most "
+            f"{max_devices:,} devices: choose a device count of at most {max_devices:,} (the fastest devices) or a "
+            "smaller topology"
+        )
 
 
 class DeviceRanking:
@@ -172,13 +202,14 @@ def candidate_device_sets(
 ) -> list[DeviceSet]:
     """FT's candidate device sets (module docstring): the fastest ``n`` for each count, the best whole
     machines, and per device type; deduplicated, at most ``max_sets``, the same whatever order the
-    topology lists its devices in.
+    topology lists its devices in. The default counts stop at :data:`FT_MAX_DEVICES`, and so do the
+    machine and type sets unless a larger count is asked for.
 
     Raises:
         ValueError: for a count outside ``1..topology.num_devices`` or ``max_sets < 1``.
     """
     total = topology.num_devices
-    counts = list(device_counts) if device_counts is not None else default_device_counts(total)
+    counts = list(device_counts) if device_counts is not None else default_device_counts(total, FT_MAX_DEVICES)
     for n in counts:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= total:
             raise ValueError(f"device count {n!r}: expected an integer from 1 to {total} (topology {topology.name!r})")
@@ -192,10 +223,13 @@ def candidate_device_sets(
         of_type = [n for n in rank.devices if topology.device(n).device_type == device_type]
         for n in [*(c for c in counts if c < len(of_type)), len(of_type)]:
             found.append((of_type[:n], "type"))
+    largest = max(counts, default=0)  # the default sets stop at FT_MAX_DEVICES, as the default counts do
     out: list[DeviceSet] = []
     seen: set[frozenset[str]] = set()
     for names, rule in found:
         key = frozenset(names)
+        if rule != "fastest" and len(names) > max(largest, FT_MAX_DEVICES):
+            continue
         if key in seen or (rule == "type" and any(_dominates(rank, kept.devices, names) for kept in out)):
             continue
         seen.add(key)
@@ -226,10 +260,12 @@ def _dominates(rank: DeviceRanking, a: Sequence[str], b: Sequence[str]) -> bool:
 
 __all__ = [
     "MAX_DEVICE_SETS",
+    "FT_MAX_DEVICES",
     "SET_RULES",
     "DeviceRanking",
     "DeviceSet",
     "candidate_device_sets",
+    "check_device_count",
     "default_device_counts",
     "fastest_devices",
     "machine_meshes",
