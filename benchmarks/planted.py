@@ -2,7 +2,7 @@
 
     python benchmarks/planted.py [--budget 60s] [--methods mcmc,mcts,ft] [--instances slow_links_fc,zero_fit]
                                  [--variant 0] [--policy CHECKPOINT ...] [--policy-env max_groups=60]
-                                 [--set ft.stage_meshes=1] [--json]
+                                 [--set ft.stage_meshes=1] [--plan-defaults] [--json]
 
 The instances are :mod:`placement_rl.planted`'s (one per kind; ``--variant N`` builds the held-out
 variant ``N`` of every kind instead of the designed one). Every method runs through
@@ -18,7 +18,9 @@ their own space, and the planted plans of some kinds lie in those spaces (``fits
 Ray edge, :func:`placement_rl.rl.policy.policy_method`), planning zero-shot; ``--policy-env`` changes
 the env options it plans with from its training's (``max_groups=60``: a finer grouping than it
 trained at; :func:`placement_rl.rl.policy.with_env`). ``--methods none`` runs only the baselines and
-the policies.
+the policies. ``--plan-defaults`` adds a ``plan`` column: what ``placement-rl plan`` gives with no
+flags (its default methods, each search with the budget it scales to the instance, MCMC from its
+default candidates; the best plan that fits), whatever ``--budget`` says.
 
 The table has one row per instance: the planted plan's and the bound's iteration time (ms), then for
 every baseline and method its speed relative to the planted plan, ``planted_makespan / makespan``
@@ -43,8 +45,18 @@ from typing import Any, NamedTuple
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from placement_rl.cli.common import env_overrides
-from placement_rl.methods import BASELINES, Method, check_budget, compare_methods, get_method, method_names
+from placement_rl.cli.common import PROPOSALS_HELP, env_overrides, proposal_kinds
+from placement_rl.methods import (
+    BASELINES,
+    Method,
+    best_result,
+    check_budget,
+    compare_methods,
+    get_method,
+    mcmc_starts,
+    method_names,
+)
+from placement_rl.methods import default_methods as plan_defaults
 from placement_rl.models import parse_overrides
 from placement_rl.planted import KINDS, PlantedInstance, build_suite
 
@@ -60,7 +72,9 @@ def default_methods() -> list[str]:
     return [m for m in method_names() if m not in BASELINES and m not in NOT_BY_DEFAULT]
 
 
-def method_options(method: Method, budget: str, mcmc_proposals: str = "coordinated") -> dict[str, Any]:
+def method_options(
+    method: Method, budget: str, mcmc_proposals: str | Mapping[str, float] = "coordinated"
+) -> dict[str, Any]:
     """The options that run ``method`` from data parallelism alone with ``budget`` (only those it takes);
     MCMC proposes from the ``mcmc_proposals`` mix (default ``coordinated``: FlexFlow's moves and the
     coordinated ones)."""
@@ -127,16 +141,25 @@ def run(
     instances: Sequence[PlantedInstance],
     methods: Sequence[Method],
     budget: str,
-    mcmc_proposals: str = "coordinated",
+    mcmc_proposals: str | Mapping[str, float] = "coordinated",
     extra: Mapping[str, Mapping[str, Any]] | None = None,
+    with_plan: bool = False,
 ) -> list[Row]:
     """Every baseline and method on every instance (progress on stderr); ``extra``: per method name,
-    options added to :func:`method_options`' (``{"ft": {"stage_meshes": 1}}``)."""
+    options added to :func:`method_options`' (``{"ft": {"stage_meshes": 1}}``); ``with_plan``: a
+    :data:`PLAN` column first (:func:`run_plan_defaults`)."""
     rows: list[Row] = []
     for instance in instances:
         row = Row(instance, {})
         for b, makespan_s in instance.baseline_makespans_s.items():
             row.cells[b] = Cell(makespan_s, b in instance.baseline_oom)
+        if with_plan:
+            _progress(f"{instance.name}: plan's default methods ...")
+            cell = run_plan_defaults(instance)
+            ratio = cell.ratio(instance)
+            said = f"{ratio:.2f} of the planted plan's speed" if ratio is not None else "OOM"
+            _progress(f"{instance.name}: plan {said} ({cell.search_s:.1f} s; {cell.note})")
+            row.cells[PLAN] = cell
         for method in methods:
             options = {**method_options(method, budget, mcmc_proposals), **(extra or {}).get(method.name, {})}
             _progress(f"{instance.name}: {method.name} {options} ...")
@@ -148,6 +171,26 @@ def run(
             row.cells[method.name] = cell
         rows.append(row)
     return rows
+
+
+#: The column of ``--plan-defaults``: the best plan of ``placement-rl plan``'s default methods.
+PLAN = "plan"
+
+
+def run_plan_defaults(instance: PlantedInstance) -> Cell:
+    """What ``placement-rl plan`` gives with no flags: its default methods with their budgets scaled to
+    the instance (:func:`placement_rl.methods.default_methods`, MCMC from its default candidates), the
+    best plan that fits; the note names the method that found it."""
+    defaults = plan_defaults(instance.graph, instance.topology)
+    budgets = {"budget": defaults.budget}
+    start = time.perf_counter()
+    rows: list[Any] = []
+    for name in defaults.methods:  # one at a time, as plan runs them: MCMC last, from the best so far too
+        options = {"mcts": budgets, "mcmc": {**budgets, "initial": mcmc_starts(rows)}}.get(name, {})
+        rows += compare_methods(instance.graph, instance.topology, [name], options={name: options} if options else None)
+    best = best_result(rows)
+    note = f"{best.method}; {defaults.budget} per search"
+    return Cell(best.makespan_s, best.oom, time.perf_counter() - start, note)
 
 
 def _note(cell: Cell) -> str:
@@ -168,7 +211,11 @@ def reached(rows: Sequence[Row], name: str) -> int:
 
 def print_table(rows: Sequence[Row], columns: Sequence[str], budget: str) -> None:
     """The Markdown table (see the module docstring) and the count of instances reached."""
-    print(f"speed relative to the planted plan (planted ms / method ms); {budget} per method, from data parallelism")
+    searched = [c for c in columns if c not in BASELINES and c != PLAN]
+    said = [f"{budget} per method, from data parallelism"] if searched else []
+    if PLAN in columns:
+        said.append("plan: placement-rl plan's default methods and budgets")
+    print(f"speed relative to the planted plan (planted ms / method ms); {'; '.join(said) or 'the baselines'}")
     print("| instance | kind | planted ms | bound ms | " + " | ".join(columns) + " |")
     print("|---|---|---|---|" + "---|" * len(columns))
     for r in rows:
@@ -239,6 +286,29 @@ def _method_sets(
     return out
 
 
+def check_options(
+    methods: Sequence[Method],
+    budget: str,
+    mcmc_proposals: str | Mapping[str, float],
+    extra: Mapping[str, Mapping[str, Any]],
+    parser: argparse.ArgumentParser,
+) -> None:
+    """Every method's options (the benchmark's and ``--set``'s) through the method's own check, before
+    any method runs: a bad value is an error here, not a ``-`` cell after the others' searches."""
+    for method in methods:
+        if method.check is None:
+            continue
+        options = {**method_options(method, budget, mcmc_proposals), **extra.get(method.name, {})}
+        try:
+            method.check(options, None, None)
+        except ValueError as exc:
+            given = sorted(k for k in extra.get(method.name, {}))
+            parser.error(
+                f"{method.name}: {exc}"
+                + (f" (--set {', '.join(f'{method.name}.{k}' for k in given)})" if given else "")
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark; ``argv`` defaults to the command line (tests pass a tiny budget)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -260,8 +330,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument(
         "--mcmc-proposals",
+        type=proposal_kinds,
         default="coordinated",
-        help="MCMC's proposal mix (default coordinated; flexflow: FlexFlow's moves only)",
+        help=f"MCMC's proposal mix (default coordinated; flexflow: FlexFlow's moves only): {PROPOSALS_HELP}",
     )
     parser.add_argument(
         "--set",
@@ -269,6 +340,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=[],
         metavar="METHOD.OPTION=VALUE",
         help="an option for one method (repeatable), e.g. ft.stage_meshes=1",
+    )
+    parser.add_argument(
+        "--plan-defaults",
+        action="store_true",
+        help="add a 'plan' column: the best plan of placement-rl plan's default methods and budgets (its own "
+        "budgets, scaled to the instance; MCMC from its default candidates, not data parallelism alone)",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = parser.parse_args(argv)
@@ -283,24 +360,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         names = [] if args.methods == "none" else _names(args.methods, method_names(), "methods", parser)
     methods = [get_method(n) for n in names if n not in BASELINES]  # the baselines run anyway
+    for path in args.policy:  # before the Ray edge is imported
+        if not os.path.isdir(path):
+            parser.error(f"--policy {path!r}: no such checkpoint folder; expected a checkpoint_* folder of a run")
     if args.policy:
         # the Ray edge, imported only when an agent is asked for (by name: the core's type check stays off it)
         policy = importlib.import_module("placement_rl.rl.policy")
-        try:
-            methods += [policy.policy_method(path, env=args.policy_env) for path in args.policy]
-        except ValueError as exc:
-            parser.error(f"--policy-env: {exc}")
+        for path in args.policy:
+            try:
+                loaded = policy.load_policy(path)
+            except (ValueError, OSError) as exc:
+                parser.error(f"--policy {path!r}: {exc}")
+            try:
+                methods.append(policy.policy_method(loaded, env=args.policy_env))
+            except ValueError as exc:
+                parser.error(f"--policy-env: {exc}")
     extra = _method_sets(args.set, methods, parser)
+    check_options(methods, args.budget, args.mcmc_proposals, extra, parser)
     kinds = None if args.instances is None else _names(args.instances, list(KINDS), "instances", parser)
     _progress(f"building {len(kinds or KINDS)} instance(s), variant {args.variant} ...")
     start = time.perf_counter()
     instances = build_suite(kinds, variant=args.variant)
     _progress(f"built in {time.perf_counter() - start:.1f} s")
-    rows = run(instances, methods, args.budget, args.mcmc_proposals, extra)
+    rows = run(instances, methods, args.budget, args.mcmc_proposals, extra, args.plan_defaults)
     if args.json:
         print(json.dumps(rows_json(rows), indent=1))
     else:
-        print_table(rows, [*BASELINES, *(m.name for m in methods)], args.budget)
+        plan = [PLAN] if args.plan_defaults else []
+        print_table(rows, [*BASELINES, *plan, *(m.name for m in methods)], args.budget)
 
 
 if __name__ == "__main__":

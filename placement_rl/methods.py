@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from placement_rl.errors import UnknownNameError
 from placement_rl.graph import OpGraph
@@ -62,6 +62,7 @@ from placement_rl.plan import (
     zero,
 )
 from placement_rl.sim import CostModel, SimContext, SimResult
+from placement_rl.sim.limits import SimulationTooLarge
 from placement_rl.sim.replicas import simulate_replica
 from placement_rl.topology import Device, DeviceTopology
 
@@ -198,6 +199,13 @@ class Method:
         description: one line for listings.
         options: the option names ``run`` reads from ``problem.options`` (others are an error).
         check: validates options and instances before any work starts (:data:`MethodCheck`).
+        search: whether the method chooses among plans that include data parallelism over all devices
+            (every method but the fixed baselines of :data:`BASELINES` and ``zero``), or a function
+            ``(options, topology) -> bool`` saying so for the options it is given (``megatron`` with a
+            tensor or pipeline degree pinned above 1 has no data-parallel plan). Where that plan fits
+            and nothing the method found is faster, :func:`compare_methods` keeps data parallelism's
+            plan as the method's result and the row's note says so: a search never returns a plan
+            slower than data parallelism where data parallelism fits and is in its space.
     """
 
     name: str
@@ -205,6 +213,12 @@ class Method:
     description: str = ""
     options: tuple[str, ...] = ()
     check: MethodCheck | None = None
+    search: bool | Callable[[Mapping[str, Any], DeviceTopology], bool] = True
+
+    def searches_data_parallel(self, options: Mapping[str, Any], topology: DeviceTopology) -> bool:
+        """Whether data parallelism over all of ``topology``'s devices is among the plans this method
+        chooses from, given its ``options`` (:attr:`search`)."""
+        return self.search(options, topology) if callable(self.search) else self.search
 
     @property
     def seeded(self) -> bool:
@@ -243,7 +257,8 @@ class MethodResult:
         plan: the plan it made.
         result: the plan's simulation.
         search_s: wall-clock seconds the method took to make the plan (its simulation excluded).
-        dp_makespan_s: data parallelism's makespan on the same instance (the reference).
+        dp_makespan_s: data parallelism's makespan on the same instance (the reference; ``nan`` where it is
+            too large to simulate on this machine, :mod:`placement_rl.sim.limits`).
         batch_size: the graph's global batch size.
         lower_bound_s: the instance's compute lower bound (:func:`compute_lower_bound_s`).
         reference_makespans_s: makespan of each registered data-parallel reference
@@ -368,6 +383,49 @@ def best_result(results: Sequence[MethodResult]) -> MethodResult:
     return min(fitting, key=lambda r: r.makespan_s)
 
 
+class _References(NamedTuple):
+    """What every row of an instance is judged against (:func:`_references`)."""
+
+    context: SimContext
+    dp_plan: Plan
+    dp: SimResult | None  # None: too large to simulate here (placement_rl.sim.limits); rows say nan
+    lower_bound_s: float
+    references: dict[str, float]
+
+
+#: The last instance's :class:`_References`, with the ``(graph, topology, cost model)`` objects they
+#: are of: ``plan`` and ``compare`` run one method per call on the same instance, and on a large model
+#: these simulations take seconds each.
+_LAST_REFERENCES: list[tuple[tuple[Any, ...], _References]] = []
+
+
+def _references(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None) -> _References:
+    """The simulation context and reference figures of an instance, made once per ``(graph, topology,
+    cost model)`` objects in a row: data parallelism's plan and simulation, the compute bound and the
+    other data-parallel references."""
+    key = (graph, topology, cost_model)
+    if _LAST_REFERENCES and all(a is b for a, b in zip(_LAST_REFERENCES[0][0], key, strict=True)):
+        return _LAST_REFERENCES[0][1]
+    ctx = SimContext(graph, topology, cost_model)
+    # Compile the simulator's kernels outside the timed methods (the single-device run also gives the bound).
+    single_plan = single_device(graph, topology)
+    single = ctx.simulate(single_plan, validate=False)
+    dp_plan = data_parallel(graph, topology)
+    lower_bound_s = compute_lower_bound_s(ctx, single_device_results={single_plan.metadata["device"]: single})
+    references: dict[str, float] = {}
+    try:  # a cluster too large to simulate data parallelism on leaves the rows without it (they still run)
+        dp: SimResult | None = ctx.simulate(dp_plan, validate=False)
+        for name in DP_REFERENCES[1:]:
+            if name in _METHODS:
+                plan = _as_found(_METHODS[name].run(Problem(graph, topology, ctx))).plan
+                references[name] = ctx.simulate(plan).makespan_s
+    except SimulationTooLarge:
+        dp = None
+    made = _References(ctx, dp_plan, dp, lower_bound_s, references)
+    _LAST_REFERENCES[:] = [(key, made)]
+    return made
+
+
 def compare_methods(
     graph: OpGraph,
     topology: DeviceTopology,
@@ -407,17 +465,7 @@ def compare_methods(
         for key in opts:
             if key not in method.options:
                 raise UnknownNameError(f"option of method {name!r}", key, method.options)
-    ctx = SimContext(graph, topology, cost_model)
-    # Compile the simulator's kernels outside the timed methods (the single-device run also gives the bound).
-    single_plan = single_device(graph, topology)
-    single = ctx.simulate(single_plan, validate=False)
-    dp = ctx.simulate(data_parallel(graph, topology), validate=False)
-    lower_bound_s = compute_lower_bound_s(ctx, single_device_results={single_plan.metadata["device"]: single})
-    references = {
-        name: ctx.simulate(_as_found(_METHODS[name].run(Problem(graph, topology, ctx))).plan).makespan_s
-        for name in DP_REFERENCES[1:]
-        if name in _METHODS
-    }
+    ctx, dp_plan, dp, lower_bound_s, references = _references(graph, topology, cost_model)
     instance = f"{graph.name}@{topology.name}"
     rows: list[MethodResult] = []
     for method in resolved:
@@ -425,13 +473,21 @@ def compare_methods(
         start = time.perf_counter()
         found = _as_found(method.run(problem))
         elapsed = time.perf_counter() - start
+        result = ctx.simulate(found.plan)
+        if (
+            dp is not None
+            and not dp.oom
+            and (result.oom or result.makespan_s > dp.makespan_s)
+            and method.searches_data_parallel(problem.options, topology)
+        ):
+            found, result = _kept_data_parallel(found, result, dp_plan, dp)
         row = MethodResult(
             instance,
             method.name,
             found.plan,
-            ctx.simulate(found.plan),
+            result,
             elapsed,
-            dp.makespan_s,
+            dp.makespan_s if dp is not None else math.nan,
             graph.batch_size or 1,
             lower_bound_s,
             references,
@@ -448,17 +504,31 @@ def _as_found(out: Plan | Found) -> Found:
     return out if isinstance(out, Found) else Found(out)
 
 
+def _kept_data_parallel(found: Found, result: SimResult, dp_plan: Plan, dp: SimResult) -> tuple[Found, SimResult]:
+    """A search's result replaced by data parallelism's (which fits and is faster), the note saying so."""
+    own = "does not fit in memory" if result.oom else f"{result.makespan_s * 1e3:,.1f} ms/iter"
+    said = (
+        f"nothing it found beat data parallelism ({dp.makespan_s * 1e3:,.1f} ms/iter; its best plan {own}), "
+        "so it keeps data parallelism's plan"
+    )
+    note = f"{found.note}; {said}" if found.note else said
+    plan = dataclasses.replace(dp_plan, metadata={**dp_plan.metadata, "kept_data_parallel": True})
+    return Found(plan, found.anytime, note), dp
+
+
 # ------------------------------------------------------------------------------ built-in methods
 def _baseline(name: str, build: Callable[[OpGraph, DeviceTopology], Plan], description: str) -> Method:
-    return Method(name, lambda p: build(p.graph, p.topology), description)
+    return Method(name, lambda p: build(p.graph, p.topology), description, search=False)
 
 
 def _mcmc(problem: Problem) -> Found:
     from placement_rl.search import mcmc
 
-    opts = {"budget": "10s", "chains": 1, "seed": 0, **problem.options}
+    opts = {"budget": "10s", "chains": 1, "seed": 0, "proposals": DEFAULT_PROPOSALS, **problem.options}
     found = mcmc(problem.graph, problem.topology, cost_model=problem.cost_model, progress=problem.progress, **opts)
-    return Found(found.plan, anytime_trace(found.best_costs_s, found.elapsed_s, found.times_s))
+    given = [c.name for c in opts.get("initial", ()) if isinstance(c, Plan)]
+    note = f"started from {', '.join(given)}'s plan too" if given else ""
+    return Found(found.plan, anytime_trace(found.best_costs_s, found.elapsed_s, found.times_s), note)
 
 
 def anytime_trace(best_costs_s: Any, elapsed_s: float, times_s: Any = None) -> tuple[tuple[float, float], ...]:
@@ -766,6 +836,7 @@ register_method(
         "TensorOpt's FT, the simulator's pick over device sets",
         ("max_configs", "device_counts", "stage_meshes"),
         _check_ft,
+        lambda options, topology: topology.num_devices in (options.get("device_counts") or [topology.num_devices]),
     )
 )
 register_method(
@@ -775,6 +846,7 @@ register_method(
         "branch and bound over the whole SOAP space (refused when the space is too large)",
         ("max_plans", "time_limit", "devices"),
         _check_exhaustive,
+        lambda options, topology: options.get("devices") in (None, topology.num_devices),
     )
 )
 
@@ -892,6 +964,7 @@ def _megatron(problem: Problem) -> Plan | Found:
             "options, or another method"
         )
     tried: list[tuple[Plan, SimResult]] = []
+    too_large: SimulationTooLarge | None = None
     for candidate in candidates:
         for micro_batches, recompute, zero_stage in _attempts(candidate, _batch_size(graph)):
             try:
@@ -908,10 +981,16 @@ def _megatron(problem: Problem) -> Plan | Found:
             except ValueError:  # e.g. more stages than cuts between layers
                 break
             # one data-parallel replica, exactly as fast as the whole plan (placement_rl.sim.replicas)
-            result = simulate_replica(graph, topology, plan, candidate["dp"], problem.context.cost)
+            try:
+                result = simulate_replica(graph, topology, plan, candidate["dp"], problem.context.cost)
+            except SimulationTooLarge as exc:  # too large to simulate here: the next candidate may not be
+                too_large = exc
+                break
             tried.append((plan, result))
             if not result.oom:
                 break
+    if not tried and too_large is not None:
+        raise too_large
     if not tried:
         raise ValueError(
             f"megatron: none of the {len(candidates)} candidate(s) {candidates} makes a plan of {graph.name!r}; "
@@ -960,6 +1039,122 @@ register_method(
         "Megatron-LM's tensor, pipeline and data parallelism, the simulator's pick of the degrees",
         MEGATRON_OPTIONS,
         _check_megatron,
+        lambda options, _: options.get("tp", 1) == 1 and options.get("pp", 1) == 1,
     )
 )
-register_method(Method("zero", _zero, "data parallelism with ZeRO-1 (ZeRO-3 where ZeRO-1 does not fit)"))
+register_method(Method("zero", _zero, "data parallelism with ZeRO-1 (ZeRO-3 where ZeRO-1 does not fit)", search=False))
+
+
+# ------------------------------------------------------------------------------ the default methods
+#: The methods ``plan`` runs when none are named (and :func:`default_methods` picks from): the fixed
+#: baselines, the constructors that fit what data parallelism cannot (a subset of devices, ZeRO,
+#: Megatron-LM's tensor, pipeline and data parallelism), TensorOpt's FT, and the two searches that find
+#: the best plans on the planted suite, the tree search and MCMC with its coordinated moves.
+DEFAULT_METHODS: tuple[str, ...] = (
+    "data_parallel",
+    "single_device",
+    "expert",
+    "layerwise",
+    "subset_data_parallel",
+    "zero",
+    "megatron",
+    "ft",
+    "mcts",
+    "mcmc",
+)
+#: MCMC's proposal mix by default: FlexFlow's one-op move and the coordinated moves (whole parameter
+#: groups, blocks, pipeline stages, device subsets); ``flexflow`` is FlexFlow's own mix alone.
+DEFAULT_PROPOSALS = "coordinated"
+#: The methods whose cost grows with the simulation's (a search makes thousands; FT and FlexFlow's
+#: expert plan build per-op strategies over every device): run by default only where one simulation
+#: of data parallelism takes at most :data:`QUICK_SIMULATION_S`.
+SIMULATION_BOUND: tuple[str, ...] = ("expert", "ft", "mcts", "mcmc")
+#: Seconds one simulation of data parallelism may take for :data:`SIMULATION_BOUND` to run by default.
+QUICK_SIMULATION_S = 0.5
+#: A search's default budget: this many simulations' time of data parallelism on the instance ...
+AUTO_BUDGET_SIMULATIONS = 500
+#: ... within these bounds, in seconds.
+AUTO_BUDGET_BOUNDS_S = (10.0, 30.0)
+#: How the default methods and budgets are chosen, in words (``plan --help`` and the docs).
+DEFAULTS_RULE = (
+    f"the default budget of each search (mcts, mcmc) is {AUTO_BUDGET_SIMULATIONS} simulations' time of data "
+    f"parallelism on the instance, between {AUTO_BUDGET_BOUNDS_S[0]:g} and {AUTO_BUDGET_BOUNDS_S[1]:g} s; where "
+    f"one such simulation takes over {QUICK_SIMULATION_S:g} s (models of tens of billions of parameters on tens "
+    f"of GPUs), {', '.join(SIMULATION_BOUND)} are left out unless named"
+)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The default methods for one instance (:func:`default_methods`).
+
+    Attributes:
+        methods: the methods to run, in :data:`DEFAULT_METHODS`' order.
+        budget_s: each search's budget in seconds.
+        simulation_s: the wall-clock seconds of one simulation of data parallelism on the instance.
+        skipped: the default methods left out, each with the reason in words.
+    """
+
+    methods: tuple[str, ...]
+    budget_s: float
+    simulation_s: float
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> str:
+        """:attr:`budget_s` as a budget string (``"12s"``)."""
+        return f"{self.budget_s:g}s"
+
+
+def auto_budget_s(simulation_s: float) -> float:
+    """A search's default budget for an instance whose data-parallel simulation takes ``simulation_s``:
+    :data:`AUTO_BUDGET_SIMULATIONS` simulations' time within :data:`AUTO_BUDGET_BOUNDS_S`, whole seconds."""
+    low, high = AUTO_BUDGET_BOUNDS_S
+    if not math.isfinite(simulation_s):
+        return high
+    return float(min(high, max(low, math.ceil(AUTO_BUDGET_SIMULATIONS * simulation_s))))
+
+
+def default_methods(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> Defaults:
+    """The methods ``plan`` runs on an instance when none are named, and each search's budget.
+
+    One simulation of data parallelism is timed (the second of two on one context, so that the kernels'
+    compilation and the context's setup are not counted); the rule is :data:`DEFAULTS_RULE`. Made with
+    the same ``(graph, topology, cost model)`` objects, the simulation context is the one
+    :func:`compare_methods` then judges the methods with.
+    """
+    refs = _references(graph, topology, cost_model)
+    skipped: dict[str, str] = {}
+    if refs.dp is None:  # data parallelism over every device is over the simulator's memory bound here
+        simulation_s = math.inf
+        why = (
+            f"data parallelism over the {topology.num_devices:,} devices is too large to simulate here, so its "
+            "searches could not make progress; name it in --methods to run it"
+        )
+    else:
+        start = time.perf_counter()
+        refs.context.simulate(refs.dp_plan, validate=False)
+        simulation_s = time.perf_counter() - start
+        why = (
+            f"one simulation of data parallelism takes {simulation_s:.2f} s here (over {QUICK_SIMULATION_S:g} s), "
+            "too slow for it to finish in the default budget; name it in --methods to run it"
+        )
+    if simulation_s > QUICK_SIMULATION_S:
+        skipped = dict.fromkeys(SIMULATION_BOUND, why)
+    methods = tuple(m for m in DEFAULT_METHODS if m not in skipped)
+    return Defaults(methods, auto_budget_s(simulation_s), simulation_s, skipped)
+
+
+def mcmc_starts(rows: Sequence[MethodResult]) -> list[str | Plan]:
+    """MCMC's initial candidates after the methods of ``rows`` ran (as ``plan`` runs MCMC last): its
+    default ones and, when the fastest plan that fits came from another method, that plan too, so that
+    MCMC refines the best plan found so far."""
+    from placement_rl.search.mcmc import EXTENDED_CANDIDATES
+
+    starts: list[str | Plan] = list(EXTENDED_CANDIDATES)
+    fitting = [r for r in rows if not r.oom]
+    if fitting:
+        best = min(fitting, key=lambda r: r.makespan_s)
+        if best.method not in EXTENDED_CANDIDATES and not best.plan.metadata.get("kept_data_parallel"):
+            starts.append(best.plan)
+    return starts

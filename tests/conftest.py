@@ -66,9 +66,8 @@ def outside_reads() -> Iterator[None]:
     yield
     paths = checkout_guard.take()
     if paths:
-        pytest.fail(
-            f"read beside the checkout {checkout_guard.ROOT}: {', '.join(paths[:5])}; keep what tests need in the repository"
-        )
+        root = checkout_guard.ROOT
+        pytest.fail(f"read beside the checkout {root}: {', '.join(paths[:5])}; keep what tests need in the repository")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,17 @@ SLOW: dict[str, tuple[str, ...]] = {
     # torch.export twice (the batch axis checked at B and B + 1) of small Hugging Face models, 2-3 s each
     "tests/test_hf.py::test_local_config_json": (),
     "tests/test_hf.py::test_clip_imports_with_both_inputs": (),
+    # bad input to the importer: torch.export of a one-layer GPT-2 (1.3 s), of a Linear on inputs it refuses
+    # (0.4 s, then the fx fallback), shrunk Hugging Face builds for the size estimate (0.2-0.9 s), two 0.2 s
+    # time limits, and builds of one-layer models (0.3-0.7 s)
+    "tests/test_importer_bad_input.py::test_a_model_built_with_its_cache_imports_without_it": (),
+    "tests/test_importer_bad_input.py::test_a_factory_whose_inputs_its_module_refuses_is_one_error": ("wrong-width",),
+    "tests/test_importer_bad_input.py::test_the_estimate_is_the_built_models_count": (),
+    "tests/test_importer_bad_input.py::test_a_model_over_the_module_bound_is_refused_before_it_is_built": (),
+    "tests/test_importer_bad_input.py::test_a_factory_that_never_returns_ends_at_the_time_limit": (),
+    "tests/test_importer_bad_input.py::"
+    "test_a_config_file_keeps_the_keys_no_code_reads_and_takes_an_int_epsilon_as_a_float": (),
+    "tests/test_importer_bad_input.py::test_llama_overrides_are_checked_like_gpt2s": (),
     "tests/test_nothing_fits.py::test_plan_says_no_method_fits_and_what_would": (),  # 2 s: four methods on llama_7b
     # every zoo model through torch.export, recurrent models at 3 steps and stacks at 2 layers (47 s for all 16
     # on the idle machine; inception_v3 and resnet101 8 s each)
@@ -238,6 +249,8 @@ _QUICK_EXCLUDED: dict[str, tuple[str, ...]] = {
     "tests/test_nothing_fits.py::test_compare_writes_every_cell_and_standard_json_when_nothing_fits": (),  # 0.7 s
     "tests/test_paths.py::test_a_topology_name_cannot_escape_the_output_folder": (),  # 0.2 s
     "tests/test_planted.py::test_a_variant_is_the_same_instance_every_time": (),  # 0.4 s
+    # plan's ten default methods on one planted instance, each search 1 s (8-10 s)
+    "tests/test_planted.py::test_benchmark_plan_defaults_column_is_the_best_of_plans_default_methods": (),
     "tests/test_planted.py::test_held_out_variant_builds_and_differs": (
         "fits_only_split",
         "mixed_gpus",
@@ -281,6 +294,7 @@ _QUICK_EXCLUDED: dict[str, tuple[str, ...]] = {
     "tests/test_plan.py::test_constructors_give_valid_plans": ("single_device-inception_v3",),
     "tests/test_simulator.py::test_circuit_per_tensor_is_the_model_before_flows_bit_for_bit": ("gnmt-tag-testbed-tag",),
     "tests/test_catalogue_presets.py::test_a_small_plan_on_the_largest_cluster_builds_only_its_routes": (),
+    "tests/test_scale_limits.py::test_plan_prints_the_refusals_and_the_methods_that_ran": (),  # 0.7 s: the Gantt PNG
 }
 for _name, _cases in _QUICK_EXCLUDED.items():
     if _name in SLOW and not SLOW[_name]:

@@ -12,6 +12,7 @@ import pytest
 from placement_rl import zoo
 from placement_rl.cli import main
 from placement_rl.graph import OpGraph
+from placement_rl.methods import DEFAULT_METHODS, SIMULATION_BOUND
 from placement_rl.plan import Plan, data_parallel, single_device
 from placement_rl.sim.cost import CostModel, ProfileEntry, ProfileTable
 from placement_rl.sim.simulator import simulate
@@ -87,6 +88,33 @@ def test_console_script_is_installed() -> None:
     assert done.returncode == 2 and "expected one of" in done.stderr
 
 
+def test_plan_leaves_the_simulation_bound_methods_out_where_a_simulation_is_slow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement_rl.methods as methods
+
+    monkeypatch.setattr(methods, "QUICK_SIMULATION_S", 0.0)  # every instance counts as a large one
+    argv = ["plan", "--model", "lenet", "--topology", "trinity", "--out-dir", str(tmp_path)]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    for name in SIMULATION_BOUND:
+        assert f"{name}: left out: one simulation of data parallelism takes " in out
+    rows = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in DEFAULT_METHODS]
+    assert rows == [m for m in DEFAULT_METHODS if m not in SIMULATION_BOUND]
+    assert "search budgets" not in err  # no search runs
+    assert main([*argv, "--methods", "dp,mcts", "--mcts-budget", "5", "--json"]) == 0  # named: it runs
+    report = json.loads(capsys.readouterr().out)
+    assert [r["method"] for r in report["methods"]] == ["data_parallel", "mcts"] and report["left_out"] == {}
+
+
+def test_plan_scales_the_search_budgets_to_the_instance(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["plan", "--model", "lenet", "--topology", "trinity", "--methods", "dp,mcts,mcmc"]
+    argv += ["--out-dir", str(tmp_path)]
+    assert main([*argv, "--mcmc-budget", "40"]) == 0
+    err = capsys.readouterr().err
+    assert "search budgets: mcts 10s, mcmc 40" in err  # lenet simulates in about a millisecond: the 10 s floor
+
+
 def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     # lenet on the 7 machines of tag-testbed: every method in seconds (the search methods' own tests
     # run them on larger models)
@@ -101,12 +129,15 @@ def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  
         str(out),
         "--mcmc-budget",
         "150",
+        "--mcts-budget",
+        "30",
         "--json",
     ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     methods = {r["method"]: r for r in report["methods"]}
-    assert set(methods) == {"single_device", "data_parallel", "expert", "layerwise", "mcmc", "ft"}
+    assert set(methods) == set(DEFAULT_METHODS) and report["left_out"] == {}
+    assert all(methods[m]["makespan_s"] <= methods["data_parallel"]["makespan_s"] for m in ("ft", "mcts", "mcmc"))
     assert methods["ft"]["makespan_s"] > 0 and methods["ft"]["search_s"] > 0
     assert methods["mcmc"]["makespan_s"] <= methods["data_parallel"]["makespan_s"]  # MCMC starts from data parallelism
     assert methods["data_parallel"]["speedup_over_dp"] == 1.0

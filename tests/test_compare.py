@@ -356,3 +356,16 @@ def test_shipped_experiment_files_are_valid() -> None:
     for path in files:
         exp = load_experiment(path)
         assert exp.models and exp.topologies and exp.methods
+
+
+def test_a_search_never_returns_a_plan_slower_than_data_parallelism(zoo_graph: Callable[..., Any]) -> None:
+    from placement_rl.methods import Method
+
+    graph, topo = zoo_graph("lenet", batch_size=4096), load_preset("trinity")
+    slow = Method("slow_search", lambda p: single_device(p.graph, p.topology, p.topology.devices[-1].name))
+    fixed = Method("fixed", slow.run, search=False)
+    [dp, kept, baseline] = compare_methods(graph, topo, ["data_parallel", slow, fixed])
+    assert not dp.oom and baseline.makespan_s > dp.makespan_s  # the plan the search found is slower
+    assert kept.makespan_s == dp.makespan_s and kept.plan.metadata["kept_data_parallel"]
+    assert "nothing it found beat data parallelism" in kept.note and f"{baseline.makespan_s * 1e3:,.1f} ms" in kept.note
+    assert baseline.plan.name != dp.plan.name and not baseline.note  # a fixed baseline is shown as it is

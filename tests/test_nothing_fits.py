@@ -72,10 +72,13 @@ def test_plan_says_no_method_fits_and_what_would(tiny_memory: Path, tmp_path: Pa
     assert "placement_rl.plan.megatron, zero, fsdp, recompute and pipeline" in text
     assert (tmp_path / "text" / "least_memory_plan.json").is_file()
     assert not (tmp_path / "text" / "best_plan.json").exists()  # a plan that does not fit is not "best"
+    # said once: FT's own "none of FT's plans fits" note is left to the JSON row when nothing fits at all
+    assert text.count("fits in memory") == 1 and "ft: none of FT's" not in text
 
     report = _strict(_run([*_plan_argv(tiny_memory, tmp_path), "--out-dir", str(tmp_path / "json"), "--json"]))
     rows = report["methods"]
     assert report["fits"] is False and report["best"] is None and all(r["oom"] for r in rows)
+    assert next(r for r in rows if r["method"] == "ft")["note"].startswith("none of FT's")
     least = min(rows, key=lambda r: r["memory_over_bytes"])
     assert report["least_memory"] == least["method"] == report["no_fit"]["least_memory"]["method"]
     over = report["no_fit"]["least_memory"]["devices_over"]
@@ -109,6 +112,7 @@ def test_compare_writes_every_cell_and_standard_json_when_nothing_fits(tiny_memo
     assert mcts["anytime"] and mcts["anytime"][0][1] is None
     assert read_rows(out / "results.jsonl") == rows
     [unfit] = report["no_fit"]
+    assert next(r for r in rows if r["method"] == "ft")["note"].startswith("none of FT's")
     least = min(rows, key=lambda r: r["memory_over_bytes"])
     assert unfit["method"] == least["method"] and unfit["memory_over_bytes"] == least["memory_over_bytes"] > 0
     assert unfit["capacity_bytes"] == CAPACITY_BYTES and unfit["plans"] == 4

@@ -211,3 +211,21 @@ def test_benchmark_passes_method_options_and_runs_only_the_baselines_with_none(
     bench.main(["--instances", "embedding_heavy", "--methods", "none", "--json"])
     [row] = json.loads(capsys.readouterr().out)
     assert set(row["methods"]) == set(BASELINES) and len(seen) == 1
+
+
+def test_benchmark_plan_defaults_column_is_the_best_of_plans_default_methods(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement_rl.methods as methods
+
+    bench = _benchmark()
+    monkeypatch.setattr(bench, "build_suite", lambda kinds, variant: [_instance(k, variant) for k in kinds])
+    monkeypatch.setattr(methods, "AUTO_BUDGET_BOUNDS_S", (1.0, 1.0))  # each search 1 s instead of 10 s or more
+    bench.main(["--instances", "embedding_heavy", "--methods", "none", "--plan-defaults", "--json"])
+    [row] = json.loads(capsys.readouterr().out)
+    plan = row["methods"]["plan"]
+    method, budget = plan["note"].split("; ")
+    assert method in methods.DEFAULT_METHODS and budget == "1s per search"
+    # the planted plan (the table's columns split, the rest data parallel) is within reach of plan's defaults
+    assert plan["ratio"] >= bench.REACHED and not plan["oom"]
+    assert all(plan["ratio"] >= row["methods"][b]["ratio"] for b in BASELINES if not row["methods"][b]["oom"])

@@ -155,7 +155,10 @@ def add_commands(sub: Any) -> None:
     )
     gpu = p.add_argument_group("--cluster gpu")
     gpu.add_argument(
-        "--models", type=name_list, default=None, help="comma-separated zoo models (default: those of benchmarks/data/h200)"
+        "--models",
+        type=name_list,
+        default=None,
+        help="comma-separated zoo models (default: those of benchmarks/data/h200)",
     )
     gpu.add_argument(
         "--device-type",

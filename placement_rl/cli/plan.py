@@ -4,12 +4,15 @@ simulate`` (one plan, in detail)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from placement_rl.cli.common import (
+    AUTO,
     PROPOSALS_HELP,
-    budget,
+    budget_or_auto,
     chain_map,
     check_profile,
     cost_model,
@@ -32,53 +35,84 @@ from placement_rl.cli.common import (
     zero_stage,
 )
 from placement_rl.explain import explain_no_fit, explain_plan
+from placement_rl.methods import DEFAULT_METHODS, DEFAULT_PROPOSALS, DEFAULTS_RULE
 from placement_rl.paths import output_file, output_folder, safe_name
 
-#: The methods ``plan`` runs by default, data parallelism (the reference) first.
-DEFAULT_PLAN_METHODS = ("data_parallel", "single_device", "expert", "layerwise", "mcmc", "ft")
 
-
-def plan_experiment(args: argparse.Namespace) -> Any:
-    """``plan``'s flags as a one-instance experiment (the same cells and rows as ``compare``)."""
+def plan_experiment(
+    args: argparse.Namespace, methods: Sequence[str] | None = None, budgets: Mapping[str, Any] | None = None
+) -> Any:
+    """``plan``'s flags as a one-instance experiment (the same cells and rows as ``compare``): ``methods``
+    (default ``--methods``, else every default method) with ``budgets``, each search's budget by method
+    name (default: ``--mcmc-budget`` and ``--mcts-budget``; ``auto`` stands as 10 s until the instance is
+    known, :func:`cmd_plan`)."""
     from placement_rl.experiments import parse_experiment
+    from placement_rl.methods import DEFAULT_METHODS
 
-    methods: list[Any] = []
-    for name in args.methods or DEFAULT_PLAN_METHODS:
+    given = {"mcmc": args.mcmc_budget, "mcts": args.mcts_budget, **(budgets or {})}
+    budget_of = {name: "10s" if value == AUTO else value for name, value in given.items()}
+    entries: list[Any] = []
+    for name in methods or args.methods or DEFAULT_METHODS:
         if name == "mcmc":
-            methods.append(
-                {"method": "mcmc", "budget": args.mcmc_budget, "chains": args.chains, "proposals": args.mcmc_proposals}
+            entries.append(
+                {"method": "mcmc", "budget": budget_of["mcmc"], "chains": args.chains, "proposals": args.mcmc_proposals}
             )
+        elif name == "mcts":
+            entries.append({"method": "mcts", "budget": budget_of["mcts"]})
         elif name == "ft":
-            methods.append({"method": "ft", "max_configs": args.ft_max_configs})
+            entries.append({"method": "ft", "max_configs": args.ft_max_configs})
         else:
-            methods.append(name)
+            entries.append(name)
     agents: list[str] = []
     if args.checkpoint:
         from placement_rl.rl.agents import agent_names
         from placement_rl.rl.compare import checkpoint_agent
 
         agent, _ = checkpoint_agent(args.checkpoint)
-        methods.append({"method": agent, "checkpoint": args.checkpoint})
+        entries.append({"method": agent, "checkpoint": args.checkpoint})
         agents = agent_names()
     model: dict[str, Any] = {"model": args.model}
     if args.batch_size is not None:
         model["batch_size"] = args.batch_size
     if getattr(args, "seq_len", None) is not None:
         model["options"] = {"seq_len": args.seq_len}
-    document = {"models": [model], "topologies": [args.topology], "methods": methods, "seeds": [args.seed]}
+    document = {"models": [model], "topologies": [args.topology], "methods": entries, "seeds": [args.seed]}
     return parse_experiment(document, "plan", agents=agents, name="plan")
+
+
+def _with_defaults(args: argparse.Namespace, prepared: Any) -> tuple[Any, dict[str, str]]:
+    """``prepared`` with the default methods of its instance (unless ``--methods`` names them) and the
+    ``auto`` budgets made seconds (:func:`placement_rl.methods.default_methods`); and the default methods
+    left out, each with why."""
+    from placement_rl.experiments import with_methods
+    from placement_rl.methods import default_methods
+
+    auto = [name for name, value in (("mcmc", args.mcmc_budget), ("mcts", args.mcts_budget)) if value == AUTO]
+    if args.methods and not any(name in args.methods for name in auto):
+        return prepared, {}
+    instance = prepared.instances[0]
+    defaults = default_methods(instance.graph, instance.topology, prepared.cost_model)
+    methods = args.methods or defaults.methods
+    budgets = dict.fromkeys(auto, defaults.budget)
+    skipped = {} if args.methods else dict(defaults.skipped)
+    return with_methods(prepared, plan_experiment(args, methods, budgets), "plan"), skipped
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     starting(args, f"planning {args.model} on {args.topology}")
     from placement_rl.experiments import measure_cells, prepare, resolve_registered
-    from placement_rl.methods import best_result
+    from placement_rl.methods import best_result, mcmc_starts
 
     prepared = prepare(plan_experiment(args), "plan", cost_model=cost_model(args))
+    prepared, skipped = _with_defaults(args, prepared)
     instance = prepared.instances[0]
     graph, topology = instance.graph, instance.topology
     if args.profile:
         check_profile(prepared.cost_model.profile, topology, args.profile)  # before any method runs
+    if not args.json:
+        budgets = [f"{e.name} {e.options['budget']}" for e in prepared.experiment.methods if "budget" in e.options]
+        if budgets:
+            print(f"search budgets: {', '.join(budgets)}", file=sys.stderr)
     default_dir = Path("out") / safe_name(f"plan-{graph.name}-{topology.name}")
     out_dir = output_folder(args.out_dir or default_dir)  # checked before any method runs
     resolve: Any = resolve_registered
@@ -88,12 +122,30 @@ def cmd_plan(args: argparse.Namespace) -> None:
         check_learned(prepared, "plan")
         resolve = resolve_method
 
-    def runtime_options(entry: Any) -> dict[str, Any]:
-        if entry.method == "mcmc" and args.chains > 1:
-            return {"task_map": chain_map(args.chains, args.mcmc_budget)}
-        return {}
+    found: list[Any] = []  # the rows so far: MCMC also starts from the best plan of the methods before it
 
-    measured = measure_cells(prepared, resolve=resolve, extra_options=runtime_options, progress=not args.json)
+    def runtime_options(entry: Any) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if entry.method == "mcmc" and args.chains > 1:
+            options["task_map"] = chain_map(args.chains, entry.options["budget"])
+        if entry.method == "mcmc" and "initial" not in entry.options:
+            options["initial"] = mcmc_starts(found)
+        return options
+
+    refused: list[dict[str, Any]] = []  # rows of methods whose simulation is too large here (placement_rl.sim.limits)
+    measured = measure_cells(
+        prepared,
+        resolve=resolve,
+        extra_options=runtime_options,
+        progress=not args.json,
+        on_refused=refused.append,
+        on_result=lambda m: found.append(m.result),
+    )
+    if refused and not measured:
+        raise ValueError(
+            f"every method refused {graph.name} on {topology.name}: "
+            + "; ".join(f"{r['method']}: {r['note']}" for r in refused)
+        )
     rows = [m.result for m in measured]
     best = best_result(rows)  # when nothing fits: the plan that needs the least memory
     fits = not best.oom
@@ -105,8 +157,12 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if dp is None:
         from placement_rl.methods import baseline_plan
         from placement_rl.sim import simulate
+        from placement_rl.sim.limits import SimulationTooLarge
 
-        dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), prepared.cost_model)
+        try:
+            dp = simulate(graph, topology, baseline_plan("data_parallel", graph, topology), prepared.cost_model)
+        except SimulationTooLarge:  # too large to simulate here: the words go without the comparison
+            dp = None
     words = explain_plan(graph, topology, best.plan, best.result, dp)
     no_fit_words: list[str] = []
     no_fit: dict[str, Any] | None = None
@@ -121,7 +177,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
                 "best": best.method if fits else None,
                 "least_memory": None if fits else best.method,
                 "no_fit": no_fit,
-                "methods": [m.row for m in measured],
+                "methods": [m.row for m in measured] + refused,
+                "left_out": skipped,
                 "explanation": words,
                 "files": [str(p) for p in paths],
             }
@@ -132,8 +189,12 @@ def cmd_plan(args: argparse.Namespace) -> None:
     )
     method_rows_table(rows)
     for r in rows:
-        if r.note:
+        if r.note and (fits or not r.oom):  # when nothing fits, one summary below says so for every method
             print(f"{r.method}: {r.note}")
+    for refusal in refused:
+        print(f"{refusal['method']}: {refusal['note']}")
+    for name, why in skipped.items():
+        print(f"{name}: left out: {why}")
     if fits:
         print(f"best (fits in memory, lowest makespan): {best.method}")
     else:
@@ -225,18 +286,27 @@ def add_commands(sub: Any) -> None:
         "--methods",
         type=method_list,
         default=None,
-        help="comma-separated methods (default: data_parallel,single_device,expert,layerwise,mcmc,ft; "
-        "dp and single are short for the first two)",
+        help=f"comma-separated methods (default: {','.join(DEFAULT_METHODS)}; {DEFAULTS_RULE}; dp and single are "
+        "short for the first two)",
     )
     p.add_argument("--ft-max-configs", type=positive_int, default=8, help="FT: configurations per op (default 8)")
     p.add_argument(
-        "--mcmc-budget", type=budget, default="10s", help="MCMC budget per chain: seconds ('10s') or proposals"
+        "--mcmc-budget",
+        type=budget_or_auto,
+        default=AUTO,
+        help="MCMC budget per chain: seconds ('10s'), proposals, or auto (the default, scaled to the instance)",
+    )
+    p.add_argument(
+        "--mcts-budget",
+        type=budget_or_auto,
+        default=AUTO,
+        help="tree search budget: seconds ('10s'), iterations, or auto (the default, scaled to the instance)",
     )
     p.add_argument("--chains", type=positive_int, default=1, help="MCMC chains; more than one run as Ray tasks")
     p.add_argument(
         "--mcmc-proposals",
         type=proposal_kinds,
-        default="flexflow",
+        default=DEFAULT_PROPOSALS,
         help=PROPOSALS_HELP,
     )
     p.add_argument("--seed", type=int, default=0, help="MCMC seed")
