@@ -391,6 +391,7 @@ class _References(NamedTuple):
     dp: SimResult | None  # None: too large to simulate here (placement_rl.sim.limits); rows say nan
     lower_bound_s: float
     references: dict[str, float]
+    dp_simulation_s: float = math.inf  # wall-clock seconds of data parallelism's simulation
 
 
 #: The last instance's :class:`_References`, with the ``(graph, topology, cost model)`` objects they
@@ -413,15 +414,18 @@ def _references(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel 
     dp_plan = data_parallel(graph, topology)
     lower_bound_s = compute_lower_bound_s(ctx, single_device_results={single_plan.metadata["device"]: single})
     references: dict[str, float] = {}
+    dp_simulation_s = math.inf
     try:  # a cluster too large to simulate data parallelism on leaves the rows without it (they still run)
+        start = time.perf_counter()
         dp: SimResult | None = ctx.simulate(dp_plan, validate=False)
+        dp_simulation_s = time.perf_counter() - start
         for name in DP_REFERENCES[1:]:
             if name in _METHODS:
                 plan = _as_found(_METHODS[name].run(Problem(graph, topology, ctx))).plan
                 references[name] = ctx.simulate(plan).makespan_s
     except SimulationTooLarge:
         dp = None
-    made = _References(ctx, dp_plan, dp, lower_bound_s, references)
+    made = _References(ctx, dp_plan, dp, lower_bound_s, references, dp_simulation_s)
     _LAST_REFERENCES[:] = [(key, made)]
     return made
 
@@ -465,7 +469,7 @@ def compare_methods(
         for key in opts:
             if key not in method.options:
                 raise UnknownNameError(f"option of method {name!r}", key, method.options)
-    ctx, dp_plan, dp, lower_bound_s, references = _references(graph, topology, cost_model)
+    ctx, dp_plan, dp, lower_bound_s, references, _ = _references(graph, topology, cost_model)
     instance = f"{graph.name}@{topology.name}"
     rows: list[MethodResult] = []
     for method in resolved:
@@ -1066,11 +1070,13 @@ DEFAULT_METHODS: tuple[str, ...] = (
 #: groups, blocks, pipeline stages, device subsets); ``flexflow`` is FlexFlow's own mix alone.
 DEFAULT_PROPOSALS = "coordinated"
 #: The methods whose cost grows with the simulation's (a search makes thousands; FT and FlexFlow's
-#: expert plan build per-op strategies over every device): run by default only where one simulation
-#: of data parallelism takes at most :data:`QUICK_SIMULATION_S`.
+#: expert plan build per-op strategies over every device): run by default only where the simulation of
+#: data parallelism has at most :data:`SEARCH_TASKS` tasks.
 SIMULATION_BOUND: tuple[str, ...] = ("expert", "ft", "mcts", "mcmc")
-#: Seconds one simulation of data parallelism may take for :data:`SIMULATION_BOUND` to run by default.
-QUICK_SIMULATION_S = 0.5
+#: The most tasks data parallelism's simulation may have for :data:`SIMULATION_BOUND` to run by default
+#: (inception_v3 on 16 GPUs: 20,292; Llama-3-8B on 8: 41,410; Llama-2-70B on 64: 821,810). A count, not a
+#: time, so that the same instance gets the same methods on every machine.
+SEARCH_TASKS = 200_000
 #: A search's default budget: this many simulations' time of data parallelism on the instance ...
 AUTO_BUDGET_SIMULATIONS = 500
 #: ... within these bounds, in seconds.
@@ -1079,8 +1085,8 @@ AUTO_BUDGET_BOUNDS_S = (10.0, 30.0)
 DEFAULTS_RULE = (
     f"the default budget of each search (mcts, mcmc) is {AUTO_BUDGET_SIMULATIONS} simulations' time of data "
     f"parallelism on the instance, between {AUTO_BUDGET_BOUNDS_S[0]:g} and {AUTO_BUDGET_BOUNDS_S[1]:g} s; where "
-    f"one such simulation takes over {QUICK_SIMULATION_S:g} s (models of tens of billions of parameters on tens "
-    f"of GPUs), {', '.join(SIMULATION_BOUND)} are left out unless named"
+    f"that simulation has over {SEARCH_TASKS:,} tasks (models of tens of billions of parameters on tens of "
+    f"GPUs), {', '.join(SIMULATION_BOUND)} are left out unless named"
 )
 
 
@@ -1118,31 +1124,29 @@ def auto_budget_s(simulation_s: float) -> float:
 def default_methods(graph: OpGraph, topology: DeviceTopology, cost_model: CostModel | None = None) -> Defaults:
     """The methods ``plan`` runs on an instance when none are named, and each search's budget.
 
-    One simulation of data parallelism is timed (the second of two on one context, so that the kernels'
-    compilation and the context's setup are not counted); the rule is :data:`DEFAULTS_RULE`. Made with
-    the same ``(graph, topology, cost model)`` objects, the simulation context is the one
-    :func:`compare_methods` then judges the methods with.
+    The rule is :data:`DEFAULTS_RULE`: the methods by the task count of data parallelism's simulation
+    (the same on every machine), the budget by its wall-clock time (the first simulation of data
+    parallelism on the instance's context, after the kernels compiled). Made with the same ``(graph,
+    topology, cost model)`` objects, the simulation context is the one :func:`compare_methods` then
+    judges the methods with.
     """
     refs = _references(graph, topology, cost_model)
     skipped: dict[str, str] = {}
     if refs.dp is None:  # data parallelism over every device is over the simulator's memory bound here
-        simulation_s = math.inf
         why = (
-            f"data parallelism over the {topology.num_devices:,} devices is too large to simulate here, so its "
-            "searches could not make progress; name it in --methods to run it"
+            f"data parallelism over the {topology.num_devices:,} devices is too large to simulate here, so a "
+            "search could not make progress; name it in --methods to run it"
         )
-    else:
-        start = time.perf_counter()
-        refs.context.simulate(refs.dp_plan, validate=False)
-        simulation_s = time.perf_counter() - start
+        skipped = dict.fromkeys(SIMULATION_BOUND, why)
+    elif refs.dp.num_tasks > SEARCH_TASKS:
         why = (
-            f"one simulation of data parallelism takes {simulation_s:.2f} s here (over {QUICK_SIMULATION_S:g} s), "
-            "too slow for it to finish in the default budget; name it in --methods to run it"
+            f"data parallelism's simulation has {refs.dp.num_tasks:,} tasks here (over {SEARCH_TASKS:,}) and takes "
+            f"{refs.dp_simulation_s:.2f} s, too slow for it to finish in the default budget; name it in --methods "
+            "to run it"
         )
-    if simulation_s > QUICK_SIMULATION_S:
         skipped = dict.fromkeys(SIMULATION_BOUND, why)
     methods = tuple(m for m in DEFAULT_METHODS if m not in skipped)
-    return Defaults(methods, auto_budget_s(simulation_s), simulation_s, skipped)
+    return Defaults(methods, auto_budget_s(refs.dp_simulation_s), refs.dp_simulation_s, skipped)
 
 
 def mcmc_starts(rows: Sequence[MethodResult]) -> list[str | Plan]:

@@ -93,12 +93,12 @@ def test_plan_leaves_the_simulation_bound_methods_out_where_a_simulation_is_slow
 ) -> None:
     import placement_rl.methods as methods
 
-    monkeypatch.setattr(methods, "QUICK_SIMULATION_S", 0.0)  # every instance counts as a large one
+    monkeypatch.setattr(methods, "SEARCH_TASKS", 0)  # every instance counts as a large one
     argv = ["plan", "--model", "lenet", "--topology", "trinity", "--out-dir", str(tmp_path)]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     for name in SIMULATION_BOUND:
-        assert f"{name}: left out: one simulation of data parallelism takes " in out
+        assert f"{name}: left out: data parallelism's simulation has " in out
     rows = [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in DEFAULT_METHODS]
     assert rows == [m for m in DEFAULT_METHODS if m not in SIMULATION_BOUND]
     assert "search budgets" not in err  # no search runs

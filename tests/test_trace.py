@@ -200,6 +200,16 @@ def test_write_chrome_trace_writes_a_loadable_file(tmp_path: Path) -> None:
     assert len(_x_events(doc)) == 7
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_write_chrome_trace_streams_the_same_document_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(trace, "TRACE_CHUNK_TASKS", chunk)  # 7 events: one, several or a partial chunk
+    path = tmp_path / "trace.json"
+    trace.write_chrome_trace(_result(), path)
+    assert json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(trace.chrome_trace(_result())))
+
+
 def test_importing_trace_pulls_in_neither_matplotlib_nor_ray_nor_torch(repo_root: Path) -> None:
     code = (
         "import sys, placement_rl.sim.trace; "

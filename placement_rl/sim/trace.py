@@ -10,9 +10,11 @@ bare :class:`matplotlib.figure.Figure`, so no ``pyplot`` global state or backend
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -230,6 +232,21 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     Returns:
         ``{"traceEvents": [...], "displayTimeUnit": "ms", "metadata": {...}}``.
     """
+    head, chunks, tail, metadata = _trace_parts(result, title)
+    events = [*head, *(event for chunk in chunks for event in chunk), *tail]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+
+
+#: Task events built and written at a time by :func:`write_chrome_trace` (a plan over thousands of GPUs
+#: has millions of tasks: their events are never all in memory at once).
+TRACE_CHUNK_TASKS = 65_536
+
+
+def _trace_parts(
+    result: SimResult, title: str
+) -> tuple[list[dict[str, Any]], Iterator[list[dict[str, Any]]], list[dict[str, Any]], dict[str, Any]]:
+    """:func:`chrome_trace`'s document in parts: the process and thread events, the task events in
+    chunks of :data:`TRACE_CHUNK_TASKS` (built as they are taken), the link counters, and the metadata."""
     tasks = result.tasks
     lanes = tasks.lanes
     num_devices = _num_devices(result)
@@ -254,14 +271,6 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
     critical = _critical_mask(result)
     compute = set(COMPUTE_KINDS)
 
-    kinds = tasks.kind[keep].tolist()
-    ops = tasks.op[keep].tolist()
-    lane_ids = tasks.lane[keep].tolist()
-    starts = start_s[keep].tolist()
-    ends = end_s[keep].tolist()
-    num_bytes = np.asarray(tasks.num_bytes, dtype=np.float64)[keep]
-    num_bytes = np.where(np.isfinite(num_bytes), num_bytes, 0.0).tolist()
-    crit = critical[keep].tolist()
     # threads: compute tasks on their device's lane; overlapping communication on extra rows of its lane
     tids = tasks.lane[keep].astype(np.int64)
     comm = np.flatnonzero(~np.isin(tasks.kind[keep], list(compute)) & (tids >= num_devices))
@@ -273,34 +282,54 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{lanes[home]} #{row + 1}"}}
         )
         events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    micro = tasks.micro_batch[keep].tolist() if tasks.micro_batch.size else [-1] * len(kinds)
-    for k, op, lane, tid, s, e, b, c, mb in zip(
-        kinds, ops, lane_ids, tids.tolist(), starts, ends, num_bytes, crit, micro, strict=True
-    ):
-        kind = TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}"
-        op_name = _op_label(result, op)
-        args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
-        if k not in compute:
-            args["bytes"] = b
-        if mb >= 0:
-            args["micro_batch"] = mb
-        events.append(
-            {
-                "ph": "X",
-                "name": f"{op_name} [{kind}]" if mb < 0 else f"{op_name} mb{mb} [{kind}]",
-                "cat": kind,
-                "pid": lane_pid[lane],
-                "tid": tid,
-                "ts": s * _US_PER_S,
-                "dur": (e - s) * _US_PER_S,
-                "args": args,
-            }
-        )
+    micro = tasks.micro_batch[keep] if tasks.micro_batch.size else np.full(keep.size, -1, dtype=np.int64)
+    all_bytes = np.asarray(tasks.num_bytes, dtype=np.float64)
+
+    def task_chunks() -> Iterator[list[dict[str, Any]]]:
+        for lo in range(0, keep.size, TRACE_CHUNK_TASKS):
+            part = slice(lo, lo + TRACE_CHUNK_TASKS)
+            idx = keep[part]
+            sizes = all_bytes[idx]
+            columns = (
+                tasks.kind[idx].tolist(),
+                tasks.op[idx].tolist(),
+                tasks.lane[idx].tolist(),
+                tids[part].tolist(),
+                start_s[idx].tolist(),
+                end_s[idx].tolist(),
+                np.where(np.isfinite(sizes), sizes, 0.0).tolist(),
+                critical[idx].tolist(),
+                micro[part].tolist(),
+            )
+            chunk: list[dict[str, Any]] = []
+            for k, op, lane, tid, s, e, b, c, mb in zip(*columns, strict=True):
+                kind = TASK_KINDS[k] if 0 <= k < len(TASK_KINDS) else f"kind{k}"
+                op_name = _op_label(result, op)
+                args: dict[str, Any] = {"kind": kind, "op": op_name, "start_s": s, "end_s": e, "critical": c}
+                if k not in compute:
+                    args["bytes"] = b
+                if mb >= 0:
+                    args["micro_batch"] = mb
+                chunk.append(
+                    {
+                        "ph": "X",
+                        "name": f"{op_name} [{kind}]" if mb < 0 else f"{op_name} mb{mb} [{kind}]",
+                        "cat": kind,
+                        "pid": lane_pid[lane],
+                        "tid": tid,
+                        "ts": s * _US_PER_S,
+                        "dur": (e - s) * _US_PER_S,
+                        "args": args,
+                    }
+                )
+            yield chunk
+
+    counters: list[dict[str, Any]] = []
 
     directions = _directions(result)
     for direction in directions:
         for t, u in zip(*_utilization_steps(result, direction), strict=True):
-            events.append(
+            counters.append(
                 {
                     "ph": "C",
                     "name": lanes[direction.lane],
@@ -351,7 +380,7 @@ def chrome_trace(result: SimResult, *, title: str = "placement-rl") -> dict[str,
             for d in directions
         ],
     }
-    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+    return events, task_chunks(), counters, metadata
 
 
 def write_chrome_trace(result: SimResult, path: str | os.PathLike[str], *, title: str = "placement-rl") -> None:
@@ -364,10 +393,19 @@ def write_chrome_trace(result: SimResult, path: str | os.PathLike[str], *, title
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = chrome_trace(result, title=title)
-    # ``json.dumps`` then one write: ``json.dump`` streams through the pure-Python encoder, ~3x slower.
-    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
-    path.write_text(text, encoding="utf-8")
+    head, chunks, tail, metadata = _trace_parts(result, title)
+
+    def dumps(value: Any) -> str:  # the C encoder on a whole chunk (json.dump streams through Python, ~3x slower)
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+    with path.open("w", encoding="utf-8") as out:  # the same document as chrome_trace, a chunk of tasks at a time
+        out.write('{"traceEvents":[')
+        written = 0
+        for part in itertools.chain([head], chunks, [tail]):  # the chunks one by one, never all at once
+            if part:
+                out.write(("," if written else "") + dumps(part)[1:-1])
+                written += len(part)
+        out.write(f'],"displayTimeUnit":"ms","metadata":{dumps(metadata)}}}')
 
 
 # --------------------------------------------------------------------------------------------------
