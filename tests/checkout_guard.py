@@ -39,7 +39,21 @@ def beside_checkout(path: str | os.PathLike[str], root: Path = ROOT) -> bool:
     if not full.startswith(parent + os.sep) or full.startswith(str(root) + os.sep):
         return False
     full = os.path.realpath(full) + os.sep
-    return full.startswith(parent + os.sep) and not full.startswith((str(root) + os.sep, *ALLOWED))
+    return full.startswith(parent + os.sep) and not full.startswith((str(root) + os.sep, *exempt(parent)))
+
+
+def exempt(parent: str) -> tuple[str, ...]:
+    """The :data:`ALLOWED` folders that still exempt a path in ``parent``: not those that hold
+    ``parent`` deeper down (a checkout at ``/tmp/ci/main`` has ``/tmp/ci/shared`` beside it, though
+    ``/tmp`` is allowed). A checkout directly in an allowed folder (``/tmp/main``) cannot tell what
+    is beside it from that folder's own files, which stay allowed."""
+    return tuple(d for d in ALLOWED if not (parent + os.sep).startswith(d) or d == parent + os.sep)
+
+
+def can_tell(root: Path = ROOT) -> bool:
+    """Whether reads beside ``root`` can be told from the allowed folders' (see :func:`exempt`)."""
+    parent = os.path.dirname(str(root))
+    return parent != os.sep and parent + os.sep not in ALLOWED
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:

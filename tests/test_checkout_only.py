@@ -19,9 +19,12 @@ def test_beside_checkout_tells_siblings_from_the_checkout() -> None:
     assert not checkout_guard.beside_checkout(root / "benchmarks" / "data" / "h200" / "x.json", root)
     assert not checkout_guard.beside_checkout(Path("/elsewhere/file"), root)
     assert not checkout_guard.beside_checkout(Path("/shared/x"), Path("/main"))  # a checkout at / has no beside
+    allowed = checkout_guard.ALLOWED[0]  # a checkout two levels into an allowed folder still has a beside
+    assert checkout_guard.beside_checkout(Path(allowed, "ci", "shared", "x"), Path(allowed, "ci", "main"))
+    assert not checkout_guard.beside_checkout(Path(allowed, "elsewhere", "x"), Path(allowed, "ci", "main"))
 
 
-@pytest.mark.skipif(ROOT.parent == Path(ROOT.anchor), reason="a checkout at the file system's root has no beside")
+@pytest.mark.skipif(not checkout_guard.can_tell(), reason="a checkout at / or directly in /tmp or the home folder")
 def test_a_read_beside_the_checkout_is_recorded() -> None:
     sibling = ROOT.parent / "no-such-folder-beside-the-checkout" / "data.json"
     with pytest.raises(FileNotFoundError):
