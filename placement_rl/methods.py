@@ -1145,6 +1145,16 @@ def default_methods(graph: OpGraph, topology: DeviceTopology, cost_model: CostMo
             "to run it"
         )
         skipped = dict.fromkeys(SIMULATION_BOUND, why)
+    if "mcts" not in skipped:
+        from placement_rl.search.tag import DEFAULT_MAX_SUBSETS, device_groups
+
+        groups = len(device_groups(topology))
+        if groups + (groups > 1) > DEFAULT_MAX_SUBSETS:
+            skipped["mcts"] = (
+                f"TAG's action space holds {DEFAULT_MAX_SUBSETS} device-group subsets and {topology.name!r} has "
+                f"{groups:,} machines (each alone and all together must be actions); an experiment entry with "
+                f"max_subsets of at least {groups + 1:,} runs it"
+            )
     methods = tuple(m for m in DEFAULT_METHODS if m not in skipped)
     return Defaults(methods, auto_budget_s(refs.dp_simulation_s), refs.dp_simulation_s, skipped)
 

@@ -296,3 +296,17 @@ def test_help_documents_the_exit_statuses(capsys) -> None:  # type: ignore[no-un
     assert set(EXIT_STATUSES) == {0, 1, 2, 130}
     for status, meaning in EXIT_STATUSES.items():
         assert f"{status} {' '.join(meaning.split())}" in text
+
+
+def test_the_tree_search_is_left_out_where_its_action_space_cannot_hold_the_machines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import placement_rl.search.tag as tag
+    from placement_rl.methods import default_methods
+
+    graph, topology = zoo.load("lenet"), load_preset("tag-testbed")  # 7 machines: 8 subsets at least
+    assert "mcts" in default_methods(graph, topology).methods
+    monkeypatch.setattr(tag, "DEFAULT_MAX_SUBSETS", 7)
+    defaults = default_methods(graph, topology)
+    assert "mcts" not in defaults.methods and "mcmc" in defaults.methods
+    assert "holds 7 device-group subsets and 'tag-testbed' has 7 machines" in defaults.skipped["mcts"]
