@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -107,12 +108,26 @@ def test_plan_leaves_the_simulation_bound_methods_out_where_a_simulation_is_slow
     assert [r["method"] for r in report["methods"]] == ["data_parallel", "mcts"] and report["left_out"] == {}
 
 
-def test_plan_scales_the_search_budgets_to_the_instance(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_the_default_budget_is_simulations_time_within_bounds() -> None:
+    from placement_rl.methods import AUTO_BUDGET_BOUNDS_S, AUTO_BUDGET_SIMULATIONS, auto_budget_s
+
+    low, high = AUTO_BUDGET_BOUNDS_S
+    assert auto_budget_s(1e-3) == low  # lenet: a millisecond a simulation, the floor
+    assert auto_budget_s(0.05) == math.ceil(AUTO_BUDGET_SIMULATIONS * 0.05) and low < auto_budget_s(0.05) < high
+    assert auto_budget_s(1.0) == auto_budget_s(math.inf) == high
+
+
+def test_plan_scales_the_search_budgets_to_the_instance(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import placement_rl.methods as methods
+
+    monkeypatch.setattr(methods, "AUTO_BUDGET_BOUNDS_S", (0.5, 0.5))  # the floor, made short for the test
     argv = ["plan", "--model", "lenet", "--topology", "trinity", "--methods", "dp,mcts,mcmc"]
     argv += ["--out-dir", str(tmp_path)]
     assert main([*argv, "--mcmc-budget", "40"]) == 0
     err = capsys.readouterr().err
-    assert "search budgets: mcts 10s, mcmc 40" in err  # lenet simulates in about a millisecond: the 10 s floor
+    assert "search budgets: mcts 0.5s, mcmc 40" in err  # auto where not given, as given where given
 
 
 def test_plan_runs_every_method_and_writes_the_best(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
