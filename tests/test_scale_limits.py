@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -238,3 +239,32 @@ def test_ft_reports_progress_while_pricing_layout_changes() -> None:
     pricing = [r for r in reports if r[1] == len(graph.tensors)]
     assert pricing[0] == (1, len(graph.tensors)) and pricing[-1] == (len(graph.tensors), len(graph.tensors))
     assert reports[-1] == (graph.num_ops, graph.num_ops)
+
+
+def test_an_mcmc_proposal_over_the_memory_bound_is_rejected_and_the_search_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from placement_rl import zoo
+    from placement_rl.search import mcmc
+    from placement_rl.sim.delta import DeltaSimulator
+    from placement_rl.sim.limits import SimulationTooLarge
+    from placement_rl.topology import load_preset
+
+    calls = [0]
+    propose, propose_many = DeltaSimulator.propose, DeltaSimulator.propose_many
+
+    def every_third(original: Any) -> Any:
+        def wrapped(self: DeltaSimulator, *args: Any, **kwargs: Any) -> float:
+            calls[0] += 1
+            if calls[0] % 3 == 0:  # as a proposal whose task graph would not fit in memory
+                raise SimulationTooLarge("too large", None, 1)  # type: ignore[arg-type]
+            return original(self, *args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(DeltaSimulator, "propose", every_third(propose))
+    monkeypatch.setattr(DeltaSimulator, "propose_many", every_third(propose_many))
+    graph, topology = zoo.load("lenet"), load_preset("trinity")
+    found = mcmc(graph, topology, budget=60, seed=0, initial=["data_parallel"])
+    assert found.proposals >= calls[0] and found.stats["too_large"] == calls[0] // 3 > 0  # counted, not raised
+    assert found.result.makespan_s <= found.initial_costs_s["data_parallel"]

@@ -58,6 +58,7 @@ from placement_rl.search.proposals import PipelineFields, Proposer, parse_propos
 from placement_rl.search.space import SearchSpace
 from placement_rl.sim.cost import CostModel
 from placement_rl.sim.delta import DeltaSimulator, oom_cost
+from placement_rl.sim.limits import SimulationTooLarge
 from placement_rl.sim.pipeline import ScheduleDeadlock
 from placement_rl.sim.result import SimResult
 from placement_rl.sim.simulator import SimContext
@@ -190,7 +191,8 @@ class MCMCResult:
         times_s: ``(proposals,)`` seconds since the search began after each proposal (the best chain's).
         stats: further statistics: proposals and acceptances by kind (with ``proposals`` other than
             ``"flexflow"``), the adaptive temperature's final multiplier, tempering swaps, the
-            proposals cut off (``cut_off``) and those whose schedule waits for itself (``deadlocks``).
+            proposals cut off (``cut_off``), those whose schedule waits for itself (``deadlocks``) and
+            those over the simulator's memory bound (``too_large``), both rejected.
         interrupted: the search was stopped by Ctrl-C (``KeyboardInterrupt``) before its budget was
             spent; ``plan`` is the best found until then, the chains after the interrupted one did not run
             (chains run as Ray tasks: the best plan they had reported, :func:`partial_outcome`).
@@ -346,6 +348,7 @@ def run_chain(
     swaps_tried = swaps_taken = 0
     cut_off = 0  # proposals whose simulation stopped above the rejection limit
     deadlocks = 0  # proposals whose schedule waits for itself (rejected)
+    too_large = 0  # proposals whose task graph is over the simulator's memory bound (rejected)
     restarts = 0  # returns of every replica to the best plan so far
     accepted_by_kind = dict.fromkeys(proposer.kinds, 0)
     interrupted = False
@@ -435,17 +438,18 @@ def run_chain(
                         # proposal is accepted without it, so the chain is the same as without cutoff.
                         state = rng.bit_generator.state
                         u = rng.random()
-                        proposed, deadlock = _propose(sim, changes, plan_change, rejection_limit(current[r], u, scale))
-                        cut_off += proposed == math.inf and not deadlock
+                        proposed, failed = _propose(sim, changes, plan_change, rejection_limit(current[r], u, scale))
+                        cut_off += proposed == math.inf and not failed
                         worse = proposed > current[r]
                         if not worse:
                             rng.bit_generator.state = state
                         take = not worse or u < math.exp(scale * (current[r] - proposed))
                     else:
-                        proposed, deadlock = _propose(sim, changes, plan_change)
+                        proposed, failed = _propose(sim, changes, plan_change)
                         worse = proposed > current[r]
                         take = not worse or rng.random() < math.exp(scale * (current[r] - proposed))
-                    deadlocks += deadlock
+                    deadlocks += failed == "deadlock"
+                    too_large += failed == "too_large"
                     if take:
                         sim.accept()
                         if 0 < proposed < current[r]:
@@ -495,6 +499,8 @@ def run_chain(
     stats: dict[str, Any] = {"cut_off": cut_off} if cutoff else {}
     if deadlocks:
         stats["deadlocks"] = deadlocks
+    if too_large:
+        stats["too_large"] = too_large
     if proposer.kinds != ["flexflow"]:
         stats["proposals_by_kind"] = dict(proposer.counts)
         stats["accepted_by_kind"] = accepted_by_kind
@@ -550,23 +556,28 @@ def _propose(
     changes: dict[int, OpConfig],
     plan_change: PipelineFields | Plan | None,
     limit_s: float = math.inf,
-) -> tuple[float, bool]:
-    """The cost of a proposal (op changes, new pipeline fields or a whole plan) and whether its schedule
-    waits for itself (:class:`ScheduleDeadlock`: the cost is then ``inf``, rejected by any Metropolis
-    test, and nothing is pending)."""
+) -> tuple[float, str]:
+    """The cost of a proposal (op changes, new pipeline fields or a whole plan), and why it could not
+    be simulated: ``"deadlock"`` when its schedule waits for itself (:class:`ScheduleDeadlock`),
+    ``"too_large"`` when its task graph is over the simulator's memory bound
+    (:class:`~placement_rl.sim.limits.SimulationTooLarge`), else ``""``. Either way the cost is then
+    ``inf``, rejected by any Metropolis test, and nothing is pending."""
     try:
         if isinstance(plan_change, Plan):
-            return sim.propose_plan(plan_change, limit_s), False
+            return sim.propose_plan(plan_change, limit_s), ""
         if plan_change is not None:
             plan = sim.plan().with_schedule(plan_change.micro_batches, plan_change.schedule, plan_change.virtual_stages)
-            return sim.propose_plan(plan, limit_s), False
+            return sim.propose_plan(plan, limit_s), ""
         if len(changes) == 1 and limit_s == math.inf:
             ((i, cfg),) = changes.items()
-            return sim.propose(i, cfg), False
-        return sim.propose_many(changes, limit_s), False
+            return sim.propose(i, cfg), ""
+        return sim.propose_many(changes, limit_s), ""
     except ScheduleDeadlock:
         sim.reject()
-        return math.inf, True
+        return math.inf, "deadlock"
+    except SimulationTooLarge:
+        sim.reject()
+        return math.inf, "too_large"
 
 
 class _FullEvaluator:
