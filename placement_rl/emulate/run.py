@@ -225,10 +225,19 @@ def _run_workers(
             codes = [p.poll() for p in processes]
             failed = [k for k, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                k = failed[0]
+                # The others follow within moments (a peer's closed connection fails their collective),
+                # and which one the poll saw first is a race: wait briefly and name every failed worker.
+                settle = time.monotonic() + FAILURE_SETTLE_S
+                while any(c is None for c in codes) and time.monotonic() < settle:
+                    time.sleep(0.05)
+                    codes = [p.poll() for p in processes]
+                failed = [k for k, c in enumerate(codes) if c not in (None, 0)]
                 raise EmulatorError(
-                    f"worker {k} ({topology.devices[k].name}) exited with status {codes[k]}:\n"
-                    + _tail(folder / f"rank{k}.log")
+                    "\n".join(
+                        f"worker {k} ({topology.devices[k].name}) exited with status {codes[k]}:\n"
+                        + _tail(folder / f"rank{k}.log")
+                        for k in failed
+                    )
                 )
             if all(c == 0 for c in codes):
                 break
@@ -240,6 +249,10 @@ def _run_workers(
         for log in logs:
             log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+#: Seconds the other workers are given to exit once one has failed, so that the error names every failed one.
+FAILURE_SETTLE_S = 2.0
 
 
 def _tail(path: Path, lines: int = 15) -> str:
