@@ -3,9 +3,9 @@
 An audit hook (:func:`sys.addaudithook`) sees every file the test process opens, lists or globs,
 and keeps the paths that lie beside the checkout: in the checkout's parent folder but neither in
 the checkout nor in the interpreter's, the temporary or the home folder. A developer's machine and
-CI's have a ``../shared`` folder there that a user's fresh clone does not; a test that reads it
-passes here and fails for the user. Importable as ``checkout_guard``: pytest puts this folder on
-``sys.path`` for its conftest.py.
+CI's may hold data in a folder next to the checkout that a user's fresh clone does not have; a test
+that reads it passes there and fails for the user. Importable as ``checkout_guard``: pytest puts
+this folder on ``sys.path`` for its conftest.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-#: The checkout's root folder (where README.md and pyproject.toml live).
+#: The checkout's root folder (where README.md and pyproject.toml live); read at each check, so that
+#: a test may stand another checkout in for it.
 ROOT = Path(__file__).resolve().parents[1]
 #: Folders a test may read wherever the checkout lies: the interpreter's, the temporary folder's and
 #: the home folder's (the kernels' and libraries' caches).
@@ -27,13 +28,16 @@ ALLOWED = tuple(
 PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "glob.glob"})
 #: Paths beside the checkout read since the last :func:`take`.
 _seen: list[str] = []
+_installed: list[Any] = []
 
 
-def beside_checkout(path: str | os.PathLike[str], root: Path = ROOT) -> bool:
-    """Whether ``path`` lies beside the checkout ``root``: in ``root``'s parent folder, not in ``root``
-    and not in an :data:`ALLOWED` folder. A checkout directly under ``/`` has nothing beside it."""
+def beside_checkout(path: str | os.PathLike[str], root: Path | None = None) -> bool:
+    """Whether ``path`` lies beside the checkout ``root`` (default :data:`ROOT`): in ``root``'s parent
+    folder, not in ``root`` and not in a folder :func:`exempt` keeps. A checkout directly under the
+    file system's root has nothing beside it."""
+    root = ROOT if root is None else root
     parent = os.path.dirname(str(root))
-    if parent == os.sep:
+    if parent == os.path.dirname(parent):
         return False
     full = os.path.abspath(path)  # no system call: most paths are settled here
     if not full.startswith(parent + os.sep) or full.startswith(str(root) + os.sep):
@@ -44,16 +48,10 @@ def beside_checkout(path: str | os.PathLike[str], root: Path = ROOT) -> bool:
 
 def exempt(parent: str) -> tuple[str, ...]:
     """The :data:`ALLOWED` folders that still exempt a path in ``parent``: not those that hold
-    ``parent`` deeper down (a checkout at ``/tmp/ci/main`` has ``/tmp/ci/shared`` beside it, though
-    ``/tmp`` is allowed). A checkout directly in an allowed folder (``/tmp/main``) cannot tell what
+    ``parent`` deeper down (a checkout two levels into the temporary folder has its siblings checked,
+    though the temporary folder is allowed). A checkout directly in an allowed folder cannot tell what
     is beside it from that folder's own files, which stay allowed."""
     return tuple(d for d in ALLOWED if not (parent + os.sep).startswith(d) or d == parent + os.sep)
-
-
-def can_tell(root: Path = ROOT) -> bool:
-    """Whether reads beside ``root`` can be told from the allowed folders' (see :func:`exempt`)."""
-    parent = os.path.dirname(str(root))
-    return parent != os.sep and parent + os.sep not in ALLOWED
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -68,9 +66,6 @@ def install() -> None:
     if _audit not in _installed:
         sys.addaudithook(_audit)
         _installed.append(_audit)
-
-
-_installed: list[Any] = []
 
 
 def take() -> list[str]:

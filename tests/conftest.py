@@ -7,8 +7,8 @@ on everything under tests/rl/; ``slow`` on the tests of :data:`SLOW` (new tests 
 ``pytest -q -m "not ray and not slow"``.
 
 Everything a test reads lies in the checkout: ``outside_reads`` fails a test that opens, lists or
-globs a path beside it (tests/checkout_guard.py), such as a ``../shared`` folder that a developer's
-or CI's machine has and a user's fresh clone does not.
+globs a path beside it (tests/checkout_guard.py), such as a data folder next to the checkout that a
+developer's or CI's machine has and a user's fresh clone does not.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ best plan the chains reported."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from scripts import load_script
+from scripts import interrupt_once, load_script
 
 from placement_rl import planted
 from placement_rl.cli import main
@@ -240,27 +238,13 @@ def test_sigint_to_a_search_with_ray_chains_writes_the_best_plan(ray_local: Any,
     out = tmp_path / "best.json"
     argv = [sys.executable, "-m", "placement_rl.cli", *SEARCH, "--budget", "100000000", "--chains", "2"]
     env = {**os.environ, "RAY_ADDRESS": ray_local.get_runtime_context().gcs_address}
-    child = subprocess.Popen(
-        [*argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env
-    )
-    assert child.stderr is not None
-    seen = b""
-    try:
-        while b"best_ms=" not in seen:  # the driver has relayed a chain's report: it holds a best plan
-            chunk = os.read(child.stderr.fileno(), 4096)
-            assert chunk, f"the search ended before it was interrupted: {seen.decode()[-2000:]}"
-            seen += chunk
-        assert b"Ctrl-C stops them and keeps the best plan they reported" in seen
-        child.send_signal(signal.SIGINT)
-        stdout, stderr = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    err = (seen + stderr).decode()
-    assert child.returncode == 130, err[-2000:]
+    # sent once the driver relayed a chain's report: it holds a best plan
+    status, stdout, err = interrupt_once([*argv, "--out", str(out)], b"best_ms=", cwd=tmp_path, env=env)
+    assert "Ctrl-C stops them and keeps the best plan they reported" in err.split("best_ms=")[0]
+    assert status == 130, err[-2000:]
     assert f"best plan so far written to {out}" in err and "Traceback" not in err
     assert Plan.from_json(out).graph_name == "lenet"
-    assert f"wrote {out}" in stdout.decode()  # the chains that had reported a plan by then: one or both
+    assert f"wrote {out}" in stdout  # the chains that had reported a plan by then: one or both
 
 
 # ---------------------------------------------------------------------------------- planted suite

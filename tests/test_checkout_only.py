@@ -9,33 +9,34 @@ from pathlib import Path
 import checkout_guard
 import pytest
 
-ROOT = checkout_guard.ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_beside_checkout_tells_siblings_from_the_checkout() -> None:
-    root = Path("/nowhere/work/main")
+def test_beside_checkout_tells_siblings_from_the_checkout(tmp_path: Path) -> None:
+    root = tmp_path / "work" / "main"  # two levels into the temporary folder: its siblings are checked
     assert checkout_guard.beside_checkout(root.parent / "shared" / "data" / "h200" / "x.json", root)
     assert checkout_guard.beside_checkout(root / ".." / "shared", root)
     assert not checkout_guard.beside_checkout(root / "benchmarks" / "data" / "h200" / "x.json", root)
-    assert not checkout_guard.beside_checkout(Path("/elsewhere/file"), root)
-    assert not checkout_guard.beside_checkout(Path("/shared/x"), Path("/main"))  # a checkout at / has no beside
-    allowed = checkout_guard.ALLOWED[0]  # a checkout two levels into an allowed folder still has a beside
-    assert checkout_guard.beside_checkout(Path(allowed, "ci", "shared", "x"), Path(allowed, "ci", "main"))
-    assert not checkout_guard.beside_checkout(Path(allowed, "elsewhere", "x"), Path(allowed, "ci", "main"))
+    assert not checkout_guard.beside_checkout(tmp_path / "elsewhere" / "file", root)
+    top = Path(root.anchor, "main")  # a checkout at the file system's root has nothing beside it
+    assert not checkout_guard.beside_checkout(Path(root.anchor, "shared", "x"), top)
 
 
-@pytest.mark.skipif(not checkout_guard.can_tell(), reason="a checkout at / or directly in /tmp or the home folder")
-def test_a_read_beside_the_checkout_is_recorded() -> None:
-    sibling = ROOT.parent / "no-such-folder-beside-the-checkout" / "data.json"
+def test_a_read_beside_the_checkout_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "work" / "main"
+    root.mkdir(parents=True)
+    (root / "README.md").write_text("a checkout\n")
+    monkeypatch.setattr(checkout_guard, "ROOT", root)  # the hook checks against this checkout now
+    sibling = root.parent / "no-such-folder-beside-the-checkout" / "data.json"
     with pytest.raises(FileNotFoundError):
         sibling.read_text()
     assert checkout_guard.take() == [str(sibling)]  # taken here, so this test itself passes
-    (ROOT / "README.md").read_text()
+    (root / "README.md").read_text()
     assert checkout_guard.take() == []
 
 
-#: Spellings of a path beside the checkout in code, commands and docs: a quoted or bare ``../shared``
-#: path, ``parents[k] / "shared"`` climbing out, or the shared data folder by name.
+#: Spellings of a path beside the checkout in code, commands and docs: the sibling data folder reached
+#: by a relative path, by ``parents[k] / "shared"`` climbing out, or by its data folder's name.
 BESIDE = re.compile(r"[\"' ]\.\./shared/|/\s*\"shared\"\s*/|shared/data/")
 
 

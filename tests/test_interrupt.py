@@ -6,13 +6,12 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scripts import interrupt_once
 
 from placement_rl import zoo
 from placement_rl.cli import main
@@ -127,21 +126,9 @@ def test_sigint_to_a_running_search_keeps_the_best_plan(tmp_path: Path) -> None:
     """The real signal, in a child process: sent once the search has reported its first best cost."""
     out = tmp_path / "best.json"
     argv = [sys.executable, "-m", "placement_rl.cli", *ARGV[:-1], "10m", "--out", str(out)]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    assert child.stderr is not None
-    seen = b""
-    try:
-        while b"best_ms=" not in seen:  # the progress bar's first report: the search loop is running
-            chunk = os.read(child.stderr.fileno(), 4096)
-            assert chunk, f"the search ended before it was interrupted: {seen.decode()[-2000:]}"
-            seen += chunk
-        child.send_signal(signal.SIGINT)
-        stdout, stderr = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    err = (seen + stderr).decode()
-    assert child.returncode == 130, err[-2000:]
+    # sent at the progress bar's first report: the search loop is running
+    status, stdout, err = interrupt_once(argv, b"best_ms=", cwd=tmp_path)
+    assert status == 130, err[-2000:]
     assert f"best plan so far written to {out}" in err and "Traceback" not in err
     assert Plan.from_json(out).graph_name == "lenet"
-    assert f"wrote {out}" in stdout.decode()
+    assert f"wrote {out}" in stdout
